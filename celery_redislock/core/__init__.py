@@ -1,0 +1,14 @@
+"""The Redis core: lock, semaphore, leases and their renewal.
+
+Imports redis-py and the standard library only, never Celery, so it can be used on
+its own. Each operation is one Lua script in ``lua/``, run with EVALSHA.
+"""
+
+from __future__ import annotations
+
+from .keys import DEFAULT_PREFIX, KeySpace
+from .lease import Lease
+from .lock import RedisLock
+from .semaphore import RedisSemaphore
+
+__all__ = ["DEFAULT_PREFIX", "KeySpace", "Lease", "RedisLock", "RedisSemaphore"]

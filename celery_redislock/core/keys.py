@@ -1,0 +1,97 @@
+"""Redis key names for locks and semaphores.
+
+Every key of one lock or semaphore shares one Redis Cluster hash tag, the user's
+name between braces, so one Lua script may touch all of them on any cluster node.
+A name that itself holds ``{`` or ``}`` would move the hash tag, so those characters
+(and ``%``, the escape character) are percent-encoded; :func:`decode_name` reverses it
+for the inspection tools.
+
+Layout, for prefix ``redislock`` and kind ``lock``::
+
+    redislock:lock:{name}:holders   hash/zset of live leases (exists iff held)
+    redislock:lock:{name}:fence     last fencing token granted (expires by itself)
+    redislock:lock:{name}:queue     zset of waiters by ticket (FIFO order)
+    redislock:lock:{name}:alive     zset of waiters by heartbeat deadline
+    redislock:lock:{name}:meta      hash of settings stored with the primitive
+    redislock:lock:{name}:wake      pub/sub channel: payload is the token to wake
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigurationError
+from .validate import check_name
+
+__all__ = ["DEFAULT_PREFIX", "KeySpace", "decode_name", "encode_name"]
+
+DEFAULT_PREFIX = "redislock"
+
+_ESCAPES = {"%": "%25", "{": "%7B", "}": "%7D"}
+
+
+def encode_name(name: str) -> str:
+    """Percent-encode the characters that would break the hash tag."""
+    return "".join(_ESCAPES.get(char, char) for char in name)
+
+
+def decode_name(encoded: str) -> str:
+    """Reverse :func:`encode_name`."""
+    return encoded.replace("%7B", "{").replace("%7D", "}").replace("%25", "%")
+
+
+@dataclass(frozen=True)
+class KeySpace:
+    """The keys and the wake-up channel of one named lock or semaphore."""
+
+    prefix: str
+    kind: str
+    name: str
+
+    @classmethod
+    def build(cls, prefix: str, kind: str, name: str) -> KeySpace:
+        """Validate ``prefix`` and ``name`` and return the key space."""
+        check_name(name)
+        check_name(prefix, "prefix")
+        if "{" in prefix or "}" in prefix:
+            raise ConfigurationError(f"prefix must not contain '{{' or '}}', got {prefix!r}")
+        return cls(prefix, kind, name)
+
+    @property
+    def base(self) -> str:
+        """``prefix:kind:{encoded name}``, the part every key shares."""
+        return f"{self.prefix}:{self.kind}:{{{encode_name(self.name)}}}"
+
+    def key(self, part: str) -> str:
+        """The key for ``part`` (``holders``, ``fence``, ``queue``, ...)."""
+        return f"{self.base}:{part}"
+
+    @property
+    def holders(self) -> str:
+        """Key of the live leases; exists exactly while the primitive is held."""
+        return self.key("holders")
+
+    @property
+    def fence(self) -> str:
+        """Key of the last fencing token granted."""
+        return self.key("fence")
+
+    @property
+    def queue(self) -> str:
+        """Key of the waiters ordered by ticket."""
+        return self.key("queue")
+
+    @property
+    def alive(self) -> str:
+        """Key of the waiters ordered by heartbeat deadline."""
+        return self.key("alive")
+
+    @property
+    def meta(self) -> str:
+        """Key of the settings stored with the primitive (e.g. a semaphore's limit)."""
+        return self.key("meta")
+
+    @property
+    def channel(self) -> str:
+        """Pub/sub channel on which a release names the waiter token to wake."""
+        return self.key("wake")

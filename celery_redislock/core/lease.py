@@ -1,0 +1,226 @@
+"""``Lease``: the proof of ownership that ``acquire`` returns.
+
+A lease never raises for being lost: ``release()`` and ``extend()`` answer False and
+set :attr:`Lease.lost`. Only leaving a ``with`` block whose lease was lost raises
+:class:`~celery_redislock.errors.LockNotOwned`, so a broken critical section is
+never silent.
+
+Fork safety: a lease belongs to the process that acquired it. In a forked child
+(Celery's prefork pool) the inherited object reports itself lost and never touches
+Redis, so a child can neither release nor extend its parent's lock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Protocol
+
+from ..errors import LockNotOwned
+
+__all__ = ["Lease", "LeaseHolder"]
+
+
+class LeaseHolder(Protocol):
+    """What a lock or semaphore offers its leases (the core's internal seam)."""
+
+    @property
+    def name(self) -> str:
+        """The lock or semaphore name."""
+        ...
+
+    def _release_token(self, token: str) -> bool:
+        """Give up ``token`` in one round trip; False when it was no longer held."""
+        ...
+
+    def _extend_token(self, token: str, ttl_ms: int) -> bool:
+        """Set ``token``'s TTL in one round trip; False when it was no longer held."""
+        ...
+
+
+class Lease:
+    """Ownership of one lock or semaphore permit, identified by an unguessable token.
+
+    Attributes:
+        token: the lease's random token (``secrets``); the only proof of ownership.
+        fence: an int that strictly increases with every grant of the name; pass it to
+            the resource you protect so it can refuse writes from a stale holder.
+        ttl: the lease time in seconds the lease was last granted or extended for.
+        owner: the owner id given to ``acquire`` (e.g. a Celery task id), or None.
+        on_lost: called once, with the lease, when the lease is found lost.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_deadline",
+        "_holder",
+        "_lost",
+        "_lost_event",
+        "_lost_reason",
+        "_pid",
+        "_released",
+        "fence",
+        "on_lost",
+        "owner",
+        "token",
+        "ttl",
+    )
+
+    def __init__(
+        self,
+        holder: LeaseHolder,
+        token: str,
+        fence: int,
+        ttl: float,
+        *,
+        owner: str | None = None,
+        granted_at: float | None = None,
+        on_lost: Callable[[Lease], None] | None = None,
+    ) -> None:
+        self._holder = holder
+        self.token = token
+        self.fence = fence
+        self.ttl = ttl
+        self.owner = owner
+        self.on_lost = on_lost
+        # The local deadline counts from *before* the request was sent, so it never
+        # outlives the server's own expiry.
+        start = time.monotonic() if granted_at is None else granted_at
+        self._deadline = start + ttl
+        self._pid = os.getpid()
+        self._lost = False
+        self._lost_reason = ""
+        self._released = False
+        self._lost_event = threading.Event()
+
+    @property
+    def name(self) -> str:
+        """The name of the lock or semaphore this lease holds."""
+        return self._holder.name
+
+    @property
+    def holder(self) -> LeaseHolder:
+        """The lock or semaphore that granted this lease."""
+        return self._holder
+
+    @property
+    def lost(self) -> bool:
+        """True once the lease is known not to be ours (expired, taken, other process)."""
+        if self._pid != os.getpid():
+            return True
+        if not self._lost and not self._released and time.monotonic() >= self._deadline:
+            self._mark_lost("the lease expired: its TTL passed without a renewal")
+        return self._lost
+
+    @property
+    def lost_reason(self) -> str:
+        """Why the lease was found lost ('' while it is not)."""
+        return self._lost_reason
+
+    @property
+    def released(self) -> bool:
+        """True once :meth:`release` gave the lease back."""
+        return self._released
+
+    @property
+    def deadline(self) -> float:
+        """Local ``time.monotonic()`` instant after which the lease may have expired."""
+        return self._deadline
+
+    @property
+    def lost_event(self) -> threading.Event:
+        """An event set when the lease is found lost; user code may ``wait()`` on it."""
+        return self._lost_event
+
+    def remaining(self) -> float:
+        """Seconds left before the local deadline (negative once passed)."""
+        return self._deadline - time.monotonic()
+
+    def release(self) -> bool:
+        """Give the lease back; False (and :attr:`lost` set) when it was no longer ours."""
+        if self._released:
+            return False
+        if self._pid != os.getpid():
+            return False
+        ok = self._holder._release_token(self.token)
+        self._released = True
+        if not ok:
+            self._mark_lost("release found the lease no longer held")
+        return ok
+
+    def extend(self, ttl: float | None = None) -> bool:
+        """Reset the lease to ``ttl`` seconds (default: its current TTL) from now.
+
+        Returns False, and sets :attr:`lost`, when the lease is no longer ours; an
+        expired lease is never brought back.
+        """
+        from .validate import ttl_to_ms
+
+        if self._released or self._pid != os.getpid():
+            return False
+        new_ttl = self.ttl if ttl is None else ttl
+        ttl_ms = ttl_to_ms(new_ttl)
+        sent_at = time.monotonic()
+        if self._holder._extend_token(self.token, ttl_ms):
+            self.ttl = ttl_ms / 1000.0
+            self._confirm(sent_at + self.ttl)
+            return True
+        self._mark_lost("extend found the lease no longer held")
+        return False
+
+    def wait_lost(self, timeout: float | None = None) -> bool:
+        """Block until the lease is found lost or ``timeout`` passes; return :attr:`lost`."""
+        self._lost_event.wait(timeout)
+        return self._lost_event.is_set()
+
+    # -- used by the lock, the semaphore and the renewer ---------------------------
+
+    def _confirm(self, deadline: float) -> None:
+        """Record a reply that confirmed ownership until local ``deadline``."""
+        if not self._lost:
+            self._deadline = deadline
+
+    def _mark_lost(self, reason: str) -> None:
+        """Flag the lease lost once: set the event and run ``on_lost``."""
+        if self._lost:
+            return
+        self._lost = True
+        self._lost_reason = reason
+        self._lost_event.set()
+        callback = self.on_lost
+        if callback is not None:
+            callback(self)
+
+    def _mark_released(self) -> None:
+        """Record that the lease was given back by its holder (e.g. a re-entrant exit)."""
+        self._released = True
+
+    # -- context manager -------------------------------------------------------------
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        was_lost = self.lost
+        if self._released:
+            return
+        released = self.release()
+        if was_lost or not released:
+            raise LockNotOwned(
+                f"lease on {self.name!r} was lost before the block ended: "
+                f"{self._lost_reason or 'no longer held'}",
+                self.name,
+                self.token,
+            ) from exc
+
+    def __repr__(self) -> str:
+        state = "lost" if self._lost else "released" if self._released else "held"
+        return f"<Lease {self.name!r} fence={self.fence} {state}>"

@@ -1,0 +1,247 @@
+"""``RedisLock``: a mutual-exclusion lock on Redis, owned by a token.
+
+One Lua script per operation (``lua/lock_*.lua``), one round trip each when
+uncontended. Waiters queue in FIFO order and are woken by a message naming them
+when the lock is released (see :mod:`.waiting`), with a bounded fallback poll; a
+crashed holder's lock passes on when its TTL runs out.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from ..errors import ConfigurationError
+from .info import HolderInfo, PrimitiveInfo
+from .keys import DEFAULT_PREFIX, KeySpace
+from .lease import Lease
+from .scripts import LuaScript, as_text
+from .validate import check_bool, check_client, ttl_to_ms
+from .waiting import WAITER_HEARTBEAT_MS, wait_until_granted
+
+__all__ = ["FENCE_MEMORY_MS", "RedisLock"]
+
+FENCE_MEMORY_MS = 3_600_000
+"""How long a name's fence counter outlives its last grant (it then restarts from
+the server's clock, which is already past every fence it granted)."""
+
+_ACQUIRE = LuaScript("lock_acquire.lua")
+_RELEASE = LuaScript("lock_release.lua")
+_EXTEND = LuaScript("lock_extend.lua")
+_ADOPT = LuaScript("lock_adopt.lua")
+_LEAVE = LuaScript("queue_leave.lua")
+_INFO = LuaScript("lock_info.lua")
+
+OnLost = Callable[[Lease], None]
+
+
+class RedisLock:
+    """A named lock shared by every process that uses the same Redis.
+
+    Args:
+        client: a ``redis.Redis`` or ``redis.cluster.RedisCluster``.
+        name: any non-empty string; all of the lock's keys share one hash tag.
+        ttl: lease time in seconds (millisecond precision); a lease not released,
+            extended or renewed within it expires.
+        prefix: first part of every key.
+        renew: renew leases in the background while held (see :mod:`.renewal`).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        ttl: float = 30.0,
+        prefix: str = DEFAULT_PREFIX,
+        renew: bool = False,
+    ) -> None:
+        self._client = check_client(client)
+        self._keys = KeySpace.build(prefix, "lock", name)
+        self._ttl_ms = ttl_to_ms(ttl)
+        self.renew = check_bool(renew, "renew")
+        self._local = threading.local()
+
+    @property
+    def name(self) -> str:
+        """The lock's name."""
+        return self._keys.name
+
+    @property
+    def client(self) -> Any:
+        """The Redis client the lock talks to."""
+        return self._client
+
+    @property
+    def keys(self) -> KeySpace:
+        """The lock's Redis keys."""
+        return self._keys
+
+    @property
+    def ttl(self) -> float:
+        """Default lease time in seconds."""
+        return self._ttl_ms / 1000.0
+
+    def acquire(
+        self,
+        blocking: bool = True,
+        timeout: float | None = None,
+        owner: str | None = None,
+        *,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: OnLost | None = None,
+    ) -> Lease | None:
+        """Take the lock; return the :class:`Lease`, or None if not granted in time.
+
+        ``blocking=False`` tries once. Otherwise waits up to ``timeout`` seconds
+        (None: for ever), in FIFO order with other waiters. With an ``owner`` id, the
+        same owner may acquire again while it holds the lock; each acquisition is a
+        lease of its own, and the lock is held until every one is released or expired.
+        """
+        deadline = _deadline(blocking, timeout)
+        ttl_ms = self._ttl_ms if ttl is None else ttl_to_ms(ttl)
+        if owner is not None and (not isinstance(owner, str) or not owner):
+            raise ConfigurationError(f"owner must be a non-empty string or None, got {owner!r}")
+        keys = self._keys
+        token = secrets.token_hex(16)
+        args = [token, owner or "", ttl_ms, "0", WAITER_HEARTBEAT_MS, FENCE_MEMORY_MS,
+                keys.channel]  # fmt: skip
+        script_keys = [keys.holders, keys.fence, keys.queue, keys.alive]
+        result: list[int] = []
+
+        def attempt() -> int | None:
+            result[:] = [time.monotonic(), *_ACQUIRE(self._client, script_keys, args)]
+            return None if result[1] == 1 else int(result[2])
+
+        if attempt() is not None:
+            if deadline is None:
+                return None
+            args[3] = "1"  # from now on, wait in the queue
+            leave_keys = [keys.holders, keys.queue, keys.alive]
+            granted = wait_until_granted(
+                self._client, keys.channel, token, attempt,
+                lambda: _LEAVE(self._client, leave_keys, [token, keys.channel, "lock"]),
+                None if deadline == math.inf else deadline,
+            )  # fmt: skip
+            if not granted:
+                return None
+        return self._new_lease(token, int(result[2]), ttl_ms, owner, result[0], renew, on_lost)
+
+    def adopt(
+        self,
+        token: str,
+        *,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: OnLost | None = None,
+    ) -> Lease | None:
+        """Take over the live lease ``token`` (e.g. handed over in a message header).
+
+        Returns a fresh lease that replaces it, or None when ``token`` is no longer
+        live (already taken over, released or expired). Never waits.
+        """
+        if not isinstance(token, str) or not token:
+            raise ConfigurationError(f"token must be a non-empty string, got {token!r}")
+        ttl_ms = self._ttl_ms if ttl is None else ttl_to_ms(ttl)
+        new_token = secrets.token_hex(16)
+        sent_at = time.monotonic()
+        granted, fence = _ADOPT(
+            self._client, [self._keys.holders, self._keys.fence],
+            [token, new_token, ttl_ms, FENCE_MEMORY_MS],
+        )  # fmt: skip
+        if granted != 1:
+            return None
+        return self._new_lease(new_token, int(fence), ttl_ms, None, sent_at, renew, on_lost)
+
+    def locked(self) -> bool:
+        """True while any lease holds the lock."""
+        return bool(self._client.exists(self._keys.holders))
+
+    def info(self) -> PrimitiveInfo:
+        """The lock's holders, owner, fence and number of waiters, read-only."""
+        now_ms, flat, waiters = _INFO(self._client, [self._keys.holders, self._keys.queue], [])
+        fields = {as_text(flat[i]): as_text(flat[i + 1]) for i in range(0, len(flat), 2)}
+        holders = [
+            HolderInfo(
+                token_hint=name[2:10],
+                ttl_left=(int(value) - now_ms) / 1000.0,
+                fence=int(fields.get("f:" + name[2:], "0")),
+                owner=fields.get("owner") or None,
+            )
+            for name, value in fields.items()
+            if name.startswith("t:") and int(value) > now_ms
+        ]
+        return PrimitiveInfo(
+            kind="lock",
+            name=self.name,
+            holders=holders,
+            waiters=int(waiters),
+            owner=(fields.get("owner") or None) if holders else None,
+            since=int(fields["since"]) / 1000.0 if holders and "since" in fields else None,
+            fence=int(fields["fence"]) if holders and "fence" in fields else None,
+        )
+
+    def __enter__(self) -> Lease:
+        lease = self.acquire()
+        assert lease is not None  # a blocking acquire without timeout returns a lease
+        self._local.__dict__.setdefault("stack", []).append(lease)
+        return lease
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._local.stack.pop().__exit__(exc_type, exc, tb)
+
+    def __repr__(self) -> str:
+        return f"<RedisLock {self.name!r} ttl={self.ttl}>"
+
+    # -- the lease's side (LeaseHolder) -----------------------------------------------
+
+    def _release_token(self, token: str) -> bool:
+        keys = self._keys
+        script_keys = [keys.holders, keys.queue, keys.alive]
+        return bool(_RELEASE(self._client, script_keys, [token, keys.channel]))
+
+    def _extend_token(self, token: str, ttl_ms: int) -> bool:
+        return bool(_EXTEND(self._client, [self._keys.holders], [token, ttl_ms]))
+
+    def _new_lease(
+        self,
+        token: str,
+        fence: int,
+        ttl_ms: int,
+        owner: str | None,
+        sent_at: float,
+        renew: bool | None,
+        on_lost: OnLost | None,
+    ) -> Lease:
+        lease = Lease(self, token, fence, ttl_ms / 1000.0, owner=owner, granted_at=sent_at,
+                      on_lost=on_lost)  # fmt: skip
+        if self.renew if renew is None else renew:
+            from .renewal import keep_alive
+
+            keep_alive(lease)
+        return lease
+
+
+def _deadline(blocking: bool, timeout: float | None) -> float | None:
+    """None: try once. math.inf: wait for ever. Else the monotonic deadline."""
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or math.isnan(timeout)
+        or timeout < 0
+    ):
+        raise ConfigurationError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
+    if not blocking:
+        return None
+    return math.inf if timeout is None else time.monotonic() + timeout

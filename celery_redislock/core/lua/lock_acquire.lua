@@ -1,0 +1,83 @@
+-- lock_acquire.lua: grant a lock lease, re-enter it for the same owner, or refuse.
+--
+-- KEYS[1]  holders  hash: owner, since (ms), fence, and per live lease
+--                   "t:<token>" = expiry (server ms) and "f:<token>" = its fence.
+--                   PEXPIREs with its longest lease, so it exists iff held.
+-- KEYS[2]  fence    string: last fence granted; kept ARGV[6] ms after each grant.
+-- KEYS[3]  queue    zset: waiting tokens scored by ticket (FIFO order).
+-- KEYS[4]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
+-- ARGV[1]  token    the new lease's random token.
+-- ARGV[2]  owner    owner id allowing counted re-entry, or "" for none.
+-- ARGV[3]  ttl      lease time, milliseconds (integer > 0).
+-- ARGV[4]  wait     "1": if refused, join (or stay in) the wait queue; "0": do not.
+-- ARGV[5]  beat     a waiter's heartbeat, milliseconds: it is dropped from the queue
+--                   when it has not called again within this time.
+-- ARGV[6]  memory   how long the fence key outlives a grant, milliseconds.
+-- ARGV[7]  channel  wake-up channel (told the new head when a dead head is dropped).
+--
+-- Returns {1, fence} when granted (also when the same token asks again: client
+-- retries are idempotent), {0, wait_ms} when refused: wait_ms is the holder's TTL
+-- left, or 0 when the lock is free but reserved for an earlier waiter.
+
+--!include lib_lock.lua
+
+local holders, fence_key, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local wait, beat, memory, channel = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local now, now_us = server_clock()
+
+local function grant(first)
+  local fence = next_fence(fence_key, now_us, memory)
+  local expiry = string.format('%d', now + ttl)
+  if first then
+    redis.call('HSET', holders, 'owner', owner, 'since', string.format('%d', now),
+      'fence', fence, 't:' .. token, expiry, 'f:' .. token, fence)
+    redis.call('PEXPIRE', holders, ttl)
+  else
+    redis.call('HSET', holders, 'fence', fence, 't:' .. token, expiry, 'f:' .. token, fence)
+    if redis.call('PTTL', holders) < ttl then redis.call('PEXPIRE', holders, ttl) end
+  end
+  return {1, tonumber(fence)}
+end
+
+local function refuse(wait_ms)
+  if wait then
+    if redis.call('ZSCORE', queue, token) == false then
+      -- Ticket: the server's µs clock, bumped past the tail so order is strict.
+      local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+      local ticket = now_us
+      if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end
+      redis.call('ZADD', queue, string.format('%d', ticket), token)
+    end
+    redis.call('ZADD', alive, string.format('%d', now + beat), token)
+    redis.call('PEXPIRE', queue, beat * 2)
+    redis.call('PEXPIRE', alive, beat * 2)
+  end
+  return {0, wait_ms}
+end
+
+if redis.call('EXISTS', holders) == 1 then
+  local fence = live_fence(holders, token, now)
+  if fence then return {1, fence} end
+  local live, longest = sweep_leases(holders, now)
+  if live > 0 then
+    if owner ~= '' and redis.call('HGET', holders, 'owner') == owner then
+      return grant(false)
+    end
+    return refuse(longest - now)
+  end
+end
+
+-- The lock is free. Waiters queued earlier go first (no barging past them).
+if redis.call('EXISTS', queue) == 1 then
+  local before, head = reap_waiters(queue, alive, now)
+  if head and head ~= token then
+    if head ~= before then redis.call('PUBLISH', channel, head) end
+    return refuse(0)
+  end
+  if head then
+    redis.call('ZREM', queue, token)
+    redis.call('ZREM', alive, token)
+  end
+end
+return grant(true)

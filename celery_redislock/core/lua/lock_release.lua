@@ -1,0 +1,34 @@
+-- lock_release.lua: give up one lease of a lock, owner-checked by token.
+--
+-- KEYS[1]  holders  hash of the lock's live leases (see lock_acquire.lua).
+-- KEYS[2]  queue    zset: waiting tokens scored by ticket.
+-- KEYS[3]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
+-- ARGV[1]  token    the lease's token.
+-- ARGV[2]  channel  wake-up channel: when the lock becomes free, the token of the
+--                   first live waiter is published there.
+--
+-- Returns 1 when the lease was live and is now released, 0 when it was not ours
+-- (unknown, expired, already released): a re-sent release changes nothing.
+
+--!include lib_lock.lua
+
+local holders, queue, alive = KEYS[1], KEYS[2], KEYS[3]
+local token, channel = ARGV[1], ARGV[2]
+
+local expiry = redis.call('HGET', holders, 't:' .. token)
+if not expiry then return 0 end
+local now = server_clock()
+redis.call('HDEL', holders, 't:' .. token, 'f:' .. token)
+
+-- Other leases of the same owner (re-entry) keep the lock held.
+local live = 0
+if redis.call('HLEN', holders) > 3 then live = sweep_leases(holders, now) end
+if live == 0 then
+  redis.call('DEL', holders)
+  if redis.call('EXISTS', queue) == 1 then
+    local _, head = reap_waiters(queue, alive, now)
+    if head then redis.call('PUBLISH', channel, head) end
+  end
+end
+if tonumber(expiry) > now then return 1 end
+return 0

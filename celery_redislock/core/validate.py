@@ -1,0 +1,63 @@
+"""Argument checks shared by the core primitives: fail at construction, name the value."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from redis import Redis
+from redis.cluster import RedisCluster
+
+from ..errors import ConfigurationError
+
+__all__ = ["check_bool", "check_client", "check_name", "check_positive_int", "ttl_to_ms"]
+
+
+def ttl_to_ms(value: object, argument: str = "ttl") -> int:
+    """Return ``value`` seconds as whole milliseconds (at least 1), or raise.
+
+    Floats are allowed; anything that is not a finite number > 0 is refused.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(
+            f"{argument} must be a number of seconds > 0, got {value!r} "
+            f"({type(value).__name__})"
+        )
+    if math.isnan(value) or math.isinf(value) or value <= 0:
+        raise ConfigurationError(f"{argument} must be a finite number of seconds > 0, got {value!r}")
+    return max(1, round(value * 1000))
+
+
+def check_name(name: object, argument: str = "name") -> str:
+    """Return ``name`` if it is a non-empty string, else raise."""
+    if not isinstance(name, str):
+        raise ConfigurationError(
+            f"{argument} must be a non-empty string, got {name!r} ({type(name).__name__})"
+        )
+    if not name:
+        raise ConfigurationError(f"{argument} must be a non-empty string, got {name!r}")
+    return name
+
+
+def check_positive_int(value: object, argument: str) -> int:
+    """Return ``value`` if it is an int >= 1 (bool excluded), else raise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{argument} must be an int >= 1, got {value!r}")
+    return value
+
+
+def check_client(client: Any, argument: str = "client") -> Any:
+    """Return ``client`` if it is a redis-py ``Redis`` or ``RedisCluster``, else raise."""
+    if not isinstance(client, (Redis, RedisCluster)):
+        raise ConfigurationError(
+            f"{argument} must be a redis.Redis or redis.cluster.RedisCluster, "
+            f"got {client!r} ({type(client).__name__})"
+        )
+    return client
+
+
+def check_bool(value: object, argument: str) -> bool:
+    """Return ``value`` if it is True or False, else raise."""
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{argument} must be True or False, got {value!r}")
+    return value

