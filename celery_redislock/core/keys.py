@@ -9,6 +9,7 @@ for the inspection tools.
 Layout, for prefix ``redislock`` and kind ``lock``::
 
     redislock:lock:{name}:holders   hash/zset of live leases (exists iff held)
+    redislock:lock:{name}:leases    hash of each live lease's details (semaphore)
     redislock:lock:{name}:fence     last fencing token granted (expires by itself)
     redislock:lock:{name}:queue     zset of waiters by ticket (FIFO order)
     redislock:lock:{name}:alive     zset of waiters by heartbeat deadline
@@ -70,6 +71,11 @@ class KeySpace:
     def holders(self) -> str:
         """Key of the live leases; exists exactly while the primitive is held."""
         return self.key("holders")
+
+    @property
+    def leases(self) -> str:
+        """Key of the details (fence, owner, grant time) of a semaphore's leases."""
+        return self.key("leases")
 
     @property
     def fence(self) -> str:

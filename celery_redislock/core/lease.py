@@ -23,6 +23,16 @@ from ..errors import LockNotOwned
 
 __all__ = ["Lease", "LeaseHolder"]
 
+_LOST_LOCK = threading.Lock()
+
+
+def _new_lost_lock_after_fork() -> None:
+    global _LOST_LOCK
+    _LOST_LOCK = threading.Lock()  # a fork while another thread held it must not deadlock
+
+
+os.register_at_fork(after_in_child=_new_lost_lock_after_fork)
+
 
 class LeaseHolder(Protocol):
     """What a lock or semaphore offers its leases (the core's internal seam)."""
@@ -62,6 +72,7 @@ class Lease:
         "_lost_reason",
         "_pid",
         "_released",
+        "_stop_renewal",
         "fence",
         "on_lost",
         "owner",
@@ -95,6 +106,9 @@ class Lease:
         self._lost_reason = ""
         self._released = False
         self._lost_event = threading.Event()
+        # Set by the renewer (renewal.keep_alive); called once when the lease is given
+        # back, *before* the release is sent, so renewal never outlives release.
+        self._stop_renewal: Callable[[], None] | None = None
 
     @property
     def name(self) -> str:
@@ -145,6 +159,7 @@ class Lease:
             return False
         if self._pid != os.getpid():
             return False
+        self._end_renewal()
         ok = self._holder._release_token(self.token)
         self._released = True
         if not ok:
@@ -185,10 +200,11 @@ class Lease:
 
     def _mark_lost(self, reason: str) -> None:
         """Flag the lease lost once: set the event and run ``on_lost``."""
-        if self._lost:
-            return
-        self._lost = True
-        self._lost_reason = reason
+        with _LOST_LOCK:  # the renewer and a user thread may both find it lost
+            if self._lost:
+                return
+            self._lost = True
+            self._lost_reason = reason
         self._lost_event.set()
         callback = self.on_lost
         if callback is not None:
@@ -196,7 +212,15 @@ class Lease:
 
     def _mark_released(self) -> None:
         """Record that the lease was given back by its holder (e.g. a re-entrant exit)."""
+        self._end_renewal()
         self._released = True
+
+    def _end_renewal(self) -> None:
+        """Stop background renewal of this lease, if any (once; never in a forked child,
+        where the parent's renewer does not exist)."""
+        stop, self._stop_renewal = self._stop_renewal, None
+        if stop is not None and self._pid == os.getpid():
+            stop()
 
     # -- context manager -------------------------------------------------------------
 

@@ -36,6 +36,13 @@ _EXTEND = LuaScript("lock_extend.lua")
 _ADOPT = LuaScript("lock_adopt.lua")
 _LEAVE = LuaScript("queue_leave.lua")
 _INFO = LuaScript("lock_info.lua")
+_RELEASE_OWNER = LuaScript("lock_release_owner.lua")
+_RENEW = LuaScript("lock_renew.lua")
+
+# Constant script arguments, encoded once (see RedisLock.__init__).
+_NO_WAIT, _WAIT = b"0", b"1"
+_BEAT_ARG = b"%d" % WAITER_HEARTBEAT_MS
+_MEMORY_ARG = b"%d" % FENCE_MEMORY_MS
 
 OnLost = Callable[[Lease], None]
 
@@ -50,6 +57,9 @@ class RedisLock:
             extended or renewed within it expires.
         prefix: first part of every key.
         renew: renew leases in the background while held (see :mod:`.renewal`).
+        max_hold: seconds after its grant beyond which a lease is never held: its TTL
+            is capped to it and renewal stops there (the lease then expires and is
+            reported lost). None: no bound. An explicit ``extend()`` is not bounded.
     """
 
     def __init__(
@@ -60,12 +70,25 @@ class RedisLock:
         ttl: float = 30.0,
         prefix: str = DEFAULT_PREFIX,
         renew: bool = False,
+        max_hold: float | None = None,
     ) -> None:
         self._client = check_client(client)
         self._keys = KeySpace.build(prefix, "lock", name)
         self._ttl_ms = ttl_to_ms(ttl)
         self.renew = check_bool(renew, "renew")
+        self.max_hold = _check_max_hold(max_hold)
         self._local = threading.local()
+        # The hot path sends these as they are: keys and channel encoded once with the
+        # client's own encoder (what redis-py would send for the str), not per call.
+        encode = self._client.get_encoder().encode
+        keys = self._keys
+        self._acquire_keys: list[Any] = [
+            encode(keys.holders), encode(keys.fence), encode(keys.queue), encode(keys.alive)
+        ]
+        holders, _, queue, alive = self._acquire_keys
+        self._release_keys = [holders, queue, alive]
+        self._holders_key = [holders]
+        self._channel_arg: bytes = encode(keys.channel)
 
     @property
     def name(self) -> str:
@@ -96,33 +119,70 @@ class RedisLock:
         ttl: float | None = None,
         renew: bool | None = None,
         on_lost: OnLost | None = None,
+        max_hold: float | None = None,
     ) -> Lease | None:
         """Take the lock; return the :class:`Lease`, or None if not granted in time.
 
-        ``blocking=False`` tries once. Otherwise waits up to ``timeout`` seconds
-        (None: for ever), in FIFO order with other waiters. With an ``owner`` id, the
-        same owner may acquire again while it holds the lock; each acquisition is a
-        lease of its own, and the lock is held until every one is released or expired.
+        ``blocking=False`` (or ``timeout=0``) tries once. Otherwise waits up to
+        ``timeout`` seconds (None: for ever), in FIFO order with other waiters. With an
+        ``owner`` id, the same owner may acquire again while it holds the lock; each
+        acquisition is a lease of its own, and the lock is held until every one is
+        released or expired.
+        ``ttl``, ``renew`` and ``max_hold`` default to the lock's; ``on_lost(lease)``
+        runs once if the lease is found lost (see :mod:`.renewal`).
         """
-        deadline = _deadline(blocking, timeout)
-        ttl_ms = self._ttl_ms if ttl is None else ttl_to_ms(ttl)
+        lease, _ = self._acquire(
+            _deadline(blocking, timeout), owner, ttl, renew, on_lost, max_hold
+        )
+        return lease
+
+    def try_acquire(
+        self,
+        owner: str | None = None,
+        *,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: OnLost | None = None,
+        max_hold: float | None = None,
+    ) -> tuple[Lease | None, str | None]:
+        """One attempt that never waits, telling who holds the lock when refused.
+
+        Returns ``(lease, None)`` when granted, ``(None, owner_id)`` when refused
+        (``owner_id`` is None when the holder gave none, or when the lock is free but
+        promised to an earlier waiter). Costs the same single round trip as
+        ``acquire(blocking=False)``.
+        """
+        return self._acquire(None, owner, ttl, renew, on_lost, max_hold)
+
+    def _acquire(
+        self,
+        deadline: float | None,
+        owner: str | None,
+        ttl: float | None,
+        renew: bool | None,
+        on_lost: OnLost | None,
+        max_hold: float | None,
+    ) -> tuple[Lease | None, str | None]:
+        max_hold = self.max_hold if max_hold is None else _check_max_hold(max_hold)
+        ttl_ms = _capped(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold)
         if owner is not None and (not isinstance(owner, str) or not owner):
             raise ConfigurationError(f"owner must be a non-empty string or None, got {owner!r}")
         keys = self._keys
         token = secrets.token_hex(16)
-        args = [token, owner or "", ttl_ms, "0", WAITER_HEARTBEAT_MS, FENCE_MEMORY_MS,
-                keys.channel]  # fmt: skip
-        script_keys = [keys.holders, keys.fence, keys.queue, keys.alive]
-        result: list[int] = []
+        args: list[Any] = [token, owner or "", ttl_ms, _NO_WAIT, _BEAT_ARG, _MEMORY_ARG,
+                           self._channel_arg]  # fmt: skip
+        script_keys = self._acquire_keys
+        # The first attempt is inline: the uncontended path makes no closure.
+        result: list[Any] = [time.monotonic(), *_ACQUIRE(self._client, script_keys, args)]
+        if result[1] != 1:
+            if deadline is None or deadline <= time.monotonic():  # e.g. timeout=0
+                return None, as_text(result[3]) or None
+            args[3] = _WAIT  # from now on, wait in the queue
 
-        def attempt() -> int | None:
-            result[:] = [time.monotonic(), *_ACQUIRE(self._client, script_keys, args)]
-            return None if result[1] == 1 else int(result[2])
+            def attempt() -> int | None:
+                result[:] = [time.monotonic(), *_ACQUIRE(self._client, script_keys, args)]
+                return None if result[1] == 1 else int(result[2])
 
-        if attempt() is not None:
-            if deadline is None:
-                return None
-            args[3] = "1"  # from now on, wait in the queue
             leave_keys = [keys.holders, keys.queue, keys.alive]
             granted = wait_until_granted(
                 self._client, keys.channel, token, attempt,
@@ -130,34 +190,74 @@ class RedisLock:
                 None if deadline == math.inf else deadline,
             )  # fmt: skip
             if not granted:
-                return None
-        return self._new_lease(token, int(result[2]), ttl_ms, owner, result[0], renew, on_lost)
+                return None, as_text(result[3]) or None
+        lease = self._new_lease(
+            token, int(result[2]), ttl_ms, owner, result[0], renew, on_lost, max_hold
+        )
+        return lease, None
 
     def adopt(
         self,
         token: str,
         *,
+        new_token: str | None = None,
+        owner: str | None = None,
         ttl: float | None = None,
         renew: bool | None = None,
         on_lost: OnLost | None = None,
+        max_hold: float | None = None,
     ) -> Lease | None:
         """Take over the live lease ``token`` (e.g. handed over in a message header).
 
         Returns a fresh lease that replaces it, or None when ``token`` is no longer
-        live (already taken over, released or expired). Never waits.
+        live (already taken over, released or expired). Never waits. ``new_token``
+        lets the caller choose the new lease's token (e.g. derived from ``token``, so
+        another process can compute it to release the lease); None when that token
+        already holds the lock, so one hand-over can never be taken twice. ``owner``
+        replaces the lock's owner id (None keeps it).
         """
-        if not isinstance(token, str) or not token:
-            raise ConfigurationError(f"token must be a non-empty string, got {token!r}")
-        ttl_ms = self._ttl_ms if ttl is None else ttl_to_ms(ttl)
-        new_token = secrets.token_hex(16)
+        for argument, value in (("token", token), ("new_token", new_token), ("owner", owner)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigurationError(f"{argument} must be a non-empty string, got {value!r}")
+        max_hold = self.max_hold if max_hold is None else _check_max_hold(max_hold)
+        ttl_ms = _capped(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold)
+        new_token = new_token or secrets.token_hex(16)
         sent_at = time.monotonic()
         granted, fence = _ADOPT(
             self._client, [self._keys.holders, self._keys.fence],
-            [token, new_token, ttl_ms, FENCE_MEMORY_MS],
+            [token, new_token, ttl_ms, FENCE_MEMORY_MS, owner or ""],
         )  # fmt: skip
         if granted != 1:
             return None
-        return self._new_lease(new_token, int(fence), ttl_ms, None, sent_at, renew, on_lost)
+        return self._new_lease(
+            new_token, int(fence), ttl_ms, owner, sent_at, renew, on_lost, max_hold
+        )
+
+    def release_owner(self, owner: str) -> int:
+        """Release every lease of the lock if its owner id is ``owner``.
+
+        For code that knows the owner but holds no lease (an operator, a process that
+        cleans up after a dead one). Returns the number of leases released.
+        """
+        if not isinstance(owner, str) or not owner:
+            raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
+        return self._release_owner(owner)
+
+    def force_release(self) -> int:
+        """Release the lock whoever holds it; returns the number of leases released.
+
+        The holders' leases report themselves lost at their next renewal, release or
+        extend. Meant for operators clearing a stuck lock, never for normal flow.
+        """
+        return self._release_owner("")
+
+    def _release_owner(self, owner: str) -> int:
+        keys = self._keys
+        return int(
+            _RELEASE_OWNER(
+                self._client, [keys.holders, keys.queue, keys.alive], [owner, keys.channel]
+            )
+        )
 
     def locked(self) -> bool:
         """True while any lease holds the lock."""
@@ -207,12 +307,18 @@ class RedisLock:
     # -- the lease's side (LeaseHolder) -----------------------------------------------
 
     def _release_token(self, token: str) -> bool:
-        keys = self._keys
-        script_keys = [keys.holders, keys.queue, keys.alive]
-        return bool(_RELEASE(self._client, script_keys, [token, keys.channel]))
+        return bool(_RELEASE(self._client, self._release_keys, [token, self._channel_arg]))
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
-        return bool(_EXTEND(self._client, [self._keys.holders], [token, ttl_ms]))
+        return bool(_EXTEND(self._client, self._holders_key, [token, ttl_ms]))
+
+    # -- the renewer's side (renewal.Renewable) ---------------------------------------
+
+    _renew_script = _RENEW
+
+    @property
+    def _renew_keys(self) -> tuple[str, ...]:
+        return (self._keys.holders,)
 
     def _new_lease(
         self,
@@ -223,14 +329,25 @@ class RedisLock:
         sent_at: float,
         renew: bool | None,
         on_lost: OnLost | None,
+        max_hold: float | None,
     ) -> Lease:
         lease = Lease(self, token, fence, ttl_ms / 1000.0, owner=owner, granted_at=sent_at,
                       on_lost=on_lost)  # fmt: skip
         if self.renew if renew is None else renew:
             from .renewal import keep_alive
 
-            keep_alive(lease)
+            keep_alive(lease, max_hold=max_hold)
         return lease
+
+
+def _check_max_hold(max_hold: float | None) -> float | None:
+    """``max_hold`` in seconds (millisecond precision), or None; else raise."""
+    return None if max_hold is None else ttl_to_ms(max_hold, "max_hold") / 1000.0
+
+
+def _capped(ttl_ms: int, max_hold: float | None) -> int:
+    """A first TTL never longer than ``max_hold``."""
+    return ttl_ms if max_hold is None else min(ttl_ms, round(max_hold * 1000))
 
 
 def _deadline(blocking: bool, timeout: float | None) -> float | None:
@@ -241,7 +358,9 @@ def _deadline(blocking: bool, timeout: float | None) -> float | None:
         or math.isnan(timeout)
         or timeout < 0
     ):
-        raise ConfigurationError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
+        raise ConfigurationError(
+            f"timeout must be None or a number of seconds >= 0, got {timeout!r}"
+        )
     if not blocking:
         return None
     return math.inf if timeout is None else time.monotonic() + timeout

@@ -1,14 +1,234 @@
-"""``RedisSemaphore``: placeholder until the semaphore issue lands."""
+"""``RedisSemaphore``: at most ``limit`` leases of a name are live at any instant.
+
+One Lua script per operation (see :mod:`.semaphore_scripts`), one round trip each
+when uncontended. Live leases are a sorted set scored by their expiry on the
+server's clock; every script drops expired ones first, so a crashed holder's permit
+returns when its TTL runs out. Blocked acquirers queue (see :mod:`.waiting`); each
+release wakes exactly the waiters that may now take a permit, and only their process.
+"""
 
 from __future__ import annotations
 
+import logging
+import math
+import threading
+import time
+from types import TracebackType
 from typing import Any
+
+from ..errors import ConfigurationError
+from .info import PrimitiveInfo
+from .keys import DEFAULT_PREFIX, KeySpace
+from .lease import Lease
+from .lock import OnLost, _capped, _check_max_hold, _deadline
+from .scripts import LuaScript
+from .semaphore_scripts import RENEW, SemaphoreScripts, new_token
+from .validate import check_bool, check_client, check_positive_int, ttl_to_ms
+from .waiting import wait_until_granted
 
 __all__ = ["RedisSemaphore"]
 
+log = logging.getLogger(__name__)
+
 
 class RedisSemaphore:
-    """Not built yet: raises on construction rather than pretend to limit anything."""
+    """A named counting semaphore shared by every process that uses the same Redis.
 
-    def __init__(self, client: Any, name: str, **options: Any) -> None:
-        raise NotImplementedError("RedisSemaphore is not implemented yet")
+    Args:
+        client: a ``redis.Redis`` or ``redis.cluster.RedisCluster``.
+        name: any non-empty string; all of the semaphore's keys share one hash tag.
+        limit: the most leases that may be live at once (an int >= 1).
+        ttl: lease time in seconds (millisecond precision); a lease not released,
+            extended or renewed within it expires and its permit returns.
+        fair: grant strictly in request order: only the first waiter of the queue may
+            take a permit. Otherwise any of the first ``free`` waiters may, and so may
+            a newcomer (it barges in) unless the longest waiter has already waited
+            :data:`~.semaphore_scripts.PATIENCE_MS`, so nobody is overtaken for long.
+            Every client of a name should use the same setting.
+        prefix: first part of every key.
+        renew: renew leases in the background while held (see :mod:`.renewal`).
+        max_hold: seconds after its grant beyond which a lease is never held (its TTL
+            is capped to it and renewal stops there), as for ``RedisLock``; None: no
+            bound.
+
+    The limit rule: every acquire enforces the ``limit`` of the semaphore object that
+    calls it, and stores it with the semaphore (its ``meta`` hash, which releases read
+    to decide whom to wake and :meth:`info` reports). So a limit changed in
+    configuration takes effect with the first acquire under the new configuration
+    (logged as a warning, once per object). A lowered limit never revokes current
+    leases: new grants wait until fewer than ``limit`` are live. While processes
+    disagree (a rolling deploy), each grant obeys its asker's limit, so the number
+    of live leases never exceeds the largest limit in use.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        limit: int,
+        ttl: float = 30.0,
+        fair: bool = False,
+        prefix: str = DEFAULT_PREFIX,
+        renew: bool = False,
+        max_hold: float | None = None,
+    ) -> None:
+        self._client = check_client(client)
+        self._keys = KeySpace.build(prefix, "semaphore", name)
+        self._limit = check_positive_int(limit, "limit")
+        self._ttl_ms = ttl_to_ms(ttl)
+        self._fair = check_bool(fair, "fair")
+        self.renew = check_bool(renew, "renew")
+        self.max_hold = _check_max_hold(max_hold)
+        self._scripts = SemaphoreScripts(self._client, self._keys, self._limit, self._fair)
+        self._local = threading.local()
+        self._warned_limit = False
+        self._contended = False
+
+    @property
+    def name(self) -> str:
+        """The semaphore's name."""
+        return self._keys.name
+
+    @property
+    def client(self) -> Any:
+        """The Redis client the semaphore talks to."""
+        return self._client
+
+    @property
+    def keys(self) -> KeySpace:
+        """The semaphore's Redis keys."""
+        return self._keys
+
+    @property
+    def limit(self) -> int:
+        """The limit this object enforces (and stores) when it acquires."""
+        return self._limit
+
+    @property
+    def fair(self) -> bool:
+        """True when permits are granted strictly in request order."""
+        return self._fair
+
+    @property
+    def ttl(self) -> float:
+        """Default lease time in seconds."""
+        return self._ttl_ms / 1000.0
+
+    def acquire(
+        self,
+        blocking: bool = True,
+        timeout: float | None = None,
+        owner: str | None = None,
+        *,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: OnLost | None = None,
+        max_hold: float | None = None,
+    ) -> Lease | None:
+        """Take a permit; return its :class:`Lease`, or None if not granted in time.
+
+        ``blocking=False`` (or ``timeout=0``) tries once. Otherwise waits up to
+        ``timeout`` seconds (None: for ever). ``owner`` (e.g. a Celery task id) is
+        recorded with the lease for inspection; every acquire is a permit of its own.
+        ``ttl``, ``renew`` and ``max_hold`` default to the semaphore's; ``on_lost(lease)``
+        runs once if the lease is found lost (see :mod:`.renewal`).
+        """
+        deadline = _deadline(blocking, timeout)
+        if timeout == 0:
+            deadline = None
+        max_hold = self.max_hold if max_hold is None else _check_max_hold(max_hold)
+        ttl_ms = _capped(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold)
+        if owner is not None and (not isinstance(owner, str) or not owner):
+            raise ConfigurationError(f"owner must be a non-empty string or None, got {owner!r}")
+        token, tag = new_token()
+        result: list[Any] = []
+        attempts = 0
+
+        def attempt() -> int | None:
+            nonlocal attempts
+            attempts += 1
+            sent_at = time.monotonic()
+            result[:] = [sent_at, *self._attempt(token, owner or "", ttl_ms, deadline is not None)]
+            return None if result[1] == 1 else int(result[2])
+
+        # Listening before the first attempt saves the re-check after subscribing, but
+        # costs a subscription: worth it only while acquires keep having to wait.
+        if deadline is None or not self._contended:
+            attempt()
+        if not result or result[1] != 1:
+            if deadline is None:
+                return None
+            granted = wait_until_granted(
+                self._client, f"{self._scripts.channel}:{tag}", token, attempt,
+                lambda: self._leave_queue(token), None if deadline == math.inf else deadline,
+            )  # fmt: skip
+            self._contended = attempts > 1
+            if not granted:
+                return None
+        lease = Lease(self, token, int(result[2]), ttl_ms / 1000.0, owner=owner,
+                      granted_at=result[0], on_lost=on_lost)  # fmt: skip
+        if self.renew if renew is None else renew:
+            from .renewal import keep_alive
+
+            keep_alive(lease, max_hold=max_hold)
+        return lease
+
+    def available(self) -> int:
+        """Permits not held by a live lease, under this object's limit (read-only).
+
+        Queued waiters may be about to take them.
+        """
+        return max(0, self._limit - len(self.info().holders))
+
+    def info(self) -> PrimitiveInfo:
+        """Live leases with their TTL left, the waiters and the stored limit, read-only."""
+        return self._scripts.info(self.name, self._limit)
+
+    def __enter__(self) -> Lease:
+        lease = self.acquire()
+        assert lease is not None  # a blocking acquire without timeout returns a lease
+        self._local.__dict__.setdefault("stack", []).append(lease)
+        return lease
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._local.stack.pop().__exit__(exc_type, exc, tb)
+
+    def __repr__(self) -> str:
+        fair = " fair" if self._fair else ""
+        return f"<RedisSemaphore {self.name!r} limit={self._limit} ttl={self.ttl}{fair}>"
+
+    # -- one round trip each; the lease's side (LeaseHolder) ---------------------------
+
+    def _attempt(self, token: str, owner: str, ttl_ms: int, wait: bool) -> list[int]:
+        """One acquire round trip: ``[1, fence]`` granted, ``[0, wait_ms]`` refused."""
+        granted, value, previous = self._scripts.acquire(token, owner, ttl_ms, wait)
+        if previous and not self._warned_limit:
+            self._warned_limit = True
+            log.warning(
+                "celery_redislock: semaphore %r was limited to %s; now enforcing limit=%s",
+                self.name, previous, self._limit,
+            )  # fmt: skip
+        return [granted, value]
+
+    def _leave_queue(self, token: str) -> bool:
+        return self._scripts.leave(token)
+
+    def _release_token(self, token: str) -> bool:
+        return self._scripts.release(token)
+
+    def _extend_token(self, token: str, ttl_ms: int) -> bool:
+        return self._scripts.extend(token, ttl_ms)
+
+    # -- the renewer's side (renewal.Renewable) ---------------------------------------
+
+    _renew_script: LuaScript = RENEW
+
+    @property
+    def _renew_keys(self) -> tuple[str, str]:
+        return (self._keys.holders, self._keys.leases)

@@ -137,9 +137,10 @@ class Notifier:
         while True:
             try:
                 message = self._pubsub.get_message(timeout=1.0)
-            except (RedisError, OSError) as exc:
-                # Redis restarted or unreachable: redis-py reconnects and re-subscribes
-                # on the next read; meanwhile waiters poll.
+            except (RedisError, OSError, ValueError) as exc:
+                # Redis restarted or unreachable, or the client closed the connection
+                # under us (ValueError): redis-py reconnects and re-subscribes on the
+                # next read; meanwhile waiters poll.
                 log.debug("celery_redislock: subscriber connection error: %r", exc)
                 for entry in list(self._channels.values()):
                     entry.confirmed.clear()
@@ -163,9 +164,9 @@ class Notifier:
                 for event in list(entry.waiters.values()):
                     event.set()
             else:
-                event = entry.waiters.get(token)
-                if event is not None:
-                    event.set()
+                waiter = entry.waiters.get(token)
+                if waiter is not None:
+                    waiter.set()
 
     def _unsubscribe_idle(self) -> None:
         now = time.monotonic()

@@ -16,8 +16,9 @@
 -- ARGV[7]  channel  wake-up channel (told the new head when a dead head is dropped).
 --
 -- Returns {1, fence} when granted (also when the same token asks again: client
--- retries are idempotent), {0, wait_ms} when refused: wait_ms is the holder's TTL
--- left, or 0 when the lock is free but reserved for an earlier waiter.
+-- retries are idempotent), {0, wait_ms, holder} when refused: wait_ms is the
+-- holder's TTL left, or 0 when the lock is free but reserved for an earlier waiter;
+-- holder is the holding owner id ("" when none or free).
 
 --!include lib_lock.lua
 
@@ -40,7 +41,7 @@ local function grant(first)
   return {1, tonumber(fence)}
 end
 
-local function refuse(wait_ms)
+local function refuse(wait_ms, holder)
   if wait then
     if redis.call('ZSCORE', queue, token) == false then
       -- Ticket: the server's µs clock, bumped past the tail so order is strict.
@@ -53,18 +54,22 @@ local function refuse(wait_ms)
     redis.call('PEXPIRE', queue, beat * 2)
     redis.call('PEXPIRE', alive, beat * 2)
   end
-  return {0, wait_ms}
+  return {0, wait_ms, holder}
 end
+
+-- Uncontended: neither held nor anyone queued (one EXISTS for both keys).
+if redis.call('EXISTS', holders, queue) == 0 then return grant(true) end
 
 if redis.call('EXISTS', holders) == 1 then
   local fence = live_fence(holders, token, now)
   if fence then return {1, fence} end
   local live, longest = sweep_leases(holders, now)
   if live > 0 then
-    if owner ~= '' and redis.call('HGET', holders, 'owner') == owner then
+    local holder = redis.call('HGET', holders, 'owner')
+    if owner ~= '' and holder == owner then
       return grant(false)
     end
-    return refuse(longest - now)
+    return refuse(longest - now, holder)
   end
 end
 
@@ -73,7 +78,7 @@ if redis.call('EXISTS', queue) == 1 then
   local before, head = reap_waiters(queue, alive, now)
   if head and head ~= token then
     if head ~= before then redis.call('PUBLISH', channel, head) end
-    return refuse(0)
+    return refuse(0, '')
   end
   if head then
     redis.call('ZREM', queue, token)

@@ -6,24 +6,25 @@
 -- ARGV[2]  token    the new lease's random token.
 -- ARGV[3]  ttl      the new lease's time, milliseconds (integer > 0).
 -- ARGV[4]  memory   how long the fence key outlives a grant, milliseconds.
+-- ARGV[5]  owner    new owner id of the lock, or "" to keep the current one.
 --
 -- Returns {1, fence} when the old lease was live: it is gone and the new one holds
--- the lock with a new fence; also when the new token already holds it (a re-sent
--- call). Returns {0, 0} when the old lease is not live (handed over already, or
--- expired): the caller does not hold the lock.
+-- the lock with a new fence. Returns {0, 0} when the old lease is not live (handed
+-- over already, or expired) and also when the new token is live already: the new
+-- token may be derived from the old one by the caller, and a second hand-over of
+-- the same message (a broker redelivery) must not share the first one's lease.
 
 --!include lib_lock.lua
 
 local holders, fence_key = KEYS[1], KEYS[2]
-local old, token, ttl, memory = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local old, token, ttl, memory, owner = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local now, now_us = server_clock()
 
-local mine = live_fence(holders, token, now)
-if mine then return {1, mine} end
-if not live_fence(holders, old, now) then return {0, 0} end
+if live_fence(holders, token, now) or not live_fence(holders, old, now) then return {0, 0} end
 
 local fence = next_fence(fence_key, now_us, memory)
 redis.call('HDEL', holders, 't:' .. old, 'f:' .. old)
+if owner ~= '' then redis.call('HSET', holders, 'owner', owner) end
 redis.call('HSET', holders, 'fence', fence, 't:' .. token, string.format('%d', now + ttl),
   'f:' .. token, fence)
 if redis.call('HLEN', holders) <= 5 then

@@ -9,15 +9,5 @@
 
 --!include lib_lock.lua
 
-local holders = KEYS[1]
-local token, ttl = ARGV[1], tonumber(ARGV[2])
 local now = server_clock()
-if not live_fence(holders, token, now) then return 0 end
-
-redis.call('HSET', holders, 't:' .. token, string.format('%d', now + ttl))
-if redis.call('HLEN', holders) <= 5 then
-  redis.call('PEXPIRE', holders, ttl)  -- the only lease: the key follows it
-else
-  sweep_leases(holders, now)  -- re-entered: the key follows the longest lease
-end
-return 1
+return extend_lease(KEYS[1], ARGV[1], tonumber(ARGV[2]), now)

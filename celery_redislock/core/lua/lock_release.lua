@@ -5,10 +5,12 @@
 -- KEYS[3]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
 -- ARGV[1]  token    the lease's token.
 -- ARGV[2]  channel  wake-up channel: when the lock becomes free, the token of the
---                   first live waiter is published there.
+--                   first live waiter is published there (also when the lease had
+--                   expired and left the lock free, so the waiter need not poll).
 --
 -- Returns 1 when the lease was live and is now released, 0 when it was not ours
--- (unknown, expired, already released): a re-sent release changes nothing.
+-- (unknown, expired, already released): a re-sent release changes nothing (it may
+-- only repeat the wake-up message).
 
 --!include lib_lock.lua
 
@@ -16,13 +18,24 @@ local holders, queue, alive = KEYS[1], KEYS[2], KEYS[3]
 local token, channel = ARGV[1], ARGV[2]
 
 local expiry = redis.call('HGET', holders, 't:' .. token)
-if not expiry then return 0 end
+if not expiry then
+  -- Not ours (any more). If our lease expired and left the lock free, the head of
+  -- the queue may be asleep for a whole poll: wake it. Nothing else changes.
+  if redis.call('EXISTS', holders) == 0 then
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if head then redis.call('PUBLISH', channel, head) end
+  end
+  return 0
+end
 local now = server_clock()
-redis.call('HDEL', holders, 't:' .. token, 'f:' .. token)
 
--- Other leases of the same owner (re-entry) keep the lock held.
+-- Other leases of the same owner (re-entry) keep the lock held. Five fields are
+-- owner, since, fence and this lease's t: and f: (the key goes as a whole then).
 local live = 0
-if redis.call('HLEN', holders) > 3 then live = sweep_leases(holders, now) end
+if redis.call('HLEN', holders) > 5 then
+  redis.call('HDEL', holders, 't:' .. token, 'f:' .. token)
+  live = sweep_leases(holders, now)
+end
 if live == 0 then
   redis.call('DEL', holders)
   if redis.call('EXISTS', queue) == 1 then

@@ -1,0 +1,126 @@
+"""Duplicates: a call whose signature's lock another copy holds.
+
+* At enqueue (:func:`enqueue_duplicate`), ``on_duplicate`` decides: ``"existing"``
+  returns the other copy's ``AsyncResult``, ``"raise"`` raises ``DuplicateTask``,
+  ``"drop"`` returns None; ``"replace"`` is done by the caller while the other copy is
+  queued, and is ``"existing"`` once it runs. A member of a group, chord or chain
+  always raises: another copy's result would leave its canvas waiting for an id it
+  does not know.
+* At run time (:func:`runtime_duplicate`), ``on_running_duplicate`` decides: skip
+  (``Ignore``) or re-send with a countdown. Either way the copy holds nothing, so it
+  releases nothing. Every duplicate is logged and signalled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from celery import Task
+from celery.exceptions import Ignore
+from celery.result import AsyncResult
+
+from ..errors import DuplicateTask
+from .binding import AnyTask
+from .execution import RunState
+from .options import SingletonOptions
+from .signals import singleton_duplicate
+from .tokens import HEADERS, RECHECK_HEADER, parse_owner
+
+__all__ = ["enqueue_duplicate", "revoke_replaced", "runtime_duplicate"]
+
+logger = logging.getLogger(__name__)
+
+
+def revoke_replaced(task: AnyTask, task_ids: list[str]) -> None:
+    """Revoke the queued copies ``on_duplicate="replace"`` took the lock from."""
+    for task_id in task_ids:
+        try:
+            # Only workers that are up remember a revoke; a replaced copy that starts
+            # anyway finds the lock taken by its replacement and is skipped.
+            task.app.control.revoke(task_id)
+        except Exception:
+            logger.warning("celery_redislock: could not revoke replaced task %s[%s]",
+                           task.name, task_id, exc_info=True)  # fmt: skip
+
+
+def enqueue_duplicate(
+    task: AnyTask, opts: SingletonOptions, key: str, task_id: str, holder: str | None,
+    options: Mapping[str, Any],
+) -> AsyncResult[Any] | None:  # fmt: skip
+    """Apply ``on_duplicate`` to a call refused by ``holder`` (see the module docs)."""
+    existing_id, running = parse_owner(holder)
+    action = "existing" if opts.on_duplicate == "replace" else opts.on_duplicate
+    canvas = next((o for o in ("group_id", "chord", "chain") if options.get(o)), None)
+    if action in ("existing", "drop") and (canvas or existing_id is None):
+        action = "raise"
+    state = "running" if running else "queued" if running is False else "holding the lock"
+    singleton_duplicate.send(sender=task, task_id=task_id, key=key,
+                             existing_id=existing_id, action=action, stage="enqueue")  # fmt: skip
+    if action == "existing":
+        logger.info("celery_redislock: %s[%s] not sent: %s[%s] with the same signature is "
+                    "%s; returning its result", task.name, task_id, task.name, existing_id,
+                    state)  # fmt: skip
+        assert existing_id is not None  # None was turned into "raise" above
+        return task.AsyncResult(existing_id)
+    if action == "drop":
+        logger.info("celery_redislock: %s[%s] dropped: %s[%s] with the same signature is %s",
+                    task.name, task_id, task.name, existing_id, state)  # fmt: skip
+        return None
+    why = (
+        f" (a member of a {canvas.replace('_id', '')} cannot be replaced by another copy's "
+        "result: its canvas would wait for an id it does not know)" if canvas else ""
+    )
+    raise DuplicateTask(
+        f"task {task.name}[{task_id}] not sent: {task.name}[{existing_id}] with the same "
+        f"signature is {state}{why}", task_id=existing_id, key=key,
+    )  # fmt: skip
+
+
+def runtime_duplicate(
+    task: AnyTask, run: RunState, key: str, holder: str | None, options: SingletonOptions
+) -> None:
+    """Skip or re-send a copy that found the lock held; always raises ``Ignore``."""
+    existing_id, running = parse_owner(holder)
+    state = "running" if running else "queued" if running is False else "holding the lock"
+    request = task.request
+    headers = request.headers or {}
+    redelivered = bool((request.delivery_info or {}).get("redelivered"))
+    if request.is_eager:
+        action = "skip"
+    elif existing_id == run.task_id:
+        # The same message again. Either the broker redelivered it while its first run
+        # still runs (visibility_timeout: running it later would run it twice), or its
+        # child died and Celery requeued it (acks_late + reject_on_worker_lost, when no
+        # signal tells the main process to release): the dead run's lease then expires
+        # within lock_ttl. Look once more after lock_ttl; a holder still there is alive.
+        action = "recheck" if redelivered and RECHECK_HEADER not in headers else "skip"
+    else:
+        action = options.on_running_duplicate
+    if action == "skip":
+        logger.warning("celery_redislock: %s[%s] skipped: %s[%s] with the same signature "
+                       "is %s", task.name, run.task_id, task.name, existing_id, state)  # fmt: skip
+    else:
+        recheck = action == "recheck"
+        countdown = options.lock_ttl + 0.5 if recheck else options.reschedule_countdown
+        _resend(task, countdown, {RECHECK_HEADER: "1"} if recheck else {})
+        logger.info("celery_redislock: %s[%s] found %s[%s] %s; re-sent to run in %gs%s",
+                    task.name, run.task_id, task.name, existing_id, state, countdown,
+                    " (a redelivery: skipped then if its first run still holds the lock)"
+                    if recheck else "")  # fmt: skip
+        action = "reschedule"
+    singleton_duplicate.send(sender=task, task_id=run.task_id, key=key,
+                             existing_id=existing_id, action=action, stage="run")  # fmt: skip
+    raise Ignore()
+
+
+def _resend(task: AnyTask, countdown: float, extra_headers: dict[str, str]) -> None:
+    """Publish the current request again (same id, same retry count) in ``countdown`` s."""
+    sig = task.signature_from_request(task.request, countdown=countdown)
+    options = dict(sig.options)
+    headers = {k: v for k, v in (options.get("headers") or {}).items() if k not in HEADERS}
+    options["headers"] = {**headers, **extra_headers}
+    # Task.apply_async, not ours: the copy must be published although the lock is held,
+    # and it is not a retry, so max_retries is not spent.
+    Task.apply_async(task, sig.args, sig.kwargs, **options)

@@ -1,0 +1,260 @@
+"""What the locks and semaphores under a key prefix hold right now (read, and release).
+
+The read side of the ``celery redislock`` command, usable from any tool: it finds the
+primitives with ``SCAN`` (never ``KEYS``) on their ``holders`` keys, which exist exactly
+while something holds them, and on their ``queue`` keys, which exist while something
+waits; it then reads each one with the core's own read-only ``info()`` script. A free
+primitive with no waiter leaves no key behind, so it is not listed.
+
+Owner ids set by the Celery layer (see :mod:`.tokens`) are split into the task id and
+the state of its lease: ``queued`` (taken when the task was sent) or ``running``
+(adopted by the worker running it). Any other owner id (a lock taken with the core API)
+is shown whole, with no state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..core.info import PrimitiveInfo
+from ..core.keys import decode_name
+from ..core.lock import RedisLock
+from ..core.scripts import as_text
+from ..core.semaphore import RedisSemaphore
+from ..errors import RedisLockError
+from .tokens import parse_owner
+
+__all__ = [
+    "KINDS",
+    "Entry",
+    "Holder",
+    "UnsupportedOperation",
+    "check_release",
+    "describe",
+    "find",
+    "force_release",
+    "matching_owners",
+    "release_owner",
+    "scan",
+    "snapshot",
+]
+
+KINDS: Final = ("lock", "semaphore")
+"""The kinds of primitive, as spelled in their keys and in the CLI's ``--kind``."""
+
+# A semaphore is read through an object that needs a limit; info() reports the limit
+# stored by the last acquire, or this one when none is stored (then shown as unknown).
+_UNKNOWN_LIMIT: Final = 2**62
+
+_SCAN_COUNT: Final = 1000
+_GLOB_SPECIAL: Final = frozenset("*?[]\\")
+
+
+class UnsupportedOperation(RedisLockError):
+    """The primitive cannot do what was asked (e.g. releasing a semaphore by owner)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One live lease: who holds it, for how much longer, with which fence.
+
+    ``owner`` is the owner id as stored (None when the holder gave none); ``task_id``
+    and ``state`` (``"queued"`` or ``"running"``) are parsed from an owner id of the
+    Celery layer (``state`` is None for any other owner). ``ttl`` is the seconds left
+    unless renewed; ``token`` the first 8 characters of the lease token (too few to
+    release or extend it).
+    """
+
+    owner: str | None
+    task_id: str | None
+    state: str | None
+    ttl: float
+    fence: int | None
+    token: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The holder as a JSON object with stable keys (see the CLI's help)."""
+        return {
+            "owner": self.owner,
+            "task_id": self.task_id,
+            "state": self.state,
+            "ttl": round(self.ttl, 3),
+            "fence": self.fence,
+            "token": self.token,
+        }
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One lock or semaphore as read at one instant.
+
+    ``limit`` is None for a lock, and for a semaphore whose stored limit is gone;
+    ``since`` is the server time (epoch seconds) of the first grant of the current
+    holding; ``fence`` the highest fence among the live leases.
+    """
+
+    kind: str
+    name: str
+    holders: tuple[Holder, ...]
+    waiters: int
+    limit: int | None
+    since: float | None
+    fence: int | None
+
+    @property
+    def held(self) -> bool:
+        """True while at least one lease is live."""
+        return bool(self.holders)
+
+    @property
+    def exists(self) -> bool:
+        """True while something holds or waits for the primitive."""
+        return self.held or self.waiters > 0
+
+    @property
+    def available(self) -> int | None:
+        """Free permits of a semaphore (None for a lock or an unknown limit)."""
+        if self.limit is None:
+            return None
+        return max(0, self.limit - len(self.holders))
+
+    @property
+    def ttl(self) -> float:
+        """Seconds until the longest lease expires unless renewed (0 when free)."""
+        return max((h.ttl for h in self.holders), default=0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        """The primitive as a JSON object with stable keys (see the CLI's help)."""
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "held": self.held,
+            "holders": [h.to_json() for h in self.holders],
+            "waiters": self.waiters,
+            "limit": self.limit,
+            "available": self.available,
+            "ttl": round(self.ttl, 3),
+            "fence": self.fence,
+            "since": self.since,
+        }
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in _GLOB_SPECIAL else c for c in text)
+
+
+def _parse_key(key: str, prefix: str, suffix: str) -> tuple[str, str] | None:
+    """``(kind, name)`` of ``{prefix}:{kind}:{{encoded name}}:{suffix}``, else None."""
+    head, tail = f"{prefix}:", f"}}:{suffix}"
+    if not key.startswith(head) or not key.endswith(tail):
+        return None
+    kind, sep, rest = key[len(head) : -len(tail)].partition(":{")
+    if not sep or kind not in KINDS or not rest or "{" in rest or "}" in rest:
+        return None
+    return kind, decode_name(rest)
+
+
+def scan(client: Any, prefix: str, kinds: Iterable[str] = KINDS) -> list[tuple[str, str]]:
+    """``(kind, name)`` of every primitive held or waited for, sorted, by ``SCAN``."""
+    wanted = tuple(kinds)
+    found: set[tuple[str, str]] = set()
+    kind_glob = wanted[0] if len(wanted) == 1 else "*"
+    for suffix in ("holders", "queue"):
+        match = f"{_glob_escape(prefix)}:{kind_glob}:{{*}}:{suffix}"
+        for raw in client.scan_iter(match=match, count=_SCAN_COUNT):
+            parsed = _parse_key(as_text(raw), prefix, suffix)
+            if parsed is not None and parsed[0] in wanted:
+                found.add(parsed)
+    return sorted(found)
+
+
+def _holders(info: PrimitiveInfo) -> tuple[Holder, ...]:
+    holders = []
+    for h in info.holders:
+        task_id, running = parse_owner(h.owner)
+        state = None if running is None else ("running" if running else "queued")
+        holders.append(Holder(h.owner, task_id, state, max(0.0, h.ttl_left), h.fence, h.token_hint))
+    return tuple(sorted(holders, key=lambda h: (h.fence is None, h.fence or 0, h.token)))
+
+
+def _primitive(client: Any, prefix: str, kind: str, name: str, limit: int) -> Any:
+    if kind == "lock":
+        return RedisLock(client, name, prefix=prefix)
+    if kind == "semaphore":
+        return RedisSemaphore(client, name, limit=limit, prefix=prefix)
+    raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+
+
+def describe(client: Any, prefix: str, kind: str, name: str) -> Entry:
+    """Read one primitive (one round trip); a free one has no holders and no waiters."""
+    info: PrimitiveInfo = _primitive(client, prefix, kind, name, _UNKNOWN_LIMIT).info()
+    limit = info.limit if info.limit != _UNKNOWN_LIMIT else None
+    return Entry(kind, name, _holders(info), info.waiters, limit, info.since, info.fence)
+
+
+def snapshot(client: Any, prefix: str, kinds: Iterable[str] = KINDS) -> list[Entry]:
+    """Every primitive held or waited for under ``prefix``, sorted by kind and name."""
+    entries = (describe(client, prefix, kind, name) for kind, name in scan(client, prefix, kinds))
+    return [entry for entry in entries if entry.exists]  # skip any freed since the scan
+
+
+def find(client: Any, prefix: str, name: str, kinds: Iterable[str] = KINDS) -> list[Entry]:
+    """The primitives named ``name`` (of the given kinds) held or waited for now."""
+    entries = (describe(client, prefix, kind, name) for kind in kinds)
+    return [entry for entry in entries if entry.exists]
+
+
+def matching_owners(entry: Entry, wanted: str) -> list[str]:
+    """The distinct owner ids of ``entry`` that ``wanted`` names.
+
+    ``wanted`` names an owner id when it equals it, or when it is the task id of an
+    owner id of the Celery layer (the part before its ``#``/``@`` marker).
+    """
+    owners: list[str] = []
+    for h in entry.holders:
+        if h.owner and h.owner not in owners and wanted in (h.owner, h.task_id):
+            owners.append(h.owner)
+    return owners
+
+
+def _operation(entry: Entry, operation: str) -> None:
+    """Raise :class:`UnsupportedOperation` unless ``entry``'s kind has ``operation``."""
+    cls = RedisLock if entry.kind == "lock" else RedisSemaphore
+    if not callable(getattr(cls, operation, None)):
+        how = "by owner" if operation == "release_owner" else "by force"
+        raise UnsupportedOperation(
+            f"releasing a {entry.kind} {how} is not supported by this version of "
+            f"celery_redislock (it has no {cls.__name__}.{operation}); its leases "
+            "expire by themselves when their TTL runs out"
+        )
+
+
+def check_release(entry: Entry, *, force: bool) -> None:
+    """Raise :class:`UnsupportedOperation` if ``entry`` cannot be released that way."""
+    _operation(entry, "force_release" if force else "release_owner")
+
+
+def release_owner(client: Any, prefix: str, entry: Entry, owner: str) -> int:
+    """Release the leases of ``entry`` whose owner id is exactly ``owner``.
+
+    Atomic and owner-checked on the server: 0 when the primitive changed hands since
+    it was read. A semaphore needs a core ``release_owner``; without it this raises
+    :class:`UnsupportedOperation`.
+    """
+    _operation(entry, "release_owner")
+    primitive = _primitive(client, prefix, entry.kind, entry.name, entry.limit or 1)
+    return int(primitive.release_owner(owner))
+
+
+def force_release(client: Any, prefix: str, entry: Entry) -> int:
+    """Release every lease of ``entry``, whoever holds it; the number released.
+
+    The holders are not stopped: each lease reports itself lost at its next renewal,
+    extend or release. A semaphore needs a core ``force_release``; without it this
+    raises :class:`UnsupportedOperation`.
+    """
+    _operation(entry, "force_release")
+    primitive = _primitive(client, prefix, entry.kind, entry.name, entry.limit or 1)
+    return int(primitive.force_release())

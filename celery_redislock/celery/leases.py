@@ -1,0 +1,72 @@
+"""Small lease operations the Celery glue needs beyond the core's public API.
+
+* :func:`lock_for` -- the :class:`~celery_redislock.core.RedisLock` of a singleton key.
+* :func:`release_token` / :func:`extend_token` -- act on a lease known only by its
+  token (the worker's main process recomputes a child's execution token).
+* :func:`hand_over` -- give a live lease to another process (a retry message) without
+  releasing it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Final
+
+from ..core import Lease, RedisLock
+from ..core.validate import ttl_to_ms
+from .binding import AnyTask
+from .client import get_redis
+from .options import SingletonOptions
+
+__all__ = ["extend_token", "hand_over", "lock_for", "release_token"]
+
+
+_LOCKS_KEPT: Final = 1024
+_locks: OrderedDict[tuple[int, str, str, float], RedisLock] = OrderedDict()
+_locks_guard = threading.Lock()
+
+
+def lock_for(task: AnyTask, key: str, options: SingletonOptions) -> RedisLock:
+    """The singleton lock named ``key`` on the app's Redis.
+
+    Lock objects are stateless between calls (a lease holds the state), so the most
+    recently used ones are kept: building one costs more than the call it makes.
+    """
+    client = get_redis(task.app)
+    cache_key = (id(client), options.prefix, key, options.lock_ttl)
+    with _locks_guard:
+        lock = _locks.get(cache_key)
+        if lock is not None and lock.client is client:
+            _locks.move_to_end(cache_key)
+            return lock
+    lock = RedisLock(client, key, ttl=options.lock_ttl, prefix=options.prefix)
+    with _locks_guard:
+        _locks[cache_key] = lock
+        while len(_locks) > _LOCKS_KEPT:
+            _locks.popitem(last=False)
+    return lock
+
+
+def release_token(lock: RedisLock, token: str) -> bool:
+    """Release the lease ``token`` of ``lock`` if it is live; False when it was not."""
+    return Lease(lock, token, 0, lock.ttl).release()
+
+
+def extend_token(lock: RedisLock, token: str, ttl: float) -> bool:
+    """Set the lease ``token`` to expire ``ttl`` seconds from now if it is live."""
+    return Lease(lock, token, 0, lock.ttl).extend(ttl)
+
+
+def hand_over(lease: Lease, ttl: float) -> bool:
+    """Stop renewing ``lease``, set it to expire in ``ttl`` seconds, and forget it here.
+
+    The lease stays live for whoever adopts its token next (the retry's worker) or
+    expires. This object then neither renews, releases nor reports it lost. Returns
+    False when the lease was no longer ours.
+    """
+    # The core has no public "detach" yet: stopping renewal and marking the object
+    # released are the two halves of it (lease._mark_released stops the renewer
+    # first). Done before the extend, so no renewal can shorten the new TTL later.
+    lease._mark_released()
+    return bool(lease.holder._extend_token(lease.token, ttl_to_ms(ttl)))

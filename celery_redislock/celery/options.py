@@ -1,0 +1,189 @@
+"""The singleton options of a :class:`~.task.RedisLockTask`, read and validated.
+
+Every option is a class attribute of the task: set it with ``@app.task(base=...,
+option=value)``, by subclassing, or through ``task_annotations``. ``None`` means "use
+the app's setting" (see :mod:`.config`). Options are read when used, not copied at
+definition time, so annotations and ``app.conf.update`` made later still count; a bad
+value raises :class:`~celery_redislock.errors.ConfigurationError` naming the task, the
+option and the value (already when the task is bound to its app, for values set on
+the class).
+
+======================== ============================================================
+``singleton``            take the per-signature lock at all (``SingletonTask``: True)
+``unique_on``            argument names making the signature (default: all)
+``lock_key``             callable ``key(*args, **kwargs) -> str``: the whole key
+``lock_ttl``             seconds: lease of a running task, renewed while it runs
+``lock_queued_ttl``      seconds: lease of a queued task (countdown/ETA added on top)
+``on_duplicate``         ``"existing"``, ``"raise"``, ``"drop"`` or ``"replace"``
+``on_running_duplicate`` ``"skip"`` or ``"reschedule"``
+``reschedule_countdown`` seconds before a rescheduled runtime duplicate runs again
+``singleton_mode``       ``"until_done"``, ``"while_running"``, ``"until_started"``,
+                         ``"interval"``
+``singleton_interval``   seconds the lock stays held after a run (mode ``interval``)
+======================== ============================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..errors import ConfigurationError
+from .config import Settings, check_on_duplicate, check_ttl, settings_for, task_option
+
+__all__ = [
+    "MODES",
+    "ON_RUNNING_DUPLICATE",
+    "SingletonOptions",
+    "check_class_options",
+    "singleton_options",
+]
+
+MODES: Final = ("until_done", "while_running", "until_started", "interval")
+"""How long a singleton lock is held: from enqueue to the end of the run; only while
+the run executes; from enqueue until the run starts; from enqueue until
+``singleton_interval`` seconds after the run ended."""
+
+ON_RUNNING_DUPLICATE: Final = ("skip", "reschedule")
+"""What a worker does with a copy that starts while another copy holds the lock."""
+
+DEFAULT_RESCHEDULE_COUNTDOWN: Final = 5.0
+"""Seconds before a rescheduled runtime duplicate is tried again."""
+
+
+@dataclass(frozen=True)
+class SingletonOptions:
+    """The validated singleton options of one task, with the app's defaults applied."""
+
+    enabled: bool
+    mode: str
+    lock_ttl: float
+    queued_ttl: float
+    on_duplicate: str
+    on_running_duplicate: str
+    reschedule_countdown: float
+    interval: float | None
+    prefix: str
+
+    @property
+    def lock_at_enqueue(self) -> bool:
+        """True when ``apply_async`` takes the lock (every mode but ``while_running``)."""
+        return self.mode != "while_running"
+
+    @property
+    def lock_while_running(self) -> bool:
+        """True when the run holds the lock (every mode but ``until_started``)."""
+        return self.mode != "until_started"
+
+
+def _name(task: Any) -> str:
+    return str(getattr(task, "name", None) or getattr(task, "__name__", "?"))
+
+
+def _choice(task: Any, option: str, value: object, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigurationError(
+            f"task {_name(task)!r}: option {option} must be one of {choices}, got {value!r}"
+        )
+    return value
+
+
+def _seconds(task: Any, option: str, value: object) -> float:
+    try:
+        return check_ttl(value, option)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"task {_name(task)!r}: option {exc}") from None
+
+
+def _flag(task: Any, option: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(
+            f"task {_name(task)!r}: option {option} must be True or False, got {value!r}"
+        )
+    return value
+
+
+def _task_level(task: Any) -> dict[str, Any]:
+    """The options as set on the task, validated; None stays None (use the app's)."""
+    get = task_option
+    values: dict[str, Any] = {"singleton": _flag(task, "singleton", get(task, "singleton", False))}
+    values["mode"] = _choice(
+        task, "singleton_mode", get(task, "singleton_mode", "until_done"), MODES
+    )
+    for option in ("lock_ttl", "lock_queued_ttl", "singleton_interval"):
+        raw = get(task, option)
+        values[option] = None if raw is None else _seconds(task, option, raw)
+    raw = get(task, "reschedule_countdown")
+    values["reschedule_countdown"] = (
+        DEFAULT_RESCHEDULE_COUNTDOWN if raw is None else _seconds(task, "reschedule_countdown", raw)
+    )
+    raw = get(task, "on_duplicate")
+    if raw is not None:
+        try:
+            check_on_duplicate(raw, "on_duplicate")
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"task {_name(task)!r}: option {exc}") from None
+    values["on_duplicate"] = raw
+    values["on_running_duplicate"] = _choice(
+        task, "on_running_duplicate", get(task, "on_running_duplicate", "skip"),
+        ON_RUNNING_DUPLICATE,
+    )  # fmt: skip
+    if values["mode"] == "interval" and values["singleton_interval"] is None:
+        raise ConfigurationError(
+            f"task {_name(task)!r}: singleton_mode='interval' needs option "
+            "singleton_interval (seconds the lock stays held after a run), got None"
+        )
+    lock_key = get(task, "lock_key")
+    if lock_key is not None and not callable(lock_key):
+        raise ConfigurationError(
+            f"task {_name(task)!r}: option lock_key must be callable, got {lock_key!r}"
+        )
+    return values
+
+
+def check_class_options(task: Any) -> None:
+    """Validate the options set on a task (class or instance); raise if one is bad."""
+    _task_level(task)
+
+
+_OPTIONS: Final = ("singleton", "singleton_mode", "lock_ttl", "lock_queued_ttl",
+                   "singleton_interval", "reschedule_countdown", "on_duplicate",
+                   "on_running_duplicate", "lock_key")  # fmt: skip
+# task -> (raw option values, settings, options): read on every call, so validated
+# and merged once for as long as neither the options nor the settings change.
+_cache: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], Settings, SingletonOptions]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def singleton_options(task: Any) -> SingletonOptions:
+    """The task's singleton options now: its own, else the app's ``redislock_*``."""
+    raw = tuple(task_option(task, name) for name in _OPTIONS)
+    settings = settings_for(task.app)
+    try:
+        cached = _cache.get(task)
+    except TypeError:  # not weakly referable: no cache
+        cached = None
+    if cached is not None and cached[1] is settings and cached[0] == raw:
+        return cached[2]
+    options = _merge(task, settings)
+    with contextlib.suppress(TypeError):
+        _cache[task] = (raw, settings, options)
+    return options
+
+
+def _merge(task: Any, settings: Settings) -> SingletonOptions:
+    values = _task_level(task)
+    return SingletonOptions(
+        enabled=values["singleton"],
+        mode=values["mode"],
+        lock_ttl=values["lock_ttl"] or settings.lock_ttl,
+        queued_ttl=values["lock_queued_ttl"] or settings.queued_ttl,
+        on_duplicate=values["on_duplicate"] or settings.on_duplicate,
+        on_running_duplicate=values["on_running_duplicate"],
+        reschedule_countdown=values["reschedule_countdown"],
+        interval=values["singleton_interval"],
+        prefix=settings.prefix,
+    )

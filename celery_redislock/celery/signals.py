@@ -1,0 +1,88 @@
+"""Signals sent by singleton and bounded tasks, so users can count, log and alert.
+
+They are Celery signals (:class:`celery.utils.dispatch.Signal`): connect as to
+``task_prerun``, optionally for one task as ``sender``. Receivers get the arguments
+below as keywords and must accept ``**kwargs``: later versions may add some. A
+receiver that raises is logged and does not disturb the task.
+
+``sender`` is always the task (its instance). Common arguments:
+
+* ``task_id`` -- id of the task call the event is about (None when not yet known);
+* ``key`` -- the lock name (see :mod:`.signature`), or the semaphore pool name;
+* ``stage`` -- ``"enqueue"`` (in ``apply_async``), ``"run"`` (in the worker, around
+  the body), or ``"cleanup"`` (in the worker's main process after a revoke, a time
+  limit or a lost worker).
+
+Example::
+
+    from celery_redislock.celery.signals import singleton_duplicate
+
+    @singleton_duplicate.connect
+    def count_duplicate(sender, task_id, existing_id, action, **kwargs):
+        statsd.incr(f"duplicate.{sender.name}.{action}")
+"""
+
+from __future__ import annotations
+
+from celery.utils.dispatch import Signal
+
+__all__ = [
+    "lease_lost",
+    "permit_acquired",
+    "permit_released",
+    "permit_rescheduled",
+    "singleton_acquired",
+    "singleton_duplicate",
+    "singleton_released",
+]
+
+singleton_acquired = Signal(
+    name="singleton_acquired",
+    providing_args=("fence", "key", "stage", "task_id"),
+)
+"""A singleton lock was taken (``stage="enqueue"``) or taken over by the run
+(``stage="run"``). ``fence`` is the lease's fencing token."""
+
+singleton_duplicate = Signal(
+    name="singleton_duplicate",
+    providing_args=("action", "existing_id", "key", "stage", "task_id"),
+)
+"""A call found its signature's lock held by another copy, ``existing_id`` (None when
+the holder is unknown). ``action`` is what was done with the new call: at enqueue
+``"existing"`` (its AsyncResult returned), ``"raise"``, ``"drop"`` or ``"replace"``
+(the queued copy revoked); at run time ``"skip"`` or ``"reschedule"``."""
+
+singleton_released = Signal(
+    name="singleton_released",
+    providing_args=("key", "reason", "released", "stage", "task_id"),
+)
+"""A singleton lock was given back. ``reason`` is the task state or event that ended
+it (``"SUCCESS"``, ``"FAILURE"``, ``"revoked"``, ``"worker-lost"``, ``"publish-failed"``,
+...); ``released`` is False when the lease had already expired or been taken over."""
+
+lease_lost = Signal(
+    name="lease_lost",
+    providing_args=("fence", "key", "kind", "task_id"),
+)
+"""A running task's lease (``kind="lock"`` or ``"permit"``) expired or was taken over
+before the task ended: it is no longer protected. Sent from the renewal thread."""
+
+permit_acquired = Signal(
+    name="permit_acquired",
+    providing_args=("fence", "key", "limit", "task_id"),
+)
+"""A bounded task got one of the ``limit`` permits of pool ``key`` and starts."""
+
+permit_rescheduled = Signal(
+    name="permit_rescheduled",
+    providing_args=("countdown", "key", "limit", "task_id"),
+)
+"""All ``limit`` permits of pool ``key`` were taken: the task was sent back to the
+queue to run again in ``countdown`` seconds, without counting as a retry."""
+
+permit_released = Signal(
+    name="permit_released",
+    providing_args=("key", "reason", "released", "stage", "task_id"),
+)
+"""A bounded task gave its permit back; ``reason`` and ``released`` as for
+:data:`singleton_released`."""

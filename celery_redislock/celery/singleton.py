@@ -1,0 +1,194 @@
+"""The singleton guard: the worker's side of the per-signature lock.
+
+When a run starts it adopts the queued lease its message carries (token header) under
+its execution token (:func:`~.tokens.run_token`) and a running owner id, with a short
+lease (``lock_ttl``) renewed while it runs. Without a live queued lease (``send_task``,
+beat bypassing ``apply_async``, a queued lease that lapsed) it takes the lock afresh.
+If another copy holds the lock, this copy is a **runtime duplicate**: it is skipped
+(``Ignore``) or re-sent with a countdown, logged and signalled, and it releases
+nothing -- it holds nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from ..core import Lease, RedisLock
+from ..core.renewal import keep_alive
+from .binding import AnyTask
+from .duplicates import runtime_duplicate
+from .execution import Cleanup, Guard, Hold, RunState
+from .leases import extend_token, hand_over, lock_for, release_token
+from .options import SingletonOptions, singleton_options
+from .signals import lease_lost, singleton_acquired, singleton_released
+from .signature import received_key
+from .tokens import (
+    KEY_HEADER,
+    NONCE_HEADER,
+    TOKEN_HEADER,
+    run_token,
+    running_owner,
+)
+
+__all__ = ["SINGLETON", "SingletonGuard", "SingletonHold"]
+
+logger = logging.getLogger(__name__)
+
+
+def _report_lost(task: AnyTask, task_id: str, key: str, lease: Lease) -> None:
+    # Runs on the renewal thread. Celery cannot stop a running body safely, so the
+    # task goes on; users who must stop can watch lease.lost_event (see the README).
+    logger.error(
+        "celery_redislock: task %s[%s] lost its singleton lock %r while running (%s); "
+        "another copy may start", task.name, task_id, key, lease.lost_reason,
+    )  # fmt: skip
+    lease_lost.send(sender=task, task_id=task_id, key=key, fence=lease.fence, kind="lock")
+
+
+class SingletonHold(Hold):
+    """The running lease of one run."""
+
+    def __init__(self, task: AnyTask, task_id: str, key: str, lease: Lease,
+                 options: SingletonOptions) -> None:  # fmt: skip
+        self.task, self.task_id, self.key, self.lease = task, task_id, key, lease
+        self.options = options
+        self.handed_over = False
+        self.retry_ttl = 0.0
+
+    def finish(self, reason: str) -> None:
+        """Release the lease (mode ``interval``: keep it ``singleton_interval`` more)."""
+        if self.handed_over:
+            return
+        if self.options.mode == "interval":
+            assert self.options.interval is not None
+            released = hand_over(self.lease, self.options.interval)
+            reason = f"{reason} (held {self.options.interval:g}s more: interval)"
+        else:
+            released = self.lease.release()
+        singleton_released.send(sender=self.task, task_id=self.task_id, key=self.key,
+                                reason=reason, released=released, stage="run")  # fmt: skip
+
+    def on_retry(self, key: str | None, delay: float, headers: dict[str, Any]) -> None:
+        """Hand the running lease to the retry message, kept through its countdown."""
+        if key != self.key or self.lease.released or self.lease.lost:
+            return  # other arguments, other lock: the retry takes its own
+        self.retry_ttl = delay + self.options.queued_ttl
+        if hand_over(self.lease, self.retry_ttl):
+            headers[TOKEN_HEADER], headers[KEY_HEADER] = self.lease.token, key
+            self.handed_over = True
+
+    def on_retry_published(self) -> None:
+        """Set the TTL once more: a renewal in flight when renewal stopped may have
+        shortened it (a no-op once the next attempt adopted the lease)."""
+        if self.handed_over:
+            lock = self.lease.holder
+            assert isinstance(lock, RedisLock)
+            extend_token(lock, self.lease.token, self.retry_ttl)
+
+    def on_retry_failed(self) -> None:
+        """The retry was not published: release now (``retry()`` then ends the run)."""
+        if self.handed_over:
+            self.handed_over = False
+            lock = self.lease.holder
+            assert isinstance(lock, RedisLock)
+            released = release_token(lock, self.lease.token)
+            singleton_released.send(sender=self.task, task_id=self.task_id, key=self.key,
+                                    reason="publish-failed", released=released,
+                                    stage="run")  # fmt: skip
+
+
+class SingletonGuard(Guard):
+    """Takes the singleton lock when a run starts; see the module docs."""
+
+    def enter(
+        self, task: AnyTask, run: RunState, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Hold | None:
+        """Adopt the queued lease, or take the lock afresh, or skip as a duplicate."""
+        options = singleton_options(task)
+        if not options.enabled:
+            return None
+        request = task.request
+        headers = request.headers or {}
+        if request.is_eager and request.retries:
+            # An eager retry re-runs through apply() with the first attempt's headers
+            # (celery's Task.apply copies them), never through apply_async: stale here.
+            headers = {}
+        token, nonce = headers.get(TOKEN_HEADER), headers.get(NONCE_HEADER)
+        key = headers.get(KEY_HEADER) or received_key(task, args, kwargs)
+        lock = lock_for(task, key, options)
+        if not options.lock_while_running:  # until_started: let go as the run starts
+            lease = lock.adopt(token, ttl=options.lock_ttl) if token else None
+            if lease is not None:
+                singleton_released.send(sender=task, task_id=run.task_id, key=key,
+                                        reason="STARTED", released=lease.release(),
+                                        stage="run")  # fmt: skip
+            return None
+        owner = running_owner(run.task_id)
+        on_lost = functools.partial(_report_lost, task, run.task_id, key)
+        ttl = options.lock_ttl
+        lease = None
+        if token:
+            lease = lock.adopt(token, new_token=run_token(token), owner=owner, ttl=ttl,
+                               renew=True, on_lost=on_lost)  # fmt: skip
+        if lease is None:
+            seed = token or nonce
+            fresh, holder = lock.try_acquire(owner=owner, ttl=ttl, renew=not seed,
+                                             on_lost=None if seed else on_lost)  # fmt: skip
+            if fresh is None:
+                runtime_duplicate(task, run, key, holder, options)
+            assert fresh is not None
+            lease = fresh
+            if seed:  # move to the execution token the main process can recompute
+                lease = lock.adopt(fresh.token, new_token=run_token(seed), ttl=ttl,
+                                   renew=True, on_lost=on_lost) or fresh  # fmt: skip
+                if lease is fresh:  # cannot happen while we hold it; keep it anyway
+                    fresh.on_lost = on_lost
+                    keep_alive(fresh)
+            if token:
+                logger.warning(
+                    "celery_redislock: the queued lease of %s[%s] had lapsed (longer in "
+                    "the queue than lock_queued_ttl?); the lock was free and is taken "
+                    "afresh: the task runs", task.name, run.task_id,
+                )  # fmt: skip
+        singleton_acquired.send(sender=task, task_id=run.task_id, key=key,
+                                fence=lease.fence, stage="run")  # fmt: skip
+        return SingletonHold(task, run.task_id, key, lease, options)
+
+    def cleanup(self, task: AnyTask, event: Cleanup) -> None:
+        """Release (or, mode ``interval``, keep for the interval) what the run held."""
+        options = singleton_options(task)
+        if not options.enabled:
+            return
+        for headers in event.deliveries:
+            key = headers.get(KEY_HEADER)
+            if key is None and event.args is not None:
+                key = received_key(task, event.args, event.kwargs)
+            if key is None:
+                continue
+            lock = lock_for(task, key, options)
+            token, nonce = headers.get(TOKEN_HEADER), headers.get(NONCE_HEADER)
+            if token:  # the queued lease, if the run never adopted it
+                _cleanup_release(task, event, key, release_token(lock, token))
+            if not event.started or not options.lock_while_running:
+                continue
+            for seed in filter(None, (token, nonce)):
+                if options.mode == "interval" and options.interval is not None:
+                    done = extend_token(lock, run_token(seed), options.interval)
+                else:
+                    done = release_token(lock, run_token(seed))
+                if done:
+                    _cleanup_release(task, event, key, done)
+
+
+def _cleanup_release(task: AnyTask, event: Cleanup, key: str, released: bool) -> None:
+    if released:
+        logger.info("celery_redislock: released the singleton lock %r of %s[%s] after %s",
+                    key, task.name, event.task_id, event.event)  # fmt: skip
+        singleton_released.send(sender=task, task_id=event.task_id, key=key,
+                                reason=event.event, released=True, stage="cleanup")  # fmt: skip
+
+
+SINGLETON = SingletonGuard()
+"""The guard instance every ``RedisLockTask`` lists first in ``redislock_guards``."""

@@ -1,0 +1,156 @@
+"""``RedisLockTask``, the one Task base class, and ``SingletonTask``.
+
+Where each part runs (celery 5.7):
+
+* ``apply_async`` (the producer) takes the singleton lock for the queue and puts its
+  token in the message (:mod:`.enqueue`);
+* ``before_start`` (the worker, in the same ``try`` as the body, so ``Ignore`` or an
+  error there is the task's outcome) enters the task's guards (:mod:`.execution`,
+  :mod:`.singleton`);
+* ``__call__`` runs the body and gives every hold back in its ``finally``, before the
+  tracer stores the result (``task_postrun`` is a safety net, :mod:`.cleanup`);
+* the worker's main process cleans up after revoke, time limit and lost children.
+
+A **direct call** ``task(...)`` runs the body only: no hook runs, no lock is taken or
+checked. ``apply()`` and ``task_always_eager`` go through the same path as a worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeVar
+
+from celery import Celery, Task
+from celery.result import AsyncResult
+from typing_extensions import ParamSpec
+
+from . import cleanup, enqueue
+from .execution import Guard, current_run, outcome_of, start_run
+from .options import check_class_options
+from .singleton import SINGLETON
+
+__all__ = ["RedisLockTask", "SingletonTask"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R", covariant=True)
+
+
+class RedisLockTask(Task[_P, _R]):
+    """Celery task base class with singleton locks (and, later, concurrency limits).
+
+    Every feature is an option: a class attribute, settable with
+    ``@app.task(base=RedisLockTask, option=...)``, by subclassing, or through
+    ``task_annotations``. ``None`` means "the app's ``redislock_*`` setting". See
+    :mod:`celery_redislock.celery.options` for the full table.
+
+    Subclasses that override ``apply_async``, ``before_start`` or ``__call__`` must
+    call ``super()``. To add a resource every run must hold, append a
+    :class:`~.execution.Guard` to :attr:`redislock_guards`.
+    """
+
+    singleton: bool = False
+    """Take a per-signature lock, so the same job is neither queued nor run twice."""
+
+    unique_on: Sequence[str] | str | None = None
+    """Argument names that make the signature (default: all arguments)."""
+
+    lock_key: Callable[..., str] | None = None
+    """Callable ``key(*args, **kwargs) -> str`` giving the whole lock key."""
+
+    lock_ttl: float | None = None
+    """Seconds: lease of a running task, renewed while it runs (``redislock_lock_ttl``)."""
+
+    lock_queued_ttl: float | None = None
+    """Seconds: lease of a queued task, plus its countdown/ETA (``redislock_queued_ttl``)."""
+
+    on_duplicate: str | None = None
+    """``"existing"``, ``"raise"``, ``"drop"`` or ``"replace"`` (``redislock_on_duplicate``)."""
+
+    on_running_duplicate: str = "skip"
+    """A copy starting while another holds the lock: ``"skip"`` or ``"reschedule"``."""
+
+    reschedule_countdown: float | None = None
+    """Seconds before a rescheduled runtime duplicate runs again (default 5)."""
+
+    singleton_mode: str = "until_done"
+    """``"until_done"``, ``"while_running"``, ``"until_started"`` or ``"interval"``."""
+
+    singleton_interval: float | None = None
+    """Seconds the lock stays held after a run ends (``singleton_mode="interval"``)."""
+
+    redislock_guards: ClassVar[tuple[Guard, ...]] = (SINGLETON,)
+    """What each run holds, entered in this order and given back in reverse."""
+
+    @classmethod
+    def bind(cls, app: Celery) -> Celery:
+        """Bind to ``app`` (Celery applies ``task_annotations`` here), then validate
+        the options, so a bad one fails when the task is defined."""
+        bound = super().bind(app)
+        check_class_options(cls)
+        return bound
+
+    def apply_async(  # type: ignore[override]  # "drop" returns None
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        producer: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        shadow: str | None = None,
+        **options: Any,
+    ) -> AsyncResult[_R] | None:
+        """Send the task, taking its singleton lock first (see :mod:`.enqueue`).
+
+        Returns the new task's ``AsyncResult``; for a duplicate, what
+        ``on_duplicate`` says: the existing copy's ``AsyncResult`` (``"existing"``),
+        ``DuplicateTask`` raised (``"raise"``), None (``"drop"``), or the new task's
+        result after revoking a queued copy (``"replace"``).
+        """
+        def publish(new_id: str, headers: dict[str, Any]) -> AsyncResult[_R]:
+            return super(RedisLockTask, self).apply_async(
+                args, kwargs, new_id, producer, link, link_error, shadow,
+                **{**options, "headers": headers},
+            )  # fmt: skip
+
+        return enqueue.apply_async(self, publish, args, kwargs, task_id, options)
+
+    def before_start(self, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Enter every guard (take the singleton lock, or skip as a duplicate)."""
+        run = start_run(self, task_id)
+        try:
+            for guard in self.redislock_guards:
+                hold = guard.enter(self, run, args, kwargs)
+                if hold is not None:
+                    run.holds.append(hold)
+        except BaseException as exc:
+            run.finish(outcome_of(exc))
+            raise
+        super().before_start(task_id, args, kwargs)
+
+    def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """Run the body; when run by a worker, give the holds back before the result
+        is stored. A direct call runs the body alone, without any lock."""
+        run = current_run(self)
+        if run is None or run.entered:  # a direct call (maybe from inside the body)
+            return super().__call__(*args, **kwargs)
+        run.entered = True
+        error: BaseException | None = None
+        try:
+            # The tracer pushed the request already: call run() as Celery's own fast
+            # path does (celery/app/trace.py), not Task.__call__, which pushes again.
+            return self.run(*args, **kwargs)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            run.finish(outcome_of(error))
+
+
+class SingletonTask(RedisLockTask[_P, _R]):
+    """A :class:`RedisLockTask` with the per-signature lock on (``singleton = True``)."""
+
+    singleton = True
+
+
+cleanup.connect()

@@ -1,0 +1,84 @@
+-- lib_semaphore.lua: helpers inlined into the semaphore scripts by
+-- "--!include lib_semaphore.lua", after lib_lock.lua. Not a script of its own.
+--
+-- A semaphore's live leases are the members of its holders zset whose score (expiry,
+-- server ms) is in the future; the leases hash keeps "f:<token>" (fence),
+-- "o:<token>" (owner) and "s:<token>" (granted at, server ms) for each of them. Both
+-- keys PEXPIRE no earlier than the longest lease, and vanish once emptied.
+--
+-- Wake-ups: the waiters allowed to take a permit are the first `free` tokens of the
+-- queue (free = limit - holders), or only its head when fair (strict FIFO: grants
+-- follow the queue order one by one). Each script that changes holders, limit or
+-- queue publishes the tokens that entered that set, and only those: no herd. (When
+-- not fair, others may also barge in: see semaphore_acquire.lua.)
+
+-- Drop expired leases and their details. Returns how many were dropped.
+local function reap_holders(holders, leases, now)
+  local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', string.format('%d', now))
+  for _, t in ipairs(expired) do
+    redis.call('ZREM', holders, t)
+    redis.call('HDEL', leases, 'f:' .. t, 'o:' .. t, 's:' .. t)
+  end
+  return #expired
+end
+
+-- Drop waiters whose heartbeat lapsed (they died without leaving the queue).
+local function reap_dead_waiters(queue, alive, now)
+  for _, t in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', string.format('%d', now))) do
+    redis.call('ZREM', queue, t)
+    redis.call('ZREM', alive, t)
+  end
+end
+
+-- The waiters allowed to take one of `free` permits: the first `free` of the queue,
+-- or its head alone when `fair`.
+local function eligible(queue, free, fair)
+  if free <= 0 then return {} end
+  if fair then free = 1 end
+  return redis.call('ZRANGE', queue, 0, free - 1)
+end
+
+-- Tell waiter `token` it may go on: on `channel`, or on `channel:<tag>` when the
+-- token ends in ".<tag>" (the channel of the waiter's own process, so that other
+-- processes sleep on).
+local function notify(channel, token)
+  local tag = string.match(token, '%.(%w+)$')
+  if tag then channel = channel .. ':' .. tag end
+  redis.call('PUBLISH', channel, token)
+end
+
+-- Notify each token of `after` that is not in `before` (nor `skip`).
+local function wake_new(channel, before, after, skip)
+  local told = {}
+  for _, t in ipairs(before) do told[t] = true end
+  for _, t in ipairs(after) do
+    if not told[t] and t ~= skip then notify(channel, t) end
+  end
+end
+
+-- The limit stored with the semaphore, else `default`.
+local function stored_limit(meta, default)
+  return tonumber(redis.call('HGET', meta, 'limit')) or default
+end
+
+-- Make `token` a waiter: a ticket the first time (the server's µs clock, bumped past
+-- the tail so the order is strict), a heartbeat deadline `beat` ms from now each time.
+local function enqueue(queue, alive, token, now, now_us, beat)
+  if redis.call('ZSCORE', queue, token) == false then
+    local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+    local ticket = now_us
+    if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end
+    redis.call('ZADD', queue, string.format('%d', ticket), token)
+  end
+  redis.call('ZADD', alive, string.format('%d', now + beat), token)
+  redis.call('PEXPIRE', queue, beat * 2)
+  redis.call('PEXPIRE', alive, beat * 2)
+end
+
+-- Make the holders zset and leases hash outlive a lease of `ttl` ms from now.
+local function keep_keys(holders, leases, ttl)
+  if redis.call('PTTL', holders) < ttl then
+    redis.call('PEXPIRE', holders, ttl)
+    redis.call('PEXPIRE', leases, ttl)
+  end
+end

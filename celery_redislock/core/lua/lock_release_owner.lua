@@ -1,0 +1,26 @@
+-- lock_release_owner.lua: release every lease of a lock held by one owner (or any).
+-- For operators and hand-over code that know the owner but not the token.
+--
+-- KEYS[1]  holders  hash of the lock's live leases (see lock_acquire.lua).
+-- KEYS[2]  queue    zset: waiting tokens scored by ticket.
+-- KEYS[3]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
+-- ARGV[1]  owner    release only if the lock's owner id is this; "" for any owner.
+-- ARGV[2]  channel  wake-up channel: the first live waiter's token is published.
+--
+-- Returns the number of live leases released (0 when free or held by another owner).
+
+--!include lib_lock.lua
+
+local holders, queue, alive = KEYS[1], KEYS[2], KEYS[3]
+local owner, channel = ARGV[1], ARGV[2]
+
+if redis.call('EXISTS', holders) == 0 then return 0 end
+if owner ~= '' and redis.call('HGET', holders, 'owner') ~= owner then return 0 end
+local now = server_clock()
+local live = sweep_leases(holders, now)
+redis.call('DEL', holders)
+if live > 0 and redis.call('EXISTS', queue) == 1 then
+  local _, head = reap_waiters(queue, alive, now)
+  if head then redis.call('PUBLISH', channel, head) end
+end
+return live

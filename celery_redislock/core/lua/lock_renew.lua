@@ -1,0 +1,23 @@
+-- lock_renew.lua: renew many lock leases in one call (the renewal thread's batch);
+-- the same rule as lock_extend.lua for each: never re-creates an expired lock.
+--
+-- N leases, one key each; N = #ARGV / 2. Several leases may name the same key (an
+-- owner's re-entered leases). In Redis Cluster every key of one call shares a slot.
+--
+-- KEYS[i]      holders  hash of lease i's lock (see lock_acquire.lua), i = 1..N.
+-- ARGV[i]      token    lease i's token.
+-- ARGV[N + i]  ttl      lease i's new lease time from now, milliseconds (integer > 0).
+--
+-- Returns an array of N integers: 1 when lease i was live and now expires ttl ms
+-- from now, 0 when it was not ours (unknown, expired or released). A re-sent call
+-- renews again and changes nothing else.
+
+--!include lib_lock.lua
+
+local n = #ARGV / 2
+local now = server_clock()
+local renewed = {}
+for i = 1, n do
+  renewed[i] = extend_lease(KEYS[i], ARGV[i], tonumber(ARGV[n + i]), now)
+end
+return renewed

@@ -1,0 +1,98 @@
+-- semaphore_acquire.lua: grant one permit of a semaphore, or refuse (and queue).
+--
+-- KEYS[1]  holders  zset: live leases' tokens scored by expiry (server ms).
+-- KEYS[2]  leases   hash: "f:<token>" fence, "o:<token>" owner, "s:<token>" granted
+--                   at (server ms), for each lease in holders.
+-- KEYS[3]  fence    string: last fence granted; kept ARGV[9] ms after each grant.
+-- KEYS[4]  queue    zset: waiting tokens scored by ticket (server µs at enqueue).
+-- KEYS[5]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
+-- KEYS[6]  meta     hash: "limit", the limit the latest acquire enforced; kept
+--                   ARGV[9] ms after each grant or change.
+-- ARGV[1]  token    the new lease's random token.
+-- ARGV[2]  owner    owner id recorded for inspection, or "".
+-- ARGV[3]  ttl      lease time, milliseconds (integer > 0).
+-- ARGV[4]  limit    the caller's limit (integer >= 1): enforced, and stored in meta.
+-- ARGV[5]  fair     "1": only the queue's head may take a permit (strict FIFO).
+--                   "0": the first `free` waiters may, and so may anyone else
+--                   (a newcomer barges in) unless the head has waited too long.
+-- ARGV[6]  patience microseconds the head may wait before barging stops (not fair).
+-- ARGV[7]  wait     "1": if refused, join (or stay in) the wait queue; "0": do not.
+-- ARGV[8]  beat     a waiter's heartbeat, milliseconds: it is dropped from the queue
+--                   when it has not called again within this time.
+-- ARGV[9]  memory   how long the fence key and meta outlive a grant, milliseconds.
+-- ARGV[10] channel  wake-up channel: waiters that may now take a permit are told.
+--
+-- Returns {1, fence, previous} when granted (also when the same token asks again
+-- while its lease is live: client retries hold one permit), {0, wait_ms, previous}
+-- when refused: wait_ms is the time until the earliest lease expires when all
+-- permits are held, 0 when a permit is free but due to an earlier waiter.
+-- previous is the stored limit when this call changed it, else 0.
+
+--!include lib_lock.lua
+--!include lib_semaphore.lua
+
+local holders, leases, fence_key = KEYS[1], KEYS[2], KEYS[3]
+local queue, alive, meta = KEYS[4], KEYS[5], KEYS[6]
+local token, owner, ttl, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local fair, patience, wait = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] == '1'
+local beat, memory, channel = tonumber(ARGV[8]), ARGV[9], ARGV[10]
+local now, now_us = server_clock()
+
+local expiry = redis.call('ZSCORE', holders, token)
+if expiry and tonumber(expiry) > now then
+  return {1, tonumber(redis.call('HGET', leases, 'f:' .. token)), 0}
+end
+
+-- The caller's limit is the one enforced; store it for the releases and the views.
+local stored = tonumber(redis.call('HGET', meta, 'limit'))
+local previous = 0
+if stored ~= limit then
+  redis.call('HSET', meta, 'limit', ARGV[4])
+  redis.call('PEXPIRE', meta, memory)
+  previous = stored or 0
+end
+
+local queued = redis.call('EXISTS', queue) == 1
+local live = redis.call('ZCARD', holders)
+local before = {}
+if queued then before = eligible(queue, (stored or limit) - live, fair) end
+live = live - reap_holders(holders, leases, now)
+if queued then reap_dead_waiters(queue, alive, now) end
+local free = limit - live
+
+local allowed, rank = free > 0, false
+if allowed and queued then
+  rank = redis.call('ZRANK', queue, token)
+  if fair then
+    allowed = rank == 0 or (not rank and redis.call('ZCARD', queue) == 0)
+  elseif not (rank and rank < free) then
+    local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+    if head[2] and now_us - tonumber(head[2]) > patience then
+      allowed = redis.call('ZCARD', queue) < free  -- the head starves: no barging
+    end
+  end
+end
+
+if allowed then
+  local fence = next_fence(fence_key, now_us, memory)
+  redis.call('ZADD', holders, string.format('%d', now + ttl), token)
+  redis.call('HSET', leases, 'f:' .. token, fence, 'o:' .. token, owner,
+    's:' .. token, string.format('%d', now))
+  keep_keys(holders, leases, ttl)
+  redis.call('PEXPIRE', meta, memory)
+  if rank then
+    redis.call('ZREM', queue, token)
+    redis.call('ZREM', alive, token)
+  end
+  if queued then wake_new(channel, before, eligible(queue, free - 1, fair), token) end
+  return {1, tonumber(fence), previous}
+end
+
+if queued then wake_new(channel, before, eligible(queue, free, fair), token) end
+if wait then enqueue(queue, alive, token, now, now_us, beat) end
+local wait_ms = 0
+if free <= 0 then
+  local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
+  if first[2] then wait_ms = tonumber(first[2]) - now end
+end
+return {0, wait_ms, previous}

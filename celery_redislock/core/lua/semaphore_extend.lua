@@ -1,0 +1,43 @@
+-- semaphore_extend.lua: reset one live permit's TTL; never revives an expired one.
+--
+-- KEYS[1]  holders  zset: live leases' tokens scored by expiry (server ms).
+-- KEYS[2]  leases   hash: fence, owner and grant time of each lease in holders.
+-- KEYS[3]  queue    zset: waiting tokens scored by ticket (FIFO order).
+-- KEYS[4]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
+-- KEYS[5]  meta     hash: "limit", the limit the latest acquire enforced.
+-- ARGV[1]  token    the lease's token.
+-- ARGV[2]  ttl      new lease time from now, milliseconds (integer > 0).
+-- ARGV[3]  channel  wake-up channel (told the waiters that may take a permit freed
+--                   by other, expired leases reaped here).
+-- ARGV[4]  limit    the caller's limit, used when meta holds none (integer >= 1).
+-- ARGV[5]  fair     "1": only the queue's head may take a permit (strict FIFO).
+--
+-- Returns 1 when the lease was live and now expires ttl ms from now, 0 when it was
+-- not ours (unknown, expired or released).
+
+--!include lib_lock.lua
+--!include lib_semaphore.lua
+
+local holders, leases, queue, alive, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local token, ttl, channel, fair = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[5] == '1'
+local now = server_clock()
+
+local expiry = redis.call('ZSCORE', holders, token)
+local live = expiry and tonumber(expiry) > now
+if live then
+  redis.call('ZADD', holders, 'XX', string.format('%d', now + ttl), token)
+  keep_keys(holders, leases, ttl)
+end
+
+if redis.call('EXISTS', queue) == 1 then
+  local limit = stored_limit(meta, tonumber(ARGV[4]))
+  local live = redis.call('ZCARD', holders)
+  local before = eligible(queue, limit - live, fair)
+  live = live - reap_holders(holders, leases, now)
+  reap_dead_waiters(queue, alive, now)
+  wake_new(channel, before, eligible(queue, limit - live, fair), token)
+else
+  reap_holders(holders, leases, now)
+end
+if live then return 1 end
+return 0

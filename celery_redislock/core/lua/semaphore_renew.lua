@@ -1,0 +1,35 @@
+-- semaphore_renew.lua: renew many semaphore leases in one call (the renewal thread's
+-- batch); the same rule as semaphore_extend.lua for each: never revives an expired
+-- permit. Expired leases are left to the next acquire, release or extend to reap
+-- (they wake waiters, which needs keys this batch does not have).
+--
+-- N leases, two keys each; N = #ARGV / 2. In Redis Cluster every key of one call
+-- shares a slot.
+--
+-- KEYS[2i-1]   holders  zset of lease i's semaphore: tokens scored by expiry (ms).
+-- KEYS[2i]     leases   hash of lease i's semaphore: fence, owner, grant time.
+-- ARGV[i]      token    lease i's token, i = 1..N.
+-- ARGV[N + i]  ttl      lease i's new lease time from now, milliseconds (integer > 0).
+--
+-- Returns an array of N integers: 1 when lease i was live and now expires ttl ms
+-- from now, 0 when it was not (unknown, expired or released). A re-sent call
+-- renews again and changes nothing else.
+
+--!include lib_lock.lua
+--!include lib_semaphore.lua
+
+local n = #ARGV / 2
+local now = server_clock()
+local renewed = {}
+for i = 1, n do
+  local holders, leases = KEYS[2 * i - 1], KEYS[2 * i]
+  local token, ttl = ARGV[i], tonumber(ARGV[n + i])
+  local expiry = redis.call('ZSCORE', holders, token)
+  renewed[i] = 0
+  if expiry and tonumber(expiry) > now then
+    redis.call('ZADD', holders, 'XX', string.format('%d', now + ttl), token)
+    keep_keys(holders, leases, ttl)
+    renewed[i] = 1
+  end
+end
+return renewed

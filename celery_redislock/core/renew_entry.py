@@ -1,0 +1,104 @@
+"""The renewer's bookkeeping: one :class:`Entry` per lease, heap items, loss reports.
+
+Each entry has exactly one *current* item in the scheduler's heap, ``(due, ticket,
+early, entry)``: a renewal (due TTL/3 after the last send, may join a tick from
+TTL/6 on), a retry after an error, or the loss check at the lease's deadline.
+Pushing a new item supersedes the previous one, which is skipped when popped.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from redis.cluster import RedisCluster
+
+from .lease import Lease
+
+if TYPE_CHECKING:
+    from .renewal import Renewable
+
+__all__ = ["Entry", "HeapItem", "Reply", "current", "loss_reason", "pop_superseded", "report"]
+
+log = logging.getLogger(__name__)
+
+NOT_HELD = "renewal found the lease no longer held: expired, released elsewhere or taken over"
+"""Loss reason when Redis answers that the lease is not live."""
+
+_NO_REPLY = "no renewal reply confirmed the lease before its deadline"
+
+
+class Entry:
+    """The renewer's record of one lease (the lease itself is held weakly)."""
+
+    __slots__ = ("client", "dead", "error", "final", "inflight", "keys", "lease", "script",
+                 "slot", "stop", "stop_at", "ticket", "token")  # fmt: skip
+
+    def __init__(
+        self,
+        lease: Lease,
+        holder: Renewable,
+        stop: Callable[[Entry], None],
+        stop_at: float | None,
+    ) -> None:
+        self.lease = weakref.ref(lease)
+        self.token = lease.token
+        self.client: Any = holder.client
+        self.script = holder._renew_script
+        self.keys = tuple(holder._renew_keys)
+        is_cluster = isinstance(self.client, RedisCluster)
+        self.slot: int = self.client.keyslot(self.keys[0]) if is_cluster else 0
+        self.stop = stop
+        self.stop_at = stop_at  # monotonic instant renewal never goes past (max_hold)
+        self.final = False  # no further renewal: max_hold reached
+        self.inflight = False  # a renewal was sent and has not been answered yet
+        self.dead = False  # released, lost or collected: forget it
+        self.error = ""  # the last failed call's error, for the loss reason
+        self.ticket = 0  # sequence number of the entry's current heap item
+
+    def __call__(self) -> None:
+        """End renewal of the lease (the lease calls this on release)."""
+        self.stop(self)
+
+
+Reply = tuple[Entry, int, bool]
+"""One lease's outcome of a call: the entry, the TTL sent (ms), renewed or not."""
+
+
+HeapItem = tuple[float, int, float, Entry]
+"""``(due, ticket, early, entry)``: the entry must be handled at ``due`` and may join
+a tick from ``early`` on."""
+
+
+def current(item: HeapItem) -> bool:
+    """False for a heap item superseded by a later push, or of a dropped entry."""
+    entry = item[3]
+    return item[1] == entry.ticket and not entry.dead
+
+
+def pop_superseded(heap: list[HeapItem]) -> None:
+    """Pop superseded items off the top of ``heap``."""
+    while heap and not current(heap[0]):
+        heapq.heappop(heap)
+
+
+def loss_reason(entry: Entry) -> str:
+    """Why a lease whose deadline passed without a confirming reply is lost."""
+    if entry.final:
+        return "max_hold reached: renewal stopped and the lease expired"
+    if entry.error:
+        return f"{_NO_REPLY} (last error: {entry.error})"
+    return f"{_NO_REPLY} (Redis did not answer in time)"
+
+
+def report(lost: list[tuple[Lease, str]]) -> None:
+    """Mark each lease lost (event, ``on_lost``); call without the renewer's lock."""
+    for lease, reason in lost:
+        log.warning("celery_redislock: lease on %r lost: %s", lease.name, reason)
+        try:
+            lease._mark_lost(reason)
+        except Exception:
+            log.exception("celery_redislock: on_lost callback of %r failed", lease)

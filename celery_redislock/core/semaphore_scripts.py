@@ -1,0 +1,117 @@
+"""The semaphore's Lua scripts (``lua/semaphore_*.lua``), bound to one semaphore.
+
+:class:`SemaphoreScripts` builds each script's KEYS and constant ARGV once, so an
+operation costs its one round trip and little else. Wake-ups go to the waiter's own
+process: a token ends in ``.<tag>``, the tag of the process that made it, and the
+scripts publish it on ``<wake channel>:<tag>``, which only that process listens to.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from typing import Any
+
+from .info import HolderInfo, PrimitiveInfo
+from .keys import KeySpace
+from .lock import FENCE_MEMORY_MS
+from .scripts import LuaScript, as_text
+from .waiting import WAITER_HEARTBEAT_MS
+
+__all__ = ["PATIENCE_MS", "RENEW", "SemaphoreScripts", "new_token"]
+
+PATIENCE_MS = 2.0
+"""Not fair: once the longest waiter has waited this long (ms), newcomers no longer
+barge in ahead of the queue, which bounds every wait."""
+
+_ACQUIRE = LuaScript("semaphore_acquire.lua")
+_RELEASE = LuaScript("semaphore_release.lua")
+_EXTEND = LuaScript("semaphore_extend.lua")
+_LEAVE = LuaScript("queue_leave.lua")
+_INFO = LuaScript("semaphore_info.lua")
+RENEW = LuaScript("semaphore_renew.lua")
+"""The renewer's batch script for semaphore leases (keys: holders, leases)."""
+
+_process = (0, "")
+
+
+def new_token() -> tuple[str, str]:
+    """A fresh unguessable token and the tag of this process that ends it."""
+    global _process
+    if _process[0] != os.getpid():  # first call, or a forked child: a tag of its own
+        _process = (os.getpid(), secrets.token_hex(4))
+    tag = _process[1]
+    return f"{secrets.token_hex(16)}.{tag}", tag
+
+
+class SemaphoreScripts:
+    """The scripts of one semaphore: its keys, channel, limit and fairness baked in."""
+
+    __slots__ = ("_acquire_args", "_acquire_keys", "_client", "_flags", "_info_keys",
+                 "_leave_keys", "_state_keys", "_tail", "channel")  # fmt: skip
+
+    def __init__(self, client: Any, keys: KeySpace, limit: int, fair: bool) -> None:
+        self._client = client
+        self.channel = keys.channel
+        # Sent as they are on every call: encoded once, as redis-py would encode them.
+        encode = client.get_encoder().encode
+        holders, leases, fence, queue, alive, meta, channel = (
+            encode(key) for key in (keys.holders, keys.leases, keys.fence, keys.queue,
+                                    keys.alive, keys.meta, keys.channel)
+        )  # fmt: skip
+        fair_flag = b"1" if fair else b"0"
+        self._flags = [channel, b"%d" % limit, fair_flag]
+        self._acquire_keys = [holders, leases, fence, queue, alive, meta]
+        self._acquire_args = [b"%d" % limit, fair_flag, b"%d" % round(PATIENCE_MS * 1000)]
+        self._tail = [b"%d" % WAITER_HEARTBEAT_MS, b"%d" % FENCE_MEMORY_MS, channel]
+        self._state_keys = [holders, leases, queue, alive, meta]
+        self._leave_keys = [holders, queue, alive]
+        self._info_keys = [holders, leases, queue, meta]
+
+    def acquire(self, token: str, owner: str, ttl_ms: int, wait: bool) -> tuple[int, int, int]:
+        """``(1, fence, previous)`` granted, ``(0, wait_ms, previous)`` refused.
+
+        ``previous`` is the limit stored before, when this call changed it, else 0.
+        """
+        granted, value, previous = _ACQUIRE(
+            self._client, self._acquire_keys,
+            [token, owner, ttl_ms, *self._acquire_args, b"1" if wait else b"0", *self._tail],
+        )  # fmt: skip
+        return int(granted), int(value), int(previous)
+
+    def release(self, token: str) -> bool:
+        """Give the permit of ``token`` back; False when it was not live."""
+        channel, limit, fair = self._flags
+        return bool(_RELEASE(self._client, self._state_keys, [token, channel, limit, fair]))
+
+    def extend(self, token: str, ttl_ms: int) -> bool:
+        """Reset the permit of ``token`` to ``ttl_ms``; False when it was not live."""
+        channel, limit, fair = self._flags
+        args = [token, ttl_ms, channel, limit, fair]
+        return bool(_EXTEND(self._client, self._state_keys, args))
+
+    def leave(self, token: str) -> bool:
+        """Take waiter ``token`` out of the queue, waking the one that takes its place."""
+        channel, limit, fair = self._flags
+        args = [token, channel, "semaphore", limit, fair]
+        return bool(_LEAVE(self._client, self._leave_keys, args))
+
+    def info(self, name: str, default_limit: int) -> PrimitiveInfo:
+        """The semaphore's live leases, waiters and stored limit (else ``default_limit``)."""
+        now_ms, rows, waiters, stored = _INFO(self._client, self._info_keys, [])
+        leases = [[as_text(v) for v in rows[i : i + 5]] for i in range(0, len(rows), 5)]
+        holders = [
+            HolderInfo(token[:8], (int(expiry) - int(now_ms)) / 1000.0,
+                       int(fence) if fence else None, owner or None)
+            for token, expiry, fence, owner, _ in leases
+        ]  # fmt: skip
+        granted = [int(row[4]) for row in leases if row[4]]
+        return PrimitiveInfo(
+            kind="semaphore",
+            name=name,
+            holders=holders,
+            waiters=int(waiters),
+            since=min(granted) / 1000.0 if granted else None,
+            fence=max((h.fence for h in holders if h.fence is not None), default=None),
+            limit=int(as_text(stored) or default_limit),
+        )

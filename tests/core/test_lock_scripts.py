@@ -1,0 +1,270 @@
+"""The lock's Lua scripts called directly: idempotency, NOSCRIPT, key names and slots."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from celery_redislock import RedisLock
+from celery_redislock.core import lock as lock_module
+from celery_redislock.core.scripts import LuaScript
+from celery_redislock.core.waiting import WAITER_HEARTBEAT_MS
+
+NAME = "job"
+
+
+@pytest.fixture
+def lock(r: redis.Redis) -> RedisLock:
+    return RedisLock(r, NAME, ttl=30)
+
+
+def acquire_call(lock: RedisLock, token: str, wait: str = "0", owner: str = "",
+                 ttl_ms: int = 30_000) -> tuple[list[str], list[Any]]:  # fmt: skip
+    keys = lock.keys
+    return (
+        [keys.holders, keys.fence, keys.queue, keys.alive],
+        [token, owner, ttl_ms, wait, WAITER_HEARTBEAT_MS, lock_module.FENCE_MEMORY_MS,
+         keys.channel],
+    )  # fmt: skip
+
+
+def release_call(lock: RedisLock, token: str) -> tuple[list[str], list[Any]]:
+    keys = lock.keys
+    return [keys.holders, keys.queue, keys.alive], [token, keys.channel]
+
+
+def snapshot(r: redis.Redis, lock: RedisLock) -> tuple[Any, ...]:
+    keys = lock.keys
+    return (
+        r.hgetall(keys.holders), r.get(keys.fence), r.zrange(keys.queue, 0, -1, withscores=True),
+        r.zrange(keys.alive, 0, -1),
+    )  # fmt: skip
+
+
+# -- idempotency under client retries ------------------------------------------------------
+
+
+def test_resent_acquire_is_granted_with_the_same_fence(r: redis.Redis, lock: RedisLock) -> None:
+    token = "a" * 32
+    first = lock_module._ACQUIRE(r, *acquire_call(lock, token))
+    state = snapshot(r, lock)
+    again = lock_module._ACQUIRE(r, *acquire_call(lock, token))
+    assert first[0] == 1 and again[:2] == first[:2]
+    assert [f for f in r.hkeys(lock.keys.holders) if f.startswith(b"t:")] == [
+        b"t:" + token.encode()
+    ]
+    assert snapshot(r, lock) == state  # the re-send granted nothing new
+    # the same holds for a re-sent *queued* attempt that had been granted
+    assert lock_module._ACQUIRE(r, *acquire_call(lock, token, wait="1"))[:2] == first[:2]
+    assert r.zcard(lock.keys.queue) == 0
+
+
+def test_resent_reentrant_acquire_is_one_lease(r: redis.Redis, lock: RedisLock) -> None:
+    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32, owner="o"))
+    second = lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, owner="o"))
+    again = lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, owner="o"))
+    assert second[:2] == again[:2]
+    assert len([f for f in r.hkeys(lock.keys.holders) if f.startswith(b"t:")]) == 2
+
+
+def test_resent_release_changes_nothing(r: redis.Redis, lock: RedisLock) -> None:
+    mine = "a" * 32
+    lock_module._ACQUIRE(r, *acquire_call(lock, mine))
+    assert lock_module._RELEASE(r, *release_call(lock, mine)) == 1
+    assert lock_module._RELEASE(r, *release_call(lock, mine)) == 0
+    # ... also once someone else holds the lock: the re-send does not free it.
+    theirs = "b" * 32
+    assert lock_module._ACQUIRE(r, *acquire_call(lock, theirs))[0] == 1
+    state = snapshot(r, lock)
+    assert lock_module._RELEASE(r, *release_call(lock, mine)) == 0
+    assert snapshot(r, lock) == state
+    # ... and a re-sent acquire of the released token does not take it back.
+    assert lock_module._ACQUIRE(r, *acquire_call(lock, mine))[0] == 0
+    assert snapshot(r, lock)[0] == state[0]
+
+
+def test_resent_extend_is_harmless(r: redis.Redis, lock: RedisLock) -> None:
+    token = "a" * 32
+    lock_module._ACQUIRE(r, *acquire_call(lock, token, ttl_ms=1000))
+    for _ in range(2):
+        assert lock_module._EXTEND(r, [lock.keys.holders], [token, 5000]) == 1
+        assert 4900 < r.pttl(lock.keys.holders) <= 5000
+    assert lock_module._EXTEND(r, [lock.keys.holders], ["b" * 32, 5000]) == 0
+
+
+def test_refused_acquire_reports_the_ttl_left(r: redis.Redis, lock: RedisLock) -> None:
+    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32, ttl_ms=2000))
+    refused = lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32))
+    assert refused[0] == 0 and 1900 < refused[1] <= 2000
+
+
+def test_queued_attempt_keeps_one_ticket(r: redis.Redis, lock: RedisLock) -> None:
+    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32))
+    for _ in range(3):
+        lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1"))
+    lock_module._ACQUIRE(r, *acquire_call(lock, "c" * 32, wait="1"))
+    queue = r.zrange(lock.keys.queue, 0, -1, withscores=True)
+    assert [member for member, _ in queue] == [b"b" * 32, b"c" * 32]
+    assert queue[0][1] < queue[1][1]
+    assert 0 < r.pttl(lock.keys.queue) <= 2 * WAITER_HEARTBEAT_MS
+
+
+def test_release_names_the_next_waiter_on_the_channel(r: redis.Redis, lock: RedisLock) -> None:
+    pubsub = r.pubsub()
+    pubsub.subscribe(lock.keys.channel)
+    assert pubsub.get_message(timeout=2)["type"] == "subscribe"  # type: ignore[index]
+    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32))
+    lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1"))
+    lock_module._ACQUIRE(r, *acquire_call(lock, "c" * 32, wait="1"))
+    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1
+    message = pubsub.get_message(timeout=2)
+    assert message is not None and message["data"] == b"b" * 32
+    # The head takes it; nobody else is told anything until it releases.
+    assert lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1"))[0] == 1
+    assert pubsub.get_message(timeout=0.1) is None
+    pubsub.close()
+
+
+def test_release_of_an_expired_lease_wakes_the_head(r: redis.Redis, lock: RedisLock) -> None:
+    pubsub = r.pubsub()
+    pubsub.subscribe(lock.keys.channel)
+    assert pubsub.get_message(timeout=2)["type"] == "subscribe"  # type: ignore[index]
+    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32, ttl_ms=50))
+    lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1"))
+    time.sleep(0.08)  # "a" expired: the lock is free, and nobody told "b"
+    state = snapshot(r, lock)
+    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 0
+    message = pubsub.get_message(timeout=2)
+    assert message is not None and message["data"] == b"b" * 32
+    assert snapshot(r, lock) == state  # a wake-up, no change
+    # While someone else holds it, a stale release tells nobody anything.
+    assert lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1"))[0] == 1
+    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 0
+    assert pubsub.get_message(timeout=0.1) is None
+    pubsub.close()
+
+
+# -- NOSCRIPT --------------------------------------------------------------------------------
+
+
+def test_scripts_run_by_evalsha(r: redis.Redis, lock: RedisLock) -> None:
+    lease = lock.acquire()  # loads the scripts (after a NOSCRIPT) if needed
+    assert lease is not None and lease.release()
+    r.config_resetstat()
+    for _ in range(5):
+        lease = lock.acquire()
+        assert lease is not None
+        assert lease.extend()
+        assert lease.release()
+    stats = r.info("commandstats")
+    assert stats["cmdstat_evalsha"]["calls"] == 15
+    assert "cmdstat_eval" not in stats
+
+
+def test_script_flush_between_operations_breaks_nothing(r: redis.Redis, lock: RedisLock) -> None:
+    for _ in range(3):
+        r.script_flush()
+        lease = lock.acquire()
+        assert lease is not None
+        r.script_flush()
+        assert lease.extend(10)
+        r.script_flush()
+        assert lock.info().held
+        r.script_flush()
+        assert lock.acquire(blocking=False) is None
+        r.script_flush()
+        assert lease.release()
+        r.script_flush()
+        assert not lock.locked()
+
+
+def test_noscript_falls_back_to_eval_once(r: redis.Redis) -> None:
+    script = LuaScript("lock_info.lua")
+    r.script_flush()
+    assert r.script_exists(script.sha) == [False]
+    script(r, ["{x}:holders", "{x}:queue"], [])
+    assert r.script_exists(script.sha) == [True]  # cached again by the EVAL
+
+
+def test_script_flush_during_operations_breaks_nothing(r: redis.Redis, redis_url: str) -> None:
+    stop = threading.Event()
+    flushes = 0
+
+    def flusher() -> None:
+        nonlocal flushes
+        client = redis.Redis.from_url(redis_url)
+        while not stop.is_set():
+            client.script_flush()
+            flushes += 1
+            time.sleep(0.001)
+        client.close()
+
+    errors: list[BaseException] = []
+    sections = 0
+    counter = "noscript:counter"
+
+    def worker() -> None:
+        nonlocal sections
+        client = redis.Redis.from_url(redis_url)
+        lock = RedisLock(client, "noscript", ttl=30)
+        try:
+            for _ in range(40):
+                lease = lock.acquire(timeout=10)
+                assert lease is not None
+                value = int(client.get(counter) or 0)
+                client.set(counter, value + 1)
+                assert lease.extend()
+                sections += 1
+                assert lease.release()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            client.close()
+
+    flush_thread = threading.Thread(target=flusher)
+    flush_thread.start()
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    stop.set()
+    flush_thread.join(10)
+    assert not errors, errors
+    assert sections == 160 and int(r.get(counter) or 0) == 160
+    assert flushes > 10
+
+
+# -- names with braces; one hash slot -------------------------------------------------------
+
+AWKWARD = ["a{b}c", "}{", "%7B", "{", "}", "{}", "%", "x{y}z{w}", "naïve ☃"]
+
+
+@pytest.mark.parametrize("name", AWKWARD)
+def test_brace_names_work_and_every_key_shares_one_slot(r: redis.Redis, name: str) -> None:
+    lock = RedisLock(r, name, ttl=30)
+    assert lock.name == name
+    lease = lock.acquire(owner="o")
+    assert lease is not None
+    assert lock.acquire(owner="o", blocking=False) is not None
+    lock_module._ACQUIRE(r, *acquire_call(lock, "w" * 32, wait="1"))  # a queued waiter
+    info = lock.info()
+    assert info.name == name and info.held and info.waiters == 1
+    keys = r.keys("*")
+    assert {lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive} <= {
+        k.decode() for k in keys
+    }
+    assert len({key_slot(key) for key in keys}) == 1, keys  # every key the scripts made
+
+
+def test_escaped_and_raw_braces_are_different_locks(r: redis.Redis) -> None:
+    first = RedisLock(r, "{").acquire()
+    second = RedisLock(r, "%7B").acquire(blocking=False)
+    third = RedisLock(r, "%257B").acquire(blocking=False)
+    assert first is not None and second is not None and third is not None
+    assert len(r.keys("*:holders")) == 3

@@ -1,0 +1,147 @@
+"""Singleton tasks on real ``celery worker`` processes (prefork): a SIGKILLed child, a
+hard time limit, a requeued message after a lost child, and two workers racing."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from celery_redislock.celery.signature import call_key
+
+from .helpers import lock_info, wait_until
+from .workers import AppModule, WorkerProcess
+
+pytestmark = pytest.mark.slow
+
+HOLDER = """
+@app.task(base=SingletonTask, lock_ttl=2, **OPTIONS)
+def hold(marker, seconds=60):
+    locks.rpush(marker, os.getpid())
+    time.sleep(seconds)
+    return "done"
+"""
+
+
+def _module(tmp_path: Path, redis_url: str, options: str = "{}", conf: str = "{}") -> AppModule:
+    return AppModule(tmp_path, redis_url, f"OPTIONS = {options}\n" + HOLDER, conf=conf)
+
+
+def test_sigkilled_child_frees_the_lock_within_lock_ttl(tmp_path: Path, redis_url: str,
+                                                        locks: redis.Redis) -> None:  # fmt: skip
+    module = _module(tmp_path, redis_url)
+    with WorkerProcess(module, concurrency=1) as worker:
+        tasks = module.load()
+        result = tasks.hold.delay("killed")
+        key = call_key(tasks.hold, ("killed",))
+        pid = int(wait_until(lambda: locks.lindex("killed", 0), what="the run to start"))
+        assert lock_info(locks, key).held
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        wait_until(lambda: not lock_info(locks, key).held, timeout=2.0, what="the lock freed")
+        freed_after = time.monotonic() - killed_at
+        # The main process releases it at once (task_failure(WorkerLostError)).
+        worker.wait_for_log("after worker-lost")
+        assert freed_after < 2.0
+        with pytest.raises(Exception, match=r"Worker exited prematurely|SIGKILL"):
+            result.get(timeout=10)
+        again = tasks.hold.delay("killed", 0)
+        assert again.id != result.id and again.get(timeout=10) == "done"
+
+
+def test_requeued_after_a_lost_child_runs_again(tmp_path: Path, redis_url: str,
+                                                locks: redis.Redis) -> None:  # fmt: skip
+    # acks_late + reject_on_worker_lost: Celery requeues the message and sends no
+    # signal, so the dead run's lease is only freed by its TTL (lock_ttl = 2 s). The
+    # redelivered copy must neither run beside a live first run nor be lost.
+    module = _module(tmp_path, redis_url,
+                     options='{"acks_late": True, "reject_on_worker_lost": True}')  # fmt: skip
+    with WorkerProcess(module, concurrency=1) as worker:
+        tasks = module.load()
+        result = tasks.hold.delay("requeued", 1)
+        pid = int(wait_until(lambda: locks.lindex("requeued", 0), what="the first run"))
+        os.kill(pid, signal.SIGKILL)
+        assert result.get(timeout=20) == "done"
+        assert locks.llen("requeued") == 2  # ran again, once, after the kill
+        assert "re-sent to run in" in worker.log()
+
+
+def test_retry_on_worker_lost_takes_over_the_dead_runs_lock(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
+    # celery 5.7's retry_on_worker_lost re-sends the message from the main process, with
+    # the old headers, while the dead run's lease is still live: the re-sent copy must
+    # take that lease over rather than find a "duplicate" and never be sent.
+    options = '{"retry_on_worker_lost": True, "default_retry_delay": 0}'
+    module = _module(tmp_path, redis_url, options=options)
+    with WorkerProcess(module, concurrency=1) as worker:
+        tasks = module.load()
+        result = tasks.hold.delay("retried", 1)
+        pid = int(wait_until(lambda: locks.lindex("retried", 0), what="the first run"))
+        os.kill(pid, signal.SIGKILL)
+        assert result.get(timeout=20) == "done"
+        assert locks.llen("retried") == 2
+        assert "had lapsed" not in worker.log()  # the lease was handed over, not retaken
+        assert not lock_info(locks, call_key(tasks.hold, ("retried", 1))).held
+
+
+def test_hard_time_limit_releases_from_the_main_process(tmp_path: Path, redis_url: str,
+                                                        locks: redis.Redis) -> None:  # fmt: skip
+    body = """
+@app.task(base=SingletonTask, lock_ttl=30, time_limit=1)
+def slow(marker):
+    locks.rpush(marker, os.getpid())
+    time.sleep(60)
+"""
+    module = AppModule(tmp_path, redis_url, body)
+    with WorkerProcess(module, concurrency=1) as worker:
+        tasks = module.load()
+        result = tasks.slow.delay("limited")
+        key = call_key(tasks.slow, ("limited",))
+        wait_until(lambda: locks.lindex("limited", 0), what="the run to start")
+        assert lock_info(locks, key).held
+        with pytest.raises(Exception, match=r"TimeLimitExceeded|Time limit"):
+            result.get(timeout=15)
+        # Far sooner than lock_ttl (30 s): released by the main process.
+        wait_until(lambda: not lock_info(locks, key).held, timeout=5, what="the release")
+        worker.wait_for_log("after time-limit")
+
+
+RACER = """
+@app.task(base=SingletonTask, lock_ttl=2)
+def race(n):
+    start = time.time()
+    time.sleep(0.15)
+    locks.rpush("intervals", f"{start} {time.time()} {os.getpid()}")
+"""
+
+
+def test_two_workers_never_run_one_signature_at_once(tmp_path: Path, redis_url: str,
+                                                     locks: redis.Redis) -> None:  # fmt: skip
+    module = AppModule(tmp_path, redis_url, RACER)
+    with WorkerProcess(module, concurrency=2, name="a"), \
+            WorkerProcess(module, concurrency=2, name="b"):  # fmt: skip
+        tasks = module.load()
+        # send_task bypasses apply_async: every copy reaches a worker, which decides.
+        sent = []
+        for _ in range(40):
+            sent.append(tasks.app.send_task(tasks.race.name, args=(7,)))
+            time.sleep(0.02)
+        time.sleep(0.6)
+        wait_until(lambda: not lock_info(locks, call_key(tasks.race, (7,))).held,
+                   what="the last run to end")  # fmt: skip
+    intervals = sorted(
+        tuple(float(x) for x in row.split()[:2])
+        for row in (item.decode() for item in locks.lrange("intervals", 0, -1))
+    )
+    pids = {row.split()[2] for row in (i.decode() for i in locks.lrange("intervals", 0, -1))}
+    assert len(intervals) >= 3  # it ran, again and again, skipping the overlaps
+    assert len(intervals) < len(sent)
+    for (_, end), (start, _) in itertools.pairwise(intervals):
+        assert start >= end, f"two runs overlapped: {intervals}"
+    assert len(pids) >= 2  # both workers took part
