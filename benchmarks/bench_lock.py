@@ -15,9 +15,9 @@ free loopback port and measures:
    * redis-py's ``redis.lock.Lock``;
    * ``RedisLock``;
 
-   interleaved in the same run: several rounds, the order reversed every round,
-   medians over rounds reported. The ratio to the floor is the median of the
-   per-round ratios of p50 (pairs measured seconds apart, so drift cancels).
+   interleaved cycle by cycle (the order rotating) in several rounds, medians over
+   rounds reported. The ratio to the floor is the median of the per-round ratios
+   of p50, so drift of the machine's speed cancels.
 
 2. **Contended hand-off**: 8 threads (one process, one shared client), then 8
    processes, each looping acquire -> hold 1 ms -> release. Every section records
@@ -124,6 +124,21 @@ def measure(cycle: Callable[[], None], n: int) -> list[float]:
     return samples
 
 
+def interleaved(cycles: dict[str, Callable[[], None]], n: int) -> dict[str, list[float]]:
+    """``n`` cycles of each implementation, taken in turn (the order rotating), so
+    that every implementation meets the same moment-to-moment machine conditions."""
+    clock = time.perf_counter
+    names = list(cycles)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(n):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            cycle = cycles[name]
+            start = clock()
+            cycle()
+            samples[name].append(clock() - start)
+    return samples
+
+
 def uncontended(url: str, rounds: int, n: int) -> tuple[list[list[str]], float]:
     client = redis.Redis.from_url(url)
     cycles = {name: make(client) for name, make in UNCONTENDED.items()}
@@ -134,16 +149,17 @@ def uncontended(url: str, rounds: int, n: int) -> tuple[list[list[str]], float]:
     means: dict[str, list[float]] = {name: [] for name in cycles}
     order = list(cycles)
     for round_no in range(rounds):
-        for name in order if round_no % 2 == 0 else reversed(order):
-            gc.collect()
-            gc.disable()
-            try:
-                samples = measure(cycles[name], n)
-            finally:
-                gc.enable()
-            p50s[name].append(percentile(samples, 50))
-            p99s[name].append(percentile(samples, 99))
-            means[name].append(sum(samples) / len(samples))
+        gc.collect()
+        gc.disable()
+        try:
+            ordered = order if round_no % 2 == 0 else order[::-1]
+            samples = interleaved({name: cycles[name] for name in ordered}, n)
+        finally:
+            gc.enable()
+        for name in order:
+            p50s[name].append(percentile(samples[name], 50))
+            p99s[name].append(percentile(samples[name], 99))
+            means[name].append(sum(samples[name]) / n)
     floor = order[0]
     rows = []
     ratio_lock = float("nan")

@@ -11,6 +11,12 @@
     @singleton_task(app=app, bind=True, singleton_mode="interval", singleton_interval=60)
     def sync(self): ...
 
+    @bounded_task(concurrency_limit=5, concurrency_key="stripe-api")
+    def charge(customer_id, amount): ...
+
+    @bounded_task(concurrency_limit=2, concurrency_key=lambda tenant, *a, **kw: f"t:{tenant}")
+    def export(tenant, report): ...
+
 Without ``app=`` the task is a ``shared_task`` (bound to every app, like Celery's);
 with it, ``app.task``. Every other keyword is a task option (Celery's or ours).
 Options of ours are checked at once, so a typo in a value fails at import time.
@@ -25,7 +31,9 @@ from typing import Any, TypeVar, overload
 from celery import Celery, shared_task
 from typing_extensions import ParamSpec
 
-from ..errors import ConfigurationError, RedisLockError
+from ..errors import ConfigurationError
+from .bounded_options import OPTIONS as BOUNDED_OPTIONS
+from .bounded_options import PoolKey
 from .options import check_class_options
 from .task import RedisLockTask, SingletonTask
 
@@ -35,16 +43,15 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-def _decorator(app: Celery | None, options: dict[str, Any]) -> Callable[[Any], Any]:
+def _decorator(app: Celery | None, options: dict[str, Any],
+               default_base: type[RedisLockTask[Any, Any]]) -> Callable[[Any], Any]:  # fmt: skip
     if app is not None and not isinstance(app, Celery):
         raise ConfigurationError(f"app must be a Celery app or None, got {app!r}")
-    base = options.setdefault("base", SingletonTask)
+    base = options.setdefault("base", default_base)
     if not (isinstance(base, type) and issubclass(base, RedisLockTask)):
         raise ConfigurationError(
             f"base must be a subclass of celery_redislock.RedisLockTask, got {base!r}"
         )
-    if not base.singleton:
-        options.setdefault("singleton", True)
     # Checked as the task class would see them: these options over the base's.
     check_class_options(SimpleNamespace(**{"name": "<task>", **_class_options(base),
                                            **options}))  # fmt: skip
@@ -57,7 +64,7 @@ def _decorator(app: Celery | None, options: dict[str, Any]) -> Callable[[Any], A
 def _class_options(base: type) -> dict[str, Any]:
     names = ("singleton", "singleton_mode", "singleton_interval", "lock_ttl",
              "lock_queued_ttl", "on_duplicate", "on_running_duplicate",
-             "reschedule_countdown", "lock_key")  # fmt: skip
+             "reschedule_countdown", "lock_key", *BOUNDED_OPTIONS)  # fmt: skip
     return {name: getattr(base, name, None) for name in names}
 
 
@@ -77,17 +84,46 @@ def singleton_task(
     ``app=`` binds the task to that app only. A ``base=`` must be a subclass of
     :class:`RedisLockTask`; the lock is switched on for it.
     """
-    decorator = _decorator(app, dict(options))
+    options = dict(options)
+    if not getattr(options.get("base", SingletonTask), "singleton", False):
+        options.setdefault("singleton", True)
+    decorator = _decorator(app, options, SingletonTask)
     return decorator(fun) if fun is not None else decorator
 
 
-def bounded_task(*args: Any, **options: Any) -> Any:
-    """Declare a task whose concurrent runs across all workers never exceed a limit.
+@overload
+def bounded_task(
+    fun: None = None, /, *, concurrency_limit: int, concurrency_key: PoolKey = None,
+    app: Celery | None = None, **options: Any,
+) -> Callable[[Callable[_P, _R]], RedisLockTask[_P, _R]]: ...  # fmt: skip
+@overload
+def bounded_task(
+    fun: Callable[_P, _R], /, *, concurrency_limit: int, concurrency_key: PoolKey = None,
+    app: Celery | None = None, **options: Any,
+) -> RedisLockTask[_P, _R]: ...  # fmt: skip
+def bounded_task(
+    fun: Callable[..., Any] | None = None, /, *, concurrency_limit: Any = None,
+    concurrency_key: PoolKey = None, app: Celery | None = None, **options: Any,
+) -> Any:  # fmt: skip
+    """Declare a task whose concurrent runs across all workers never exceed a limit:
+    ``shared_task`` (or ``app.task``) with ``base=RedisLockTask``.
 
-    Not available in this version: it arrives with bounded concurrency
-    (``concurrency_limit``); calling it raises :class:`RedisLockError`.
+    ``concurrency_limit`` (required, an int >= 1) caps the runs of the pool at once;
+    ``concurrency_key`` names the pool: None (the task's name), a string shared by
+    several tasks (``"stripe-api"``), or a callable ``key(*args, **kwargs) -> str`` of
+    the task's arguments (one pool per tenant). ``app=`` binds the task to that app
+    only. Any other keyword is a task option, Celery's or ours (``base=SingletonTask``
+    or ``singleton=True`` for one run per signature as well)::
+
+        @bounded_task(concurrency_limit=5, concurrency_key="stripe-api")
+        def charge(customer_id, amount): ...
     """
-    raise RedisLockError(
-        "bounded_task is not available yet: it arrives with bounded concurrency "
-        "(the concurrency_limit option of RedisLockTask)"
-    )
+    if concurrency_limit is None:
+        raise ConfigurationError(
+            "bounded_task needs concurrency_limit (an int >= 1), e.g. "
+            "@bounded_task(concurrency_limit=3), got None"
+        )
+    options = {**options, "concurrency_limit": concurrency_limit,
+               "concurrency_key": concurrency_key}  # fmt: skip
+    decorator = _decorator(app, options, RedisLockTask)
+    return decorator(fun) if fun is not None else decorator

@@ -17,16 +17,15 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from celery import Task
 from celery.exceptions import Ignore
 from celery.result import AsyncResult
 
 from ..errors import DuplicateTask
 from .binding import AnyTask
-from .execution import RunState
+from .execution import RunState, resend
 from .options import SingletonOptions
 from .signals import singleton_duplicate
-from .tokens import HEADERS, RECHECK_HEADER, parse_owner
+from .tokens import RECHECK_HEADER, parse_owner
 
 __all__ = ["enqueue_duplicate", "revoke_replaced", "runtime_duplicate"]
 
@@ -104,7 +103,7 @@ def runtime_duplicate(
     else:
         recheck = action == "recheck"
         countdown = options.lock_ttl + 0.5 if recheck else options.reschedule_countdown
-        _resend(task, countdown, {RECHECK_HEADER: "1"} if recheck else {})
+        resend(task, countdown, {RECHECK_HEADER: "1"} if recheck else {})
         logger.info("celery_redislock: %s[%s] found %s[%s] %s; re-sent to run in %gs%s",
                     task.name, run.task_id, task.name, existing_id, state, countdown,
                     " (a redelivery: skipped then if its first run still holds the lock)"
@@ -113,14 +112,3 @@ def runtime_duplicate(
     singleton_duplicate.send(sender=task, task_id=run.task_id, key=key,
                              existing_id=existing_id, action=action, stage="run")  # fmt: skip
     raise Ignore()
-
-
-def _resend(task: AnyTask, countdown: float, extra_headers: dict[str, str]) -> None:
-    """Publish the current request again (same id, same retry count) in ``countdown`` s."""
-    sig = task.signature_from_request(task.request, countdown=countdown)
-    options = dict(sig.options)
-    headers = {k: v for k, v in (options.get("headers") or {}).items() if k not in HEADERS}
-    options["headers"] = {**headers, **extra_headers}
-    # Task.apply_async, not ours: the copy must be published although the lock is held,
-    # and it is not a retry, so max_retries is not spent.
-    Task.apply_async(task, sig.args, sig.kwargs, **options)

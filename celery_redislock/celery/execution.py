@@ -20,14 +20,19 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
+
+from .tokens import HEADERS
 
 if TYPE_CHECKING:
     from celery.worker.request import Request
 
     from .binding import AnyTask
 
-__all__ = ["Cleanup", "Guard", "Hold", "RunState", "current_run", "outcome_of", "start_run"]
+__all__ = [
+    "Cleanup", "Guard", "Hold", "RunState", "current_run", "outcome_of", "resend", "start_run",
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -149,3 +154,20 @@ def outcome_of(exc: BaseException | None) -> str:
     if isinstance(exc, Reject):
         return "REJECTED"
     return "FAILURE"
+
+
+def resend(task: AnyTask, countdown: float, extra_headers: dict[str, str]) -> None:
+    """Publish the current request of ``task`` again, ``countdown`` seconds from now.
+
+    Same task id, arguments, canvas options and retry count (it is not a retry, so it
+    does not spend ``max_retries``); our headers are dropped (the copy takes its locks
+    afresh) and ``extra_headers`` added. For a run that must wait for a resource:
+    call it, then raise ``Ignore``.
+    """
+    sig = task.signature_from_request(task.request, countdown=countdown)
+    options = dict(sig.options)
+    headers = {k: v for k, v in (options.get("headers") or {}).items() if k not in HEADERS}
+    options["headers"] = {**headers, **extra_headers}
+    # Task.apply_async, not ours: the copy must be published although the lock is held,
+    # and it is not a retry, so max_retries is not spent.
+    Task.apply_async(task, sig.args, sig.kwargs, **options)

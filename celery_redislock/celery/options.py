@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..errors import ConfigurationError
+from .bounded_options import check_bounded_options
 from .config import Settings, check_on_duplicate, check_ttl, settings_for, task_option
 
 __all__ = [
@@ -144,8 +145,12 @@ def _task_level(task: Any) -> dict[str, Any]:
 
 
 def check_class_options(task: Any) -> None:
-    """Validate the options set on a task (class or instance); raise if one is bad."""
+    """Validate the options set on a task (class or instance); raise if one is bad.
+
+    Covers the bounded-concurrency options too (:mod:`.bounded_options`).
+    """
     _task_level(task)
+    check_bounded_options(task)
 
 
 _OPTIONS: Final = ("singleton", "singleton_mode", "lock_ttl", "lock_queued_ttl",

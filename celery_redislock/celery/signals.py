@@ -69,16 +69,20 @@ before the task ended: it is no longer protected. Sent from the renewal thread."
 
 permit_acquired = Signal(
     name="permit_acquired",
-    providing_args=("fence", "key", "limit", "task_id"),
+    providing_args=("fence", "key", "limit", "rescheduled", "task_id", "waited"),
 )
-"""A bounded task got one of the ``limit`` permits of pool ``key`` and starts."""
+"""A bounded task got one of the ``limit`` permits of pool ``key`` and starts.
+``waited`` is the seconds it waited for the permit: since its first refusal when it
+was re-scheduled (``rescheduled`` times; measured on the workers' wall clocks), else
+the time it waited in place (about 0.0 when granted at once)."""
 
 permit_rescheduled = Signal(
     name="permit_rescheduled",
-    providing_args=("countdown", "key", "limit", "task_id"),
+    providing_args=("countdown", "key", "limit", "rescheduled", "task_id", "waited"),
 )
 """All ``limit`` permits of pool ``key`` were taken: the task was sent back to the
-queue to run again in ``countdown`` seconds, without counting as a retry."""
+queue to run again in ``countdown`` seconds, without counting as a retry. It is the
+``rescheduled``-th time; ``waited`` seconds have passed since its first refusal."""
 
 permit_released = Signal(
     name="permit_released",

@@ -119,11 +119,9 @@ class SingletonGuard(Guard):
         key = headers.get(KEY_HEADER) or received_key(task, args, kwargs)
         lock = lock_for(task, key, options)
         if not options.lock_while_running:  # until_started: let go as the run starts
-            lease = lock.adopt(token, ttl=options.lock_ttl) if token else None
-            if lease is not None:
+            if token and release_token(lock, token):
                 singleton_released.send(sender=task, task_id=run.task_id, key=key,
-                                        reason="STARTED", released=lease.release(),
-                                        stage="run")  # fmt: skip
+                                        reason="STARTED", released=True, stage="run")  # fmt: skip
             return None
         owner = running_owner(run.task_id)
         on_lost = functools.partial(_report_lost, task, run.task_id, key)

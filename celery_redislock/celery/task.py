@@ -6,7 +6,7 @@ Where each part runs (celery 5.7):
   token in the message (:mod:`.enqueue`);
 * ``before_start`` (the worker, in the same ``try`` as the body, so ``Ignore`` or an
   error there is the task's outcome) enters the task's guards (:mod:`.execution`,
-  :mod:`.singleton`);
+  :mod:`.singleton`, then :mod:`.bounded`);
 * ``__call__`` runs the body and gives every hold back in its ``finally``, before the
   tracer stores the result (``task_postrun`` is a safety net, :mod:`.cleanup`);
 * the worker's main process cleans up after revoke, time limit and lost children.
@@ -25,6 +25,8 @@ from celery.result import AsyncResult
 from typing_extensions import ParamSpec
 
 from . import cleanup, enqueue
+from .bounded import CONCURRENCY
+from .bounded_options import PoolKey
 from .execution import Guard, current_run, outcome_of, start_run
 from .options import check_class_options
 from .singleton import SINGLETON
@@ -36,7 +38,7 @@ _R = TypeVar("_R", covariant=True)
 
 
 class RedisLockTask(Task[_P, _R]):
-    """Celery task base class with singleton locks (and, later, concurrency limits).
+    """Celery task base class with singleton locks and bounded concurrency.
 
     Every feature is an option: a class attribute, settable with
     ``@app.task(base=RedisLockTask, option=...)``, by subclassing, or through
@@ -78,8 +80,26 @@ class RedisLockTask(Task[_P, _R]):
     singleton_interval: float | None = None
     """Seconds the lock stays held after a run ends (``singleton_mode="interval"``)."""
 
-    redislock_guards: ClassVar[tuple[Guard, ...]] = (SINGLETON,)
-    """What each run holds, entered in this order and given back in reverse."""
+    concurrency_limit: int | None = None
+    """At most this many runs of the task's pool at once, across all workers (None:
+    not bounded); ``redislock_concurrency_limits`` may override it per pool."""
+
+    concurrency_key: PoolKey = None
+    """The pool: None (the task's name), a pool name shared by several tasks, or a
+    callable ``key(*args, **kwargs) -> str`` of the task's arguments."""
+
+    concurrency_countdown: float | None = None
+    """Seconds before a run refused a permit runs again (``redislock_concurrency_countdown``)."""
+
+    concurrency_jitter: float | None = None
+    """Up to this many seconds more, at random (``redislock_concurrency_jitter``)."""
+
+    concurrency_wait: float | None = None
+    """Seconds a refused run waits in place before it is re-scheduled (default 0)."""
+
+    redislock_guards: ClassVar[tuple[Guard, ...]] = (SINGLETON, CONCURRENCY)
+    """What each run holds, entered in this order and given back in reverse: the
+    singleton lock first, then the concurrency permit."""
 
     @classmethod
     def bind(cls, app: Celery) -> Celery:
@@ -116,7 +136,8 @@ class RedisLockTask(Task[_P, _R]):
         return enqueue.apply_async(self, publish, args, kwargs, task_id, options)
 
     def before_start(self, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Enter every guard (take the singleton lock, or skip as a duplicate)."""
+        """Enter every guard: take the singleton lock (or skip as a duplicate), then a
+        concurrency permit (or re-schedule the run)."""
         run = start_run(self, task_id)
         try:
             for guard in self.redislock_guards:

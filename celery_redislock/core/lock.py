@@ -9,6 +9,7 @@ crashed holder's lock passes on when its TTL runs out.
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import threading
 import time
@@ -168,7 +169,7 @@ class RedisLock:
         if owner is not None and (not isinstance(owner, str) or not owner):
             raise ConfigurationError(f"owner must be a non-empty string or None, got {owner!r}")
         keys = self._keys
-        token = secrets.token_hex(16)
+        token, tag = _new_token()
         args: list[Any] = [token, owner or "", ttl_ms, _NO_WAIT, _BEAT_ARG, _MEMORY_ARG,
                            self._channel_arg]  # fmt: skip
         script_keys = self._acquire_keys
@@ -185,7 +186,7 @@ class RedisLock:
 
             leave_keys = [keys.holders, keys.queue, keys.alive]
             granted = wait_until_granted(
-                self._client, keys.channel, token, attempt,
+                self._client, f"{keys.channel}:{tag}", token, attempt,
                 lambda: _LEAVE(self._client, leave_keys, [token, keys.channel, "lock"]),
                 None if deadline == math.inf else deadline,
             )  # fmt: skip
@@ -338,6 +339,20 @@ class RedisLock:
 
             keep_alive(lease, max_hold=max_hold)
         return lease
+
+
+_process = (0, "")
+
+
+def _new_token() -> tuple[str, str]:
+    """A fresh unguessable token (128 bits from ``secrets``) ended by ``.<tag>``, the
+    tag of this process: wake-ups for the token are published on ``<channel>:<tag>``
+    (see ``notify`` in lib_lock.lua), so only this process's subscriber reads them."""
+    global _process
+    if _process[0] != os.getpid():  # first call, or a forked child: a tag of its own
+        _process = (os.getpid(), secrets.token_hex(4))
+    tag = _process[1]
+    return f"{secrets.token_hex(16)}.{tag}", tag
 
 
 def _check_max_hold(max_hold: float | None) -> float | None:

@@ -181,6 +181,26 @@ class RedisSemaphore:
         """
         return max(0, self._limit - len(self.info().holders))
 
+    def release_owner(self, owner: str) -> int:
+        """Release every live lease whose owner id is exactly ``owner``.
+
+        For code that knows the owner but holds no lease (an operator, a process that
+        cleans up after a dead one, e.g. a Celery worker's main process after a child
+        was killed). Owner-checked on the server in one round trip; the waiters that
+        may now take a permit are woken. Returns the number of leases released.
+        """
+        if not isinstance(owner, str) or not owner:
+            raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
+        return self._scripts.release_owner(owner)
+
+    def force_release(self) -> int:
+        """Release every lease of the semaphore, whoever holds it; the number released.
+
+        The holders' leases report themselves lost at their next renewal, release or
+        extend. Meant for operators clearing stuck permits, never for normal flow.
+        """
+        return self._scripts.release_owner("")
+
     def info(self) -> PrimitiveInfo:
         """Live leases with their TTL left, the waiters and the stored limit, read-only."""
         return self._scripts.info(self.name, self._limit)

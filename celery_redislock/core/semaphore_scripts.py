@@ -28,6 +28,7 @@ _ACQUIRE = LuaScript("semaphore_acquire.lua")
 _RELEASE = LuaScript("semaphore_release.lua")
 _EXTEND = LuaScript("semaphore_extend.lua")
 _LEAVE = LuaScript("queue_leave.lua")
+_RELEASE_OWNER = LuaScript("semaphore_release_owner.lua")
 _INFO = LuaScript("semaphore_info.lua")
 RENEW = LuaScript("semaphore_renew.lua")
 """The renewer's batch script for semaphore leases (keys: holders, leases)."""
@@ -83,6 +84,12 @@ class SemaphoreScripts:
         """Give the permit of ``token`` back; False when it was not live."""
         channel, limit, fair = self._flags
         return bool(_RELEASE(self._client, self._state_keys, [token, channel, limit, fair]))
+
+    def release_owner(self, owner: str) -> int:
+        """Give back every permit whose owner id is ``owner`` ("": every permit);
+        the number of live permits released."""
+        channel, limit, fair = self._flags
+        return int(_RELEASE_OWNER(self._client, self._state_keys, [owner, channel, limit, fair]))
 
     def extend(self, token: str, ttl_ms: int) -> bool:
         """Reset the permit of ``token`` to ``ttl_ms``; False when it was not live."""

@@ -137,10 +137,11 @@ class Notifier:
         while True:
             try:
                 message = self._pubsub.get_message(timeout=1.0)
-            except (RedisError, OSError, ValueError) as exc:
+            except (RedisError, OSError, ValueError, AttributeError) as exc:
                 # Redis restarted or unreachable, or the client closed the connection
-                # under us (ValueError): redis-py reconnects and re-subscribes on the
-                # next read; meanwhile waiters poll.
+                # under us (ValueError, or AttributeError when redis-py's parser was
+                # torn down mid-read): redis-py reconnects and re-subscribes on the
+                # next read; meanwhile waiters poll. This thread must never die.
                 log.debug("celery_redislock: subscriber connection error: %r", exc)
                 for entry in list(self._channels.values()):
                     entry.confirmed.clear()

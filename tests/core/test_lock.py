@@ -85,14 +85,17 @@ def test_release_twice_is_false_the_second_time(lock: RedisLock) -> None:
 
 
 def test_tokens_are_32_hex_digits_from_secrets(lock: RedisLock, monkeypatch: Any) -> None:
+    # 32 random hex digits (128 bits), then ".<tag>": the same tag for every token of
+    # this process, naming its wake-up channel.
     tokens = []
     for _ in range(50):
         lease = lock.acquire()
         assert lease is not None
         tokens.append(lease.token)
         assert lease.release()
-    assert len(set(tokens)) == 50
-    assert all(re.fullmatch(r"[0-9a-f]{32}", token) for token in tokens)
+    assert len({token[:32] for token in tokens}) == 50
+    assert all(re.fullmatch(r"[0-9a-f]{32}\.[0-9a-f]{8}", token) for token in tokens)
+    assert len({token[33:] for token in tokens}) == 1
 
     calls = []
 
@@ -102,7 +105,7 @@ def test_tokens_are_32_hex_digits_from_secrets(lock: RedisLock, monkeypatch: Any
 
     monkeypatch.setattr(lock_module.secrets, "token_hex", fake_token_hex)
     lease = lock.acquire()
-    assert lease is not None and lease.token == "f" * 32 and calls == [16]
+    assert lease is not None and lease.token.startswith("f" * 32 + ".") and calls == [16]
     assert lease.release()
 
 
@@ -493,7 +496,10 @@ def test_forked_child_cannot_release_or_extend_the_parents_lease(
     assert lease is not None
 
     def child() -> int:
+        other = lock.acquire(ttl=0.01, blocking=False, owner="x")  # refused, but a token
         checks = [
+            other is None,
+            lock_module._new_token()[1] != lease.token.rsplit(".", 1)[1],  # a tag of its own
             lease.release() is False,
             lease.extend(60) is False,
             lease.lost,

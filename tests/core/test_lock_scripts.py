@@ -130,6 +130,26 @@ def test_release_names_the_next_waiter_on_the_channel(r: redis.Redis, lock: Redi
     pubsub.close()
 
 
+def test_wake_up_of_a_tagged_token_goes_to_its_process_channel(
+    r: redis.Redis, lock: RedisLock
+) -> None:
+    waiter = "b" * 32 + ".0badcafe"
+    pubsub = r.pubsub()
+    pubsub.subscribe(lock.keys.channel, f"{lock.keys.channel}:0badcafe")
+    for _ in range(2):
+        assert pubsub.get_message(timeout=2)["type"] == "subscribe"  # type: ignore[index]
+    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32))
+    lock_module._ACQUIRE(r, *acquire_call(lock, waiter, wait="1"))
+    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1
+    message = pubsub.get_message(timeout=2)
+    assert message is not None
+    assert (message["channel"], message["data"]) == (
+        f"{lock.keys.channel}:0badcafe".encode(), waiter.encode(),
+    )  # fmt: skip
+    assert pubsub.get_message(timeout=0.1) is None  # nothing on the shared channel
+    pubsub.close()
+
+
 def test_release_of_an_expired_lease_wakes_the_head(r: redis.Redis, lock: RedisLock) -> None:
     pubsub = r.pubsub()
     pubsub.subscribe(lock.keys.channel)

@@ -127,8 +127,12 @@ def test_waiters_are_served_in_fifo_order(
         waiter.start()
         wait_for(lambda n=i + 1: r.zcard(lock.keys.queue) == n)  # type: ignore[misc]
     assert lock.info().waiters == 6
-    # One subscriber connection for the whole process, whatever the number of waiters.
-    assert r.pubsub_numsub(lock.keys.channel) == [(lock.keys.channel.encode(), 1)]
+    # One subscriber connection for the whole process, whatever the number of waiters,
+    # on the lock's channel for this process.
+    channels = r.pubsub_channels(f"{lock.keys.channel}*")
+    tag = lock_module._new_token()[1]
+    assert channels == [f"{lock.keys.channel}:{tag}".encode()]
+    assert r.pubsub_numsub(channels[0]) == [(channels[0], 1)]
     started = time.monotonic()
     holder.release()
     for waiter in waiters:
@@ -394,7 +398,10 @@ def test_forked_child_waits_with_its_own_subscriber(r: redis.Redis, lock: RedisL
     try:
         wait_for(lambda: r.zcard(lock.keys.queue) == 1)
         time.sleep(0.1)
-        assert r.pubsub_numsub(lock.keys.channel)[0][1] == 2  # parent's and child's
+        # The parent's subscriber and the child's, each on its process's channel.
+        channels = r.pubsub_channels(f"{lock.keys.channel}:*")
+        assert len(channels) == 2
+        assert all(count == 1 for _, count in r.pubsub_numsub(*channels))
         released_at = time.monotonic()
         first.release()
         deadline = time.monotonic() + 10

@@ -41,7 +41,9 @@ class _TestApp(Celery):
         return super().task(*args, **options)
 
     def gen_task_name(self, name: str, module: str) -> str:
-        return f"{self.main}.{name}"
+        # Unique per app; the module too, as shared tasks of modules imported by other
+        # tests (see workers.AppModule) join every app created after them.
+        return f"{self.main}.{module}.{name}"
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from .workers import AppModule, WorkerProcess
 pytestmark = pytest.mark.slow
 
 HOLDER = """
-@app.task(base=SingletonTask, lock_ttl=2, **OPTIONS)
+@app.task(base=SingletonTask, **{"lock_ttl": 2, **OPTIONS})
 def hold(marker, seconds=60):
     locks.rpush(marker, os.getpid())
     time.sleep(seconds)
@@ -34,8 +34,8 @@ def _module(tmp_path: Path, redis_url: str, options: str = "{}", conf: str = "{}
 
 def test_sigkilled_child_frees_the_lock_within_lock_ttl(tmp_path: Path, redis_url: str,
                                                         locks: redis.Redis) -> None:  # fmt: skip
-    module = _module(tmp_path, redis_url)
-    with WorkerProcess(module, concurrency=1) as worker:
+    module = _module(tmp_path, redis_url)  # lock_ttl=2
+    with WorkerProcess(module, concurrency=1):
         tasks = module.load()
         result = tasks.hold.delay("killed")
         key = call_key(tasks.hold, ("killed",))
@@ -43,32 +43,46 @@ def test_sigkilled_child_frees_the_lock_within_lock_ttl(tmp_path: Path, redis_ur
         assert lock_info(locks, key).held
         os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
-        wait_until(lambda: not lock_info(locks, key).held, timeout=2.0, what="the lock freed")
-        freed_after = time.monotonic() - killed_at
-        # The main process releases it at once (task_failure(WorkerLostError)).
-        worker.wait_for_log("after worker-lost")
-        assert freed_after < 2.0
+        # Whichever comes first: the main process's release, or the lease's end (the
+        # last renewal was before the kill). Slack for this test's own scheduling.
+        wait_until(lambda: not lock_info(locks, key).held, timeout=2.5, what="the lock freed")
+        assert time.monotonic() - killed_at < 2.0 + 0.25
         with pytest.raises(Exception, match=r"Worker exited prematurely|SIGKILL"):
-            result.get(timeout=10)
+            result.get(timeout=15)
         again = tasks.hold.delay("killed", 0)
         assert again.id != result.id and again.get(timeout=10) == "done"
+
+
+def test_main_process_releases_the_lock_of_a_killed_child(tmp_path: Path, redis_url: str,
+                                                          locks: redis.Redis) -> None:  # fmt: skip
+    module = _module(tmp_path, redis_url, options='{"lock_ttl": 60}')
+    with WorkerProcess(module, concurrency=1) as worker:
+        tasks = module.load()
+        tasks.hold.delay("lost")
+        key = call_key(tasks.hold, ("lost",))
+        pid = int(wait_until(lambda: locks.lindex("lost", 0), what="the run to start"))
+        os.kill(pid, signal.SIGKILL)
+        # billiard notices a dead child within seconds; the lease would last a minute.
+        wait_until(lambda: not lock_info(locks, key).held, timeout=15, what="the release")
+        worker.wait_for_log("after worker-lost")
 
 
 def test_requeued_after_a_lost_child_runs_again(tmp_path: Path, redis_url: str,
                                                 locks: redis.Redis) -> None:  # fmt: skip
     # acks_late + reject_on_worker_lost: Celery requeues the message and sends no
-    # signal, so the dead run's lease is only freed by its TTL (lock_ttl = 2 s). The
-    # redelivered copy must neither run beside a live first run nor be lost.
-    module = _module(tmp_path, redis_url,
-                     options='{"acks_late": True, "reject_on_worker_lost": True}')  # fmt: skip
-    with WorkerProcess(module, concurrency=1) as worker:
+    # signal, so the dead run's lease is only freed by its TTL. The redelivered copy
+    # usually arrives while that lease is still live: it is re-sent once to look again
+    # after lock_ttl (a live first run would still hold the lock; this one does not),
+    # and must then run -- neither beside a live first run nor lost.
+    options = '{"acks_late": True, "reject_on_worker_lost": True, "lock_ttl": 4}'
+    module = _module(tmp_path, redis_url, options=options)
+    with WorkerProcess(module, concurrency=1):
         tasks = module.load()
         result = tasks.hold.delay("requeued", 1)
         pid = int(wait_until(lambda: locks.lindex("requeued", 0), what="the first run"))
         os.kill(pid, signal.SIGKILL)
-        assert result.get(timeout=20) == "done"
+        assert result.get(timeout=30) == "done"
         assert locks.llen("requeued") == 2  # ran again, once, after the kill
-        assert "re-sent to run in" in worker.log()
 
 
 def test_retry_on_worker_lost_takes_over_the_dead_runs_lock(

@@ -404,7 +404,7 @@ def test_redis_restart_is_reported_as_lost(make_app: MakeApp, worker: Any,
 def test_options_are_set_three_ways(make_app: MakeApp, how: str) -> None:
     app = make_app()
     if how == "annotations":
-        app.conf.task_annotations = {f"{app.main}.job": {"on_duplicate": "raise"}}
+        app.conf.task_annotations = {f"{app.main}.{__name__}.job": {"on_duplicate": "raise"}}
 
     class RaisingTask(SingletonTask):  # type: ignore[type-arg]
         on_duplicate = "raise"

@@ -50,11 +50,18 @@ from celery import Celery
 from celery_redislock import RedisLockTask, SingletonTask
 from celery_redislock.celery import singleton_task
 
-app = Celery({name!r}, broker={broker!r}, backend={backend!r}, set_as_current=False)
+class _App(Celery):
+    def task(self, *args, **options):
+        # Not shared: the test process imports this module too, and a shared task
+        # would join every app created after it there.
+        options.setdefault("shared", False)
+        return super().task(*args, **options)
+
+
+app = _App({name!r}, broker={broker!r}, backend={backend!r}, set_as_current=False)
 app.conf.update(
     redislock_url={locks!r},
     task_default_queue={queue!r},
-    worker_hijack_root_logger=False,
     broker_connection_retry_on_startup=True,
 )
 app.conf.update({conf})

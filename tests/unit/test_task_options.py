@@ -10,10 +10,8 @@ from celery import Celery, Task, shared_task
 
 from celery_redislock import (
     ConfigurationError,
-    RedisLockError,
     RedisLockTask,
     SingletonTask,
-    bounded_task,
     singleton_task,
 )
 from celery_redislock.celery.options import MODES, singleton_options
@@ -155,11 +153,6 @@ def test_plain_redislock_task_takes_no_lock(app: Celery) -> None:
         pass
 
     assert singleton_options(job).enabled is False
-
-
-def test_bounded_task_is_not_there_yet() -> None:
-    with pytest.raises(RedisLockError, match="arrives with bounded concurrency"):
-        bounded_task(concurrency_limit=3)
 
 
 def test_shared_task_with_our_base_works() -> None:

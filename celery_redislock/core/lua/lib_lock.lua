@@ -71,6 +71,14 @@ local function extend_lease(holders, token, ttl, now)
   return 1
 end
 
+-- Tell waiter `token` the lock is free: on `channel`, or on `channel:<tag>` when the
+-- token ends in ".<tag>" (its process's own channel, so other processes sleep on).
+local function notify(channel, token)
+  local tag = string.match(token, '%.(%w+)$')
+  if tag then channel = channel .. ':' .. tag end
+  redis.call('PUBLISH', channel, token)
+end
+
 -- Drop waiters whose heartbeat lapsed; the queue's first token before and after.
 local function reap_waiters(queue, alive, now)
   local before = redis.call('ZRANGE', queue, 0, 0)[1]

@@ -13,7 +13,8 @@
 -- ARGV[5]  beat     a waiter's heartbeat, milliseconds: it is dropped from the queue
 --                   when it has not called again within this time.
 -- ARGV[6]  memory   how long the fence key outlives a grant, milliseconds.
--- ARGV[7]  channel  wake-up channel (told the new head when a dead head is dropped).
+-- ARGV[7]  channel  wake-up channel (told the new head when a dead head is dropped;
+--                   on `channel:<tag>` when its token ends in ".<tag>").
 --
 -- Returns {1, fence} when granted (also when the same token asks again: client
 -- retries are idempotent), {0, wait_ms, holder} when refused: wait_ms is the
@@ -77,7 +78,7 @@ end
 if redis.call('EXISTS', queue) == 1 then
   local before, head = reap_waiters(queue, alive, now)
   if head and head ~= token then
-    if head ~= before then redis.call('PUBLISH', channel, head) end
+    if head ~= before then notify(channel, head) end
     return refuse(0, '')
   end
   if head then

@@ -5,7 +5,8 @@
 -- KEYS[2]  queue    zset: waiting tokens scored by ticket.
 -- KEYS[3]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
 -- ARGV[1]  owner    release only if the lock's owner id is this; "" for any owner.
--- ARGV[2]  channel  wake-up channel: the first live waiter's token is published.
+-- ARGV[2]  channel  wake-up channel: the first live waiter's token is published
+--                   (on `channel:<tag>` when the token ends in ".<tag>").
 --
 -- Returns the number of live leases released (0 when free or held by another owner).
 
@@ -21,6 +22,6 @@ local live = sweep_leases(holders, now)
 redis.call('DEL', holders)
 if live > 0 and redis.call('EXISTS', queue) == 1 then
   local _, head = reap_waiters(queue, alive, now)
-  if head then redis.call('PUBLISH', channel, head) end
+  if head then notify(channel, head) end
 end
 return live

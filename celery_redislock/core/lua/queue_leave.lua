@@ -4,7 +4,8 @@
 -- KEYS[2]  queue    zset: waiting tokens scored by ticket.
 -- KEYS[3]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
 -- ARGV[1]  token    the waiter's token.
--- ARGV[2]  channel  wake-up channel.
+-- ARGV[2]  channel  wake-up channel; a token ending in ".<tag>" is told on
+--                   `channel:<tag>` (its process's own channel) instead.
 -- ARGV[3]  rule     "lock": wake the new head only when the holders key is absent;
 --                   "any": always wake it, and it re-checks for itself;
 --                   "semaphore": KEYS[1] is a zset scored by expiry (server ms); if
@@ -35,6 +36,8 @@ if rule == 'semaphore' then
   if next then redis.call('PUBLISH', channel, next) end
 elseif rank == 0 and not (rule == 'lock' and redis.call('EXISTS', holders) == 1) then
   local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  local tag = head and string.match(head, '%.(%w+)$')
+  if tag then channel = channel .. ':' .. tag end
   if head then redis.call('PUBLISH', channel, head) end
 end
 return removed

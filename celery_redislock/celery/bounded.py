@@ -1,0 +1,274 @@
+"""The concurrency guard: at most ``concurrency_limit`` runs of a pool at once.
+
+Every run of a bounded task takes a **permit** of its pool's
+:class:`~celery_redislock.core.RedisSemaphore` when it starts (``before_start``, after
+the singleton lock when the task is a singleton too) and gives it back when it ends
+(``__call__``'s ``finally``, before the result is stored). The permit is a lease of
+``lock_ttl`` seconds renewed while the run lives, so a killed worker's permit comes
+back within one ``lock_ttl``; the worker's main process gives it back at once when
+Celery tells it the child died, hit its hard time limit or was terminated.
+
+**Over the limit** the run does not block its worker slot (unless
+``concurrency_wait`` asks it to wait in place first): it publishes its own message
+again, same task id, same arguments and options, the same ``retries`` count -- so it
+never spends ``max_retries`` -- with a countdown of ``concurrency_countdown`` plus up
+to ``concurrency_jitter`` seconds at random, and ends with ``Ignore``: the current
+message is acknowledged and no result is stored. The copy goes through
+``RedisLockTask.apply_async`` as a ``retry()`` does, so a singleton task hands its
+lock over to it (held through the countdown) instead of letting it go. Meanwhile the
+task's ``AsyncResult`` reads ``PENDING`` (with ``task_track_started``, the ``STARTED``
+the worker stored is set back to ``PENDING``). Each re-schedule sends
+:data:`~.signals.permit_rescheduled`.
+
+In eager mode (``apply()``, ``task_always_eager``) there is no queue to go back to:
+the run waits in place for a permit, as long as it takes.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import random
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Final
+
+import celery.app.task as celery_task_module
+from celery import states
+from celery.exceptions import Ignore
+
+from ..core import Lease, RedisSemaphore
+from .binding import AnyTask
+from .bounded_options import BoundedOptions, bounded_options
+from .client import get_redis
+from .execution import Cleanup, Guard, Hold, RunState
+from .options import singleton_options
+from .signals import lease_lost, permit_acquired, permit_released, permit_rescheduled
+from .tokens import NONCE_HEADER, TOKEN_HEADER, running_owner
+
+__all__ = [
+    "CONCURRENCY",
+    "WAIT_HEADER",
+    "ConcurrencyGuard",
+    "PermitHold",
+    "permit_owner",
+    "semaphore_for",
+]
+
+logger = logging.getLogger(__name__)
+
+WAIT_HEADER: Final = "redislock_permit_wait"
+"""Header of a re-scheduled message: ``"<first refusal, epoch s> <re-schedules>
+<retries>"``, so the run that finally gets a permit can report how long it waited.
+Not one of :data:`~.tokens.HEADERS` (``apply_async`` would drop it); ``retry()``
+copies it, which the retries count in it tells apart."""
+
+_KEPT: Final = 1024
+_semaphores: OrderedDict[tuple[int, str, str, int, float], RedisSemaphore] = OrderedDict()
+_semaphores_guard = threading.Lock()
+
+
+def semaphore_for(task: AnyTask, pool: str, limit: int, ttl: float, prefix: str) -> RedisSemaphore:
+    """The semaphore of ``pool`` on the app's Redis, enforcing ``limit``.
+
+    Semaphore objects keep no per-lease state, so the most recently used are kept:
+    building one costs more than the call it makes.
+    """
+    client = get_redis(task.app)
+    cache_key = (id(client), prefix, pool, limit, ttl)
+    with _semaphores_guard:
+        sem = _semaphores.get(cache_key)
+        if sem is not None and sem.client is client:
+            _semaphores.move_to_end(cache_key)
+            return sem
+    sem = RedisSemaphore(client, pool, limit=limit, ttl=ttl, prefix=prefix)
+    with _semaphores_guard:
+        _semaphores[cache_key] = sem
+        while len(_semaphores) > _KEPT:
+            _semaphores.popitem(last=False)
+    return sem
+
+
+def permit_owner(task_id: str, seed: str | None) -> str:
+    """The owner id of the permit a run of ``task_id`` takes: ``"<task id>@<12 hex>"``.
+
+    Derived from the message's token or nonce header (``seed``), so the worker's main
+    process, which never sees the child's lease, can release exactly that run's
+    permit (:meth:`RedisSemaphore.release_owner`), and never another delivery's: each
+    delivery has a seed of its own. Random when there is no seed (eager runs).
+    """
+    if not seed:
+        return running_owner(task_id)
+    return f"{task_id}@{hashlib.sha256(f'{seed}:permit'.encode()).hexdigest()[:12]}"
+
+
+def _seed(headers: Any) -> str | None:
+    if not headers:
+        return None
+    seed = headers.get(TOKEN_HEADER) or headers.get(NONCE_HEADER)
+    return seed if isinstance(seed, str) and seed else None
+
+
+def _wait_state(request: Any) -> tuple[float | None, int]:
+    """(first refusal in epoch seconds, re-schedules so far) from the wait header."""
+    raw = (request.headers or {}).get(WAIT_HEADER)
+    try:
+        since, count, retries = str(raw).split()
+        if int(retries) == (request.retries or 0):
+            return float(since), int(count)
+    except (TypeError, ValueError):
+        pass
+    return None, 0  # no header, or one a retry() copied from an earlier attempt
+
+
+def _report_lost(task: AnyTask, task_id: str, pool: str, lease: Lease) -> None:
+    # Runs on the renewal thread. The body goes on (Celery cannot stop it safely); the
+    # pool may now run one more than its limit until this run ends.
+    logger.error(
+        "celery_redislock: task %s[%s] lost its permit of pool %r while running (%s); "
+        "the pool may run one more than its limit", task.name, task_id, pool,
+        lease.lost_reason,
+    )  # fmt: skip
+    lease_lost.send(sender=task, task_id=task_id, key=pool, fence=lease.fence, kind="permit")
+
+
+class PermitHold(Hold):
+    """The permit of one run; given back when the run ends.
+
+    On ``retry()`` it is kept to the end of this attempt, like any other ending: the
+    next attempt takes a permit of its own when it starts.
+    """
+
+    def __init__(self, task: AnyTask, task_id: str, pool: str, lease: Lease) -> None:
+        self.task, self.task_id, self.pool, self.lease = task, task_id, pool, lease
+
+    def finish(self, reason: str) -> None:
+        """Give the permit back (owner-checked: a lost one is reported, not released)."""
+        released = self.lease.release()
+        permit_released.send(sender=self.task, task_id=self.task_id, key=self.pool,
+                             reason=reason, released=released, stage="run")  # fmt: skip
+
+    def __repr__(self) -> str:
+        return f"<PermitHold {self.pool!r} of {self.task_id}>"
+
+
+class ConcurrencyGuard(Guard):
+    """Takes a permit of the task's pool when a run starts; see the module docs."""
+
+    def enter(
+        self, task: AnyTask, run: RunState, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Hold | None:
+        """Take a permit, or wait for one (``concurrency_wait``, eager runs), or
+        re-schedule the run and raise ``Ignore``."""
+        options = bounded_options(task)
+        if not options.enabled:
+            return None
+        pool = options.pool(task, args, kwargs)
+        limit = options.limit_of(pool)
+        lock_options = singleton_options(task)
+        sem = semaphore_for(task, pool, limit, lock_options.lock_ttl, lock_options.prefix)
+        request = task.request
+        eager = bool(request.is_eager)
+        owner = permit_owner(run.task_id, None if eager else _seed(request.headers))
+        on_lost = functools.partial(_report_lost, task, run.task_id, pool)
+        since, rescheduled = _wait_state(request)
+        tried_at, started = time.time(), time.monotonic()
+        if eager:  # no queue to go back to: wait as long as it takes
+            lease = sem.acquire(owner=owner, renew=True, on_lost=on_lost)
+        else:
+            lease = sem.acquire(blocking=False, owner=owner, renew=True, on_lost=on_lost)
+            if lease is None and options.wait > 0 and _may_wait(sem, options, limit):
+                lease = sem.acquire(timeout=options.wait, owner=owner, renew=True,
+                                    on_lost=on_lost)  # fmt: skip
+        if lease is None:
+            _reschedule(task, run, pool, limit, options,
+                        tried_at if since is None else since, rescheduled)  # fmt: skip
+        assert lease is not None
+        waited = time.monotonic() - started if since is None else max(0.0, time.time() - since)
+        permit_acquired.send(sender=task, task_id=run.task_id, key=pool, limit=limit,
+                             fence=lease.fence, waited=waited, rescheduled=rescheduled)  # fmt: skip
+        return PermitHold(task, run.task_id, pool, lease)
+
+    def cleanup(self, task: AnyTask, event: Cleanup) -> None:
+        """Give back, from the worker's main process, the permit of a run that died
+        (killed child, hard time limit, terminated). A run revoked before it started
+        held none."""
+        if not event.started:
+            return
+        options = bounded_options(task)
+        if not options.enabled:
+            return
+        if callable(options.key) and event.args is None and event.kwargs is None:
+            return  # its pool is unknown here: the permit expires after lock_ttl
+        pool = options.pool(task, event.args, event.kwargs)
+        lock_options = singleton_options(task)
+        sem = semaphore_for(task, pool, options.limit_of(pool), lock_options.lock_ttl,
+                            lock_options.prefix)  # fmt: skip
+        for headers in event.deliveries:
+            seed = _seed(headers)
+            if seed and sem.release_owner(permit_owner(event.task_id, seed)):
+                logger.info("celery_redislock: released the permit of pool %r held by "
+                            "%s[%s] after %s", pool, task.name, event.task_id,
+                            event.event)  # fmt: skip
+                permit_released.send(sender=task, task_id=event.task_id, key=pool,
+                                     reason=event.event, released=True,
+                                     stage="cleanup")  # fmt: skip
+
+
+def _may_wait(sem: RedisSemaphore, options: BoundedOptions, limit: int) -> bool:
+    """True when fewer than ``concurrency_waiters`` runs already wait for the pool.
+
+    A soft bound (two runs may look at once), but it keeps waiting in place from
+    tying up more than about that many worker slots, whatever the backlog.
+    """
+    waiters = options.waiters_of(limit)
+    return waiters > 0 and int(sem.client.zcard(sem.keys.queue)) < waiters
+
+
+def _reschedule(
+    task: AnyTask, run: RunState, pool: str, limit: int, options: BoundedOptions,
+    since: float, rescheduled: int,
+) -> None:  # fmt: skip
+    """Publish this run's message again in a jittered countdown; always raises Ignore."""
+    request = task.request
+    import os as _os
+    _cap = float(_os.environ.get("BB_CAP", "0") or 0)
+    if _cap:
+        base = min(_cap, options.countdown * float(_os.environ.get("BB_FACTOR", "2")) ** rescheduled)
+        countdown = base + random.uniform(0.0, base * float(_os.environ.get("BB_J", "1")))
+    else:
+        countdown = options.countdown + random.uniform(0.0, options.jitter)
+    sig = task.signature_from_request(request, countdown=countdown)
+    message = dict(sig.options)
+    headers = dict(message.get("headers") or {})
+    headers[WAIT_HEADER] = f"{since:.3f} {rescheduled + 1} {request.retries or 0}"
+    message["headers"] = headers
+    if _tracks_started(task, request):
+        # The worker stored STARTED before this hook ran; the task is queued again.
+        # Before the publish: the copy's own STARTED must never be overwritten.
+        task.backend.store_result(run.task_id, None, states.PENDING, request=request)
+    # Same task id, from inside the run: RedisLockTask.apply_async treats it as a
+    # retry() of this run, so a singleton lock is handed over to the copy (see
+    # enqueue.py); same ``retries``, so max_retries is not spent.
+    task.apply_async(sig.args, sig.kwargs, **message)
+    logger.info("celery_redislock: %s[%s] over the limit of pool %r (%d): re-sent to run "
+                "in %.2fs", task.name, run.task_id, pool, limit, countdown)  # fmt: skip
+    permit_rescheduled.send(sender=task, task_id=run.task_id, key=pool, limit=limit,
+                            countdown=countdown, rescheduled=rescheduled + 1,
+                            waited=max(0.0, time.time() - since))  # fmt: skip
+    raise Ignore()
+
+
+def _tracks_started(task: AnyTask, request: Any) -> bool:
+    """True when the worker stored STARTED before ``before_start`` (as the tracer decides)."""
+    if not task.track_started:
+        return False
+    # celery >= 5.6: the request's own ignore_result, when given, wins over the task's.
+    actual = getattr(celery_task_module, "get_actual_ignore_result", None)
+    return not (actual(task, request) if actual is not None else task.ignore_result)
+
+
+CONCURRENCY = ConcurrencyGuard()
+"""The guard instance every ``RedisLockTask`` lists second in ``redislock_guards``."""

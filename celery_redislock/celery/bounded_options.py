@@ -1,0 +1,284 @@
+"""The bounded-concurrency options of a :class:`~.task.RedisLockTask`, read and validated.
+
+Task options (class attributes, ``@app.task(...)`` keywords or ``task_annotations``;
+``None`` means "the app's setting"):
+
+========================== ==========================================================
+``concurrency_limit``      int >= 1: at most this many runs of the pool at once,
+                           across all workers (None: not bounded)
+``concurrency_key``        the pool: None (the task's name), a string naming a pool
+                           shared by several task types (``"stripe-api"``), or a
+                           callable ``key(*args, **kwargs) -> str`` of the task's own
+                           arguments (per-tenant pools)
+``concurrency_countdown``  seconds before a run refused a permit is tried again
+``concurrency_jitter``     up to this many seconds more, at random, so re-scheduled
+                           runs do not come back all at once
+``concurrency_wait``       seconds a refused run first waits in place for a permit
+                           (blocking its worker slot) before it is re-scheduled
+``concurrency_waiters``    at most this many runs of a pool wait in place at once,
+                           across all workers (None: as many as the limit); the
+                           others are re-scheduled at once
+========================== ==========================================================
+
+Settings (``app.conf``; read when used, so a change counts from the next run on):
+
+=================================== =================================================
+``redislock_concurrency_limits``    ``{pool name: limit}``: overrides the limit of
+                                    those pools (see below)
+``redislock_concurrency_countdown`` default ``concurrency_countdown``
+``redislock_concurrency_jitter``    default ``concurrency_jitter``
+``redislock_concurrency_wait``      default ``concurrency_wait``
+``redislock_concurrency_waiters``   default ``concurrency_waiters``
+=================================== =================================================
+
+**Which limit applies.** ``redislock_concurrency_limits[pool]`` when the pool is
+listed there, else the task's ``concurrency_limit``. A pool is only bounded when the
+task has a ``concurrency_limit`` (the map changes numbers; it never bounds a task that
+is not). A changed limit never revokes running tasks: a lowered one makes new runs
+wait until fewer than the new limit hold permits (see
+:class:`~celery_redislock.core.RedisSemaphore`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeAlias
+
+from celery import Celery
+
+from ..errors import ConfigurationError
+from .config import check_ttl, conf_fingerprint, task_option
+
+__all__ = [
+    "DEFAULT_COUNTDOWN",
+    "DEFAULT_JITTER",
+    "DEFAULT_WAIT",
+    "OPTIONS",
+    "BoundedOptions",
+    "PoolKey",
+    "bounded_options",
+    "check_bounded_options",
+    "check_limits",
+]
+
+DEFAULT_COUNTDOWN: Final = 0.5
+"""Seconds before a run refused a permit is tried again (plus jitter)."""
+
+DEFAULT_JITTER: Final = 0.5
+"""Up to this many seconds are added at random to each re-schedule's countdown."""
+
+DEFAULT_WAIT: Final = 0.0
+"""Seconds a refused run waits in place before it is re-scheduled."""
+
+OPTIONS: Final = ("concurrency_limit", "concurrency_key", "concurrency_countdown",
+                  "concurrency_jitter", "concurrency_wait", "concurrency_waiters")  # fmt: skip
+"""The task options of bounded concurrency."""
+
+_SETTINGS: Final = ("redislock_concurrency_limits", "redislock_concurrency_countdown",
+                    "redislock_concurrency_jitter", "redislock_concurrency_wait",
+                    "redislock_concurrency_waiters")  # fmt: skip
+
+PoolKey: TypeAlias = "str | Callable[..., str] | None"
+"""A ``concurrency_key``: a pool name, a callable returning one, or None."""
+
+
+@dataclass(frozen=True)
+class BoundedOptions:
+    """The validated bounded-concurrency options of one task, with the app's defaults."""
+
+    limit: int | None
+    key: PoolKey
+    countdown: float
+    jitter: float
+    wait: float
+    waiters: int | None
+    limits: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def enabled(self) -> bool:
+        """True when the task's runs need a permit (it has a ``concurrency_limit``)."""
+        return self.limit is not None
+
+    def pool(self, task: Any, args: Any, kwargs: Any) -> str:
+        """The pool (semaphore name) of a call with the arguments the worker received."""
+        key = self.key
+        if key is None:
+            return str(task.name)
+        if isinstance(key, str):
+            return key
+        name = key(*(args or ()), **(kwargs or {}))
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(
+                f"task {task.name!r}: concurrency_key {key!r} must return a non-empty "
+                f"string (the pool's name), got {name!r}"
+            )
+        return name
+
+    def limit_of(self, pool: str) -> int:
+        """The limit in force for ``pool``: the setting's, else the task's."""
+        limit = self.limits.get(pool, self.limit)
+        assert limit is not None, "limit_of() is only used for bounded tasks"
+        return limit
+
+    def waiters_of(self, limit: int) -> int:
+        """How many runs of a pool of ``limit`` may wait in place at once."""
+        return limit if self.waiters is None else self.waiters
+
+
+def _name(task: Any) -> str:
+    return str(getattr(task, "name", None) or getattr(task, "__name__", "?"))
+
+
+def _limit(value: object, what: str, least: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigurationError(f"{what} must be an int >= {least}, got {value!r}")
+    return value
+
+
+def _seconds(value: object, what: str, *, zero: bool) -> float:
+    if zero and isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+        return 0.0
+    try:
+        return check_ttl(value, what)
+    except ConfigurationError:
+        least = ">= 0" if zero else "> 0"
+        raise ConfigurationError(
+            f"{what} must be a number of seconds {least}, got {value!r}"
+        ) from None
+
+
+def check_limits(value: object, argument: str = "redislock_concurrency_limits") -> dict[str, int]:
+    """Return ``value`` as ``{pool: limit}`` if it maps non-empty names to ints >= 1."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"{argument} must be a dict {{pool name: limit}}, got {value!r}")
+    limits: dict[str, int] = {}
+    for pool, limit in value.items():
+        if not isinstance(pool, str) or not pool:
+            raise ConfigurationError(f"{argument}: pool names must be non-empty strings, "
+                                     f"got {pool!r}")  # fmt: skip
+        limits[pool] = _limit(limit, f"{argument}[{pool!r}]")
+    return limits
+
+
+def _task_level(task: Any) -> dict[str, Any]:
+    """The options as set on the task, validated; None stays None (use the app's)."""
+    where = f"task {_name(task)!r}: option"
+    raw = {name: task_option(task, name) for name in OPTIONS}
+    values: dict[str, Any] = dict(raw)
+    if raw["concurrency_limit"] is not None:
+        values["concurrency_limit"] = _limit(raw["concurrency_limit"], f"{where} concurrency_limit")
+    key = raw["concurrency_key"]
+    if key is not None and not callable(key) and not (isinstance(key, str) and key):
+        raise ConfigurationError(
+            f"{where} concurrency_key must be a pool name (a non-empty string), a callable "
+            f"key(*args, **kwargs) -> str, or None, got {key!r}"
+        )
+    if key is not None and raw["concurrency_limit"] is None:
+        raise ConfigurationError(
+            f"{where} concurrency_key={key!r} needs concurrency_limit (an int >= 1), got None"
+        )
+    for name, zero in (("concurrency_countdown", False), ("concurrency_jitter", True),
+                       ("concurrency_wait", True)):  # fmt: skip
+        if raw[name] is not None:
+            values[name] = _seconds(raw[name], f"{where} {name}", zero=zero)
+    if raw["concurrency_waiters"] is not None:
+        values["concurrency_waiters"] = _limit(
+            raw["concurrency_waiters"], f"{where} concurrency_waiters", least=0
+        )
+    return values
+
+
+def check_bounded_options(task: Any) -> None:
+    """Validate the bounded-concurrency options set on a task; raise if one is bad."""
+    _task_level(task)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    limits: Mapping[str, int]
+    countdown: float
+    jitter: float
+    wait: float
+    waiters: int | None
+
+
+_settings: weakref.WeakKeyDictionary[Celery, tuple[Hashable, _Settings]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _settings_of(app: Celery) -> _Settings:
+    fingerprint = conf_fingerprint(app, _SETTINGS)
+    cached = _settings.get(app)
+    if fingerprint is not None and cached is not None and cached[0] == fingerprint:
+        return cached[1]
+    get = app.conf.get
+    settings = _Settings(
+        limits=check_limits(get("redislock_concurrency_limits")),
+        countdown=_seconds(
+            get("redislock_concurrency_countdown", DEFAULT_COUNTDOWN),
+            "redislock_concurrency_countdown", zero=False,
+        ),
+        jitter=_seconds(
+            get("redislock_concurrency_jitter", DEFAULT_JITTER),
+            "redislock_concurrency_jitter", zero=True,
+        ),
+        wait=_seconds(
+            get("redislock_concurrency_wait", DEFAULT_WAIT), "redislock_concurrency_wait",
+            zero=True,
+        ),
+        waiters=_waiters(get("redislock_concurrency_waiters")),
+    )
+    if fingerprint is not None:
+        _settings[app] = (fingerprint, settings)
+    return settings
+
+
+def _waiters(value: object) -> int | None:
+    return None if value is None else _limit(value, "redislock_concurrency_waiters", least=0)
+
+
+# task -> (raw option values, settings, options): read on every run, so validated and
+# merged once for as long as neither the options nor the settings change.
+_cache: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], _Settings, BoundedOptions]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def bounded_options(task: Any) -> BoundedOptions:
+    """The task's bounded-concurrency options now: its own, else the app's settings."""
+    raw = tuple(task_option(task, name) for name in OPTIONS)
+    settings = _settings_of(task.app)
+    try:
+        cached = _cache.get(task)
+    except TypeError:  # not weakly referable: no cache
+        cached = None
+    if cached is not None and cached[1] is settings and cached[0] == raw:
+        return cached[2]
+    values = _task_level(task)
+
+    def pick(name: str, default: float) -> float:
+        value = values[name]
+        return default if value is None else float(value)
+
+    options = BoundedOptions(
+        limit=values["concurrency_limit"],
+        key=values["concurrency_key"],
+        countdown=pick("concurrency_countdown", settings.countdown),
+        jitter=pick("concurrency_jitter", settings.jitter),
+        wait=pick("concurrency_wait", settings.wait),
+        waiters=(
+            settings.waiters
+            if values["concurrency_waiters"] is None
+            else values["concurrency_waiters"]
+        ),
+        limits=settings.limits,
+    )
+    with contextlib.suppress(TypeError):
+        _cache[task] = (raw, settings, options)
+    return options

@@ -1,0 +1,48 @@
+-- semaphore_release_owner.lua: release every permit of a semaphore held by one owner
+-- (or by anyone). For code that knows the owner but not the token: a worker's main
+-- process cleaning up after a dead child, an operator clearing a stuck permit.
+--
+-- KEYS[1]  holders  zset: live leases' tokens scored by expiry (server ms).
+-- KEYS[2]  leases   hash: fence, owner and grant time of each lease in holders.
+-- KEYS[3]  queue    zset: waiting tokens scored by ticket (FIFO order).
+-- KEYS[4]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
+-- KEYS[5]  meta     hash: "limit", the limit the latest acquire enforced.
+-- ARGV[1]  owner    release the leases whose owner id is exactly this; "" for all.
+-- ARGV[2]  channel  wake-up channel: the waiters that may now take a permit (see
+--                   lib_semaphore.lua) are told, and only those.
+-- ARGV[3]  limit    the caller's limit, used when meta holds none (integer >= 1).
+-- ARGV[4]  fair     "1": only the queue's head may take a permit (strict FIFO).
+--
+-- Returns the number of live leases released (0 when none matched).
+
+--!include lib_lock.lua
+--!include lib_semaphore.lua
+
+local holders, leases, queue, alive, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local owner, channel, fair = ARGV[1], ARGV[2], ARGV[4] == '1'
+
+if redis.call('EXISTS', holders) == 0 then return 0 end
+local now = server_clock()
+local queued = redis.call('EXISTS', queue) == 1
+local limit = stored_limit(meta, tonumber(ARGV[3]))
+local before = {}
+if queued then before = eligible(queue, limit - redis.call('ZCARD', holders), fair) end
+
+-- A semaphore has at most `limit` live leases (plus expired ones not reaped yet), so
+-- looking at each owner is cheap.
+local released = 0
+local rows = redis.call('ZRANGE', holders, 0, -1, 'WITHSCORES')
+for i = 1, #rows, 2 do
+  local t = rows[i]
+  if owner == '' or redis.call('HGET', leases, 'o:' .. t) == owner then
+    redis.call('ZREM', holders, t)
+    redis.call('HDEL', leases, 'f:' .. t, 'o:' .. t, 's:' .. t)
+    if tonumber(rows[i + 1]) > now then released = released + 1 end
+  end
+end
+local live = redis.call('ZCARD', holders) - reap_holders(holders, leases, now)
+if queued then
+  reap_dead_waiters(queue, alive, now)
+  wake_new(channel, before, eligible(queue, limit - live, fair), '')
+end
+return released
