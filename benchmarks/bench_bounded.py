@@ -15,11 +15,17 @@ to a temporary module, and starts real ``celery worker`` subprocesses (prefork):
   concurrency equal to the limit): the best a limit of 3 could possibly do.
 
 Both bodies sleep ``--duration`` seconds and record their start and end in Redis.
-Reported per round: the makespan (first send to last end), the peak concurrency (an
-interval sweep over the recorded runs), and for the bounded run the re-schedules and
-Redis commands per task; then the ratio of the median makespans (the issue's target:
-bounded <= 1.3x unbounded). Options of the bounded task may be changed with
-``--countdown``, ``--jitter`` and ``--wait``; the defaults are the package's.
+Reported per round: the makespan (first send to last end), the ideal (tasks x
+duration / limit), the peak concurrency (an interval sweep over the recorded runs:
+it must equal the limit and never exceed it), "busy" (the share of the permits' time
+spent running, between the first start and the last end), the re-schedules (from the
+workers' logs) and the Redis commands per task (``INFO commandstats`` on the shared
+server: broker, results and permits together). Then the ratio of the median
+makespans, the issue's target: bounded <= 1.3x unbounded.
+
+The bounded task uses the package's defaults unless ``--countdown``, ``--jitter``,
+``--wait`` or ``--waiters`` say otherwise; ``--wait 0`` re-schedules every refused run
+(no waiting in place at all), ``--wait 5 --waiters 8`` lets every refused run wait.
 
 The figures depend on the machine: run it on an otherwise idle one (the load average
 is printed at the end).
@@ -28,6 +34,7 @@ is printed at the end).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -39,6 +46,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -56,7 +64,8 @@ from celery_redislock import bounded_task
 
 app = Celery("bench_bounded", broker={broker!r}, backend={backend!r}, set_as_current=False)
 app.conf.update(redislock_url={locks!r}, broker_connection_retry_on_startup=True,
-                task_ignore_result=True, worker_hijack_root_logger=False)
+                task_ignore_result=True, worker_hijack_root_logger=False,
+                worker_prefetch_multiplier={prefetch})
 records = redis.Redis.from_url({locks!r})
 OPTIONS = {options!r}
 
@@ -96,13 +105,14 @@ def worker(directory: str, module: str, queue: str, concurrency: int) -> Iterato
         directory, os.environ.get("PYTHONPATH")]))}  # fmt: skip
     args = [sys.executable, "-m", "celery", "-A", f"{module}:app", "worker", "-P", "prefork",
             "-c", str(concurrency), "-Q", queue, "-n", f"{queue}-{uuid.uuid4().hex[:6]}@%h",
-            "-l", "info", "--without-heartbeat", "--without-gossip", "--without-mingle"]  # fmt: skip
+            "-l", "info", "--without-heartbeat", "--without-gossip",
+            "--without-mingle"]  # fmt: skip
     with open(log_path, "wb") as log:
         process = subprocess.Popen(args, cwd=directory, env=env, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 30
-        while " ready." not in open(log_path, encoding="utf-8", errors="replace").read():
+        while " ready." not in Path(log_path).read_text(encoding="utf-8", errors="replace"):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"worker did not start: see {log_path}")
             time.sleep(0.05)
@@ -117,7 +127,7 @@ def worker(directory: str, module: str, queue: str, concurrency: int) -> Iterato
 
 
 def run_batch(tasks: Any, task: Any, queue: str, records: redis.Redis, admin: redis.Redis,
-              count: int, seconds: float) -> dict[str, float]:  # fmt: skip
+              count: int, seconds: float) -> dict[str, Any]:  # fmt: skip
     """Send ``count`` calls of ``task`` to ``queue``; wait for every run to end."""
     label = f"runs-{uuid.uuid4().hex[:8]}"
     commands = command_calls(admin)
@@ -131,12 +141,10 @@ def run_batch(tasks: Any, task: Any, queue: str, records: redis.Redis, admin: re
         time.sleep(0.002)
     rows = [tuple(float(x) for x in row.split()) for row in records.lrange(label, 0, -1)]
     intervals = [(s, e) for s, e in rows]
-    if os.environ.get("BENCH_DUMP"):
-        import json
-        with open(os.environ["BENCH_DUMP"] + f"-{task.name}.json", "w") as f:
-            json.dump({"start": start, "intervals": intervals}, f)
     first, last = min(s for s, _ in intervals), max(e for _, e in intervals)
     return {
+        "start": start,
+        "intervals": intervals,
         "makespan": last - start,
         "peak": peak(intervals),
         "busy": sum(e - s for s, e in intervals) / (peak(intervals) * (last - first)),
@@ -144,12 +152,13 @@ def run_batch(tasks: Any, task: Any, queue: str, records: redis.Redis, admin: re
     }
 
 
-def run(count: int, seconds: float, limit: int, rounds: int, options: dict[str, Any]) -> None:
+def run(count: int, seconds: float, limit: int, rounds: int, options: dict[str, Any],
+        prefetch: int, dump: str | None) -> None:  # fmt: skip
     with RedisServer() as server, tempfile.TemporaryDirectory() as directory, ExitStack() as stack:
         base = server.url.rsplit("/", 1)[0]
         module = f"bench_bounded_{uuid.uuid4().hex[:8]}"
         source = APP.format(broker=f"{base}/1", backend=f"{base}/2", locks=f"{base}/3",
-                            limit=limit, options=options)  # fmt: skip
+                            limit=limit, options=options, prefetch=prefetch)  # fmt: skip
         with open(os.path.join(directory, f"{module}.py"), "w", encoding="utf-8") as f:
             f.write(textwrap.dedent(source))
         sys.path.insert(0, directory)
@@ -163,7 +172,7 @@ def run(count: int, seconds: float, limit: int, rounds: int, options: dict[str, 
         # Warm-up: connections, scripts, the renewers of every pool child.
         run_batch(tasks, tasks.bounded, "bounded", records, admin, 24, 0.01)
         run_batch(tasks, tasks.plain, "plain", records, admin, 24, 0.01)
-        results: dict[str, list[dict[str, float]]] = {"bounded": [], "unbounded": []}
+        results: dict[str, list[dict[str, Any]]] = {"bounded": [], "unbounded": []}
         for _ in range(rounds):
             for label, task, queue in (("unbounded", tasks.plain, "plain"),
                                        ("bounded", tasks.bounded, "bounded")):  # fmt: skip
@@ -185,10 +194,15 @@ def run(count: int, seconds: float, limit: int, rounds: int, options: dict[str, 
                          int(r["peak"]), f"{r['busy']:.0%}", int(r["rescheduled"]),
                          f"{r['commands']:.1f}"])  # fmt: skip
     print(f"{count} tasks of {seconds * 1000:g} ms, limit {limit}: bounded on 2 workers x 4 "
-          f"(prefork), unbounded on 1 worker x {limit}; options {options or 'default'}\n")
+          f"(prefork), unbounded on 1 worker x {limit}; options {options or 'default'}, "
+          f"prefetch multiplier {prefetch}\n")
     print_table(["run", "makespan s", "ideal s", "peak", "busy", "re-scheduled",
                  "Redis cmds/task"],
                 rows)  # fmt: skip
+    if dump:
+        with open(dump, "w", encoding="utf-8") as f:
+            json.dump({label: [{"start": r["start"], "intervals": r["intervals"]} for r in rs]
+                       for label, rs in results.items()}, f)  # fmt: skip
     ratio = statistics.median(r["makespan"] for r in results["bounded"]) / statistics.median(
         r["makespan"] for r in results["unbounded"]
     )
@@ -215,14 +229,19 @@ def main() -> None:
     parser.add_argument("--countdown", type=float, help="concurrency_countdown (s)")
     parser.add_argument("--jitter", type=float, help="concurrency_jitter (s)")
     parser.add_argument("--wait", type=float, help="concurrency_wait (s)")
+    parser.add_argument("--waiters", type=int, help="concurrency_waiters")
+    parser.add_argument("--prefetch", type=int, default=4, help="worker_prefetch_multiplier")
+    parser.add_argument("--dump", help="write every run's intervals to this JSON file")
     args = parser.parse_args()
     options = {
         f"concurrency_{name}": value
-        for name, value in (("countdown", args.countdown), ("jitter", args.jitter),
-                            ("wait", args.wait))  # fmt: skip
+        for name, value in (
+            ("countdown", args.countdown), ("jitter", args.jitter), ("wait", args.wait),
+            ("waiters", args.waiters),
+        )
         if value is not None
     }
-    run(args.tasks, args.duration, args.limit, args.rounds, options)
+    run(args.tasks, args.duration, args.limit, args.rounds, options, args.prefetch, args.dump)
 
 
 if __name__ == "__main__":

@@ -8,17 +8,24 @@ the singleton lock when the task is a singleton too) and gives it back when it e
 back within one ``lock_ttl``; the worker's main process gives it back at once when
 Celery tells it the child died, hit its hard time limit or was terminated.
 
-**Over the limit** the run does not block its worker slot (unless
-``concurrency_wait`` asks it to wait in place first): it publishes its own message
-again, same task id, same arguments and options, the same ``retries`` count -- so it
-never spends ``max_retries`` -- with a countdown of ``concurrency_countdown`` plus up
-to ``concurrency_jitter`` seconds at random, and ends with ``Ignore``: the current
-message is acknowledged and no result is stored. The copy goes through
-``RedisLockTask.apply_async`` as a ``retry()`` does, so a singleton task hands its
-lock over to it (held through the countdown) instead of letting it go. Meanwhile the
-task's ``AsyncResult`` reads ``PENDING`` (with ``task_track_started``, the ``STARTED``
-the worker stored is set back to ``PENDING``). Each re-schedule sends
-:data:`~.signals.permit_rescheduled`.
+**Over the limit** a run never holds its worker slot for long:
+
+1. if fewer than ``concurrency_waiters`` runs of the pool (default: as many as its
+   limit) are waiting in place already, across all workers, it waits in place too,
+   for up to ``concurrency_wait`` seconds (default 0.5; woken the moment a permit is
+   released, so a freed permit never sits idle while work is queued);
+2. otherwise, or if still refused, it publishes its own message again -- same task
+   id, arguments and options, the same ``retries`` count, so it never spends
+   ``max_retries`` -- with a countdown of ``concurrency_countdown`` plus up to
+   ``concurrency_jitter`` seconds at random, and ends with ``Ignore``: the current
+   message is acknowledged and no result is stored.
+
+The copy goes through ``RedisLockTask.apply_async`` as a ``retry()`` does, so a
+singleton task hands its lock over to it (held through the countdown) instead of
+letting it go. Meanwhile the task's ``AsyncResult`` reads ``PENDING`` (with
+``task_track_started``, the ``STARTED`` the worker stored is set back to
+``PENDING``). Each re-schedule sends :data:`~.signals.permit_rescheduled`;
+``concurrency_wait=0`` never waits in place.
 
 In eager mode (``apply()``, ``task_always_eager``) there is no queue to go back to:
 the run waits in place for a permit, as long as it takes.
@@ -233,13 +240,7 @@ def _reschedule(
 ) -> None:  # fmt: skip
     """Publish this run's message again in a jittered countdown; always raises Ignore."""
     request = task.request
-    import os as _os
-    _cap = float(_os.environ.get("BB_CAP", "0") or 0)
-    if _cap:
-        base = min(_cap, options.countdown * float(_os.environ.get("BB_FACTOR", "2")) ** rescheduled)
-        countdown = base + random.uniform(0.0, base * float(_os.environ.get("BB_J", "1")))
-    else:
-        countdown = options.countdown + random.uniform(0.0, options.jitter)
+    countdown = options.countdown + random.uniform(0.0, options.jitter)
     sig = task.signature_from_request(request, countdown=countdown)
     message = dict(sig.options)
     headers = dict(message.get("headers") or {})

@@ -64,14 +64,22 @@ __all__ = [
     "check_limits",
 ]
 
-DEFAULT_COUNTDOWN: Final = 0.5
-"""Seconds before a run refused a permit is tried again (plus jitter)."""
+# The defaults come from benchmarks/bench_bounded.py (see the README): re-scheduling
+# alone leaves a permit idle for as long as a re-sent message takes to come back and
+# be tried (the countdown, plus ~5 ms of worker time per try), which cost 30 % of the
+# throughput of 50 ms tasks; a few runs waiting in place take a freed permit at once.
 
-DEFAULT_JITTER: Final = 0.5
-"""Up to this many seconds are added at random to each re-schedule's countdown."""
+DEFAULT_COUNTDOWN: Final = 0.2
+"""Seconds before a run refused a permit is tried again (plus jitter). Short, so a
+freed permit soon finds a taker; each re-schedule costs a publish and a delivery."""
 
-DEFAULT_WAIT: Final = 0.0
-"""Seconds a refused run waits in place before it is re-scheduled."""
+DEFAULT_JITTER: Final = 0.3
+"""Up to this many seconds are added at random to each re-schedule's countdown, so
+re-scheduled runs come back spread out rather than all at once."""
+
+DEFAULT_WAIT: Final = 0.5
+"""Seconds a refused run waits in place (if fewer than ``concurrency_waiters`` wait
+already) before it is re-scheduled: brief, so a slot is never held for long."""
 
 OPTIONS: Final = ("concurrency_limit", "concurrency_key", "concurrency_countdown",
                   "concurrency_jitter", "concurrency_wait", "concurrency_waiters")  # fmt: skip

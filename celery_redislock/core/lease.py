@@ -21,7 +21,7 @@ from typing import Protocol
 
 from ..errors import LockNotOwned
 
-__all__ = ["Lease", "LeaseHolder"]
+__all__ = ["Lease", "LeaseHolder", "OnLost"]
 
 _LOST_LOCK = threading.Lock()
 
@@ -32,6 +32,10 @@ def _new_lost_lock_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_new_lost_lock_after_fork)
+
+
+OnLost = Callable[["Lease"], None]
+"""Signature of an ``on_lost`` callback: called once, with the lost lease."""
 
 
 class LeaseHolder(Protocol):

@@ -13,16 +13,22 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 from ..errors import ConfigurationError
 from .info import HolderInfo, PrimitiveInfo
 from .keys import DEFAULT_PREFIX, KeySpace
-from .lease import Lease
+from .lease import Lease, OnLost
 from .scripts import LuaScript, as_text
-from .validate import check_bool, check_client, ttl_to_ms
+from .validate import (
+    acquire_deadline,
+    capped_ttl_ms,
+    check_bool,
+    check_client,
+    check_max_hold,
+    ttl_to_ms,
+)
 from .waiting import WAITER_HEARTBEAT_MS, wait_until_granted
 
 __all__ = ["FENCE_MEMORY_MS", "RedisLock"]
@@ -44,8 +50,6 @@ _RENEW = LuaScript("lock_renew.lua")
 _NO_WAIT, _WAIT = b"0", b"1"
 _BEAT_ARG = b"%d" % WAITER_HEARTBEAT_MS
 _MEMORY_ARG = b"%d" % FENCE_MEMORY_MS
-
-OnLost = Callable[[Lease], None]
 
 
 class RedisLock:
@@ -77,14 +81,17 @@ class RedisLock:
         self._keys = KeySpace.build(prefix, "lock", name)
         self._ttl_ms = ttl_to_ms(ttl)
         self.renew = check_bool(renew, "renew")
-        self.max_hold = _check_max_hold(max_hold)
+        self.max_hold = check_max_hold(max_hold)
         self._local = threading.local()
         # The hot path sends these as they are: keys and channel encoded once with the
         # client's own encoder (what redis-py would send for the str), not per call.
         encode = self._client.get_encoder().encode
         keys = self._keys
         self._acquire_keys: list[Any] = [
-            encode(keys.holders), encode(keys.fence), encode(keys.queue), encode(keys.alive)
+            encode(keys.holders),
+            encode(keys.fence),
+            encode(keys.queue),
+            encode(keys.alive),
         ]
         holders, _, queue, alive = self._acquire_keys
         self._release_keys = [holders, queue, alive]
@@ -133,7 +140,7 @@ class RedisLock:
         runs once if the lease is found lost (see :mod:`.renewal`).
         """
         lease, _ = self._acquire(
-            _deadline(blocking, timeout), owner, ttl, renew, on_lost, max_hold
+            acquire_deadline(blocking, timeout), owner, ttl, renew, on_lost, max_hold
         )
         return lease
 
@@ -164,8 +171,8 @@ class RedisLock:
         on_lost: OnLost | None,
         max_hold: float | None,
     ) -> tuple[Lease | None, str | None]:
-        max_hold = self.max_hold if max_hold is None else _check_max_hold(max_hold)
-        ttl_ms = _capped(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold)
+        max_hold = self.max_hold if max_hold is None else check_max_hold(max_hold)
+        ttl_ms = capped_ttl_ms(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold)
         if owner is not None and (not isinstance(owner, str) or not owner):
             raise ConfigurationError(f"owner must be a non-empty string or None, got {owner!r}")
         keys = self._keys
@@ -220,8 +227,8 @@ class RedisLock:
         for argument, value in (("token", token), ("new_token", new_token), ("owner", owner)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise ConfigurationError(f"{argument} must be a non-empty string, got {value!r}")
-        max_hold = self.max_hold if max_hold is None else _check_max_hold(max_hold)
-        ttl_ms = _capped(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold)
+        max_hold = self.max_hold if max_hold is None else check_max_hold(max_hold)
+        ttl_ms = capped_ttl_ms(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold)
         new_token = new_token or secrets.token_hex(16)
         sent_at = time.monotonic()
         granted, fence = _ADOPT(
@@ -353,29 +360,3 @@ def _new_token() -> tuple[str, str]:
         _process = (os.getpid(), secrets.token_hex(4))
     tag = _process[1]
     return f"{secrets.token_hex(16)}.{tag}", tag
-
-
-def _check_max_hold(max_hold: float | None) -> float | None:
-    """``max_hold`` in seconds (millisecond precision), or None; else raise."""
-    return None if max_hold is None else ttl_to_ms(max_hold, "max_hold") / 1000.0
-
-
-def _capped(ttl_ms: int, max_hold: float | None) -> int:
-    """A first TTL never longer than ``max_hold``."""
-    return ttl_ms if max_hold is None else min(ttl_ms, round(max_hold * 1000))
-
-
-def _deadline(blocking: bool, timeout: float | None) -> float | None:
-    """None: try once. math.inf: wait for ever. Else the monotonic deadline."""
-    if timeout is not None and (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float))
-        or math.isnan(timeout)
-        or timeout < 0
-    ):
-        raise ConfigurationError(
-            f"timeout must be None or a number of seconds >= 0, got {timeout!r}"
-        )
-    if not blocking:
-        return None
-    return math.inf if timeout is None else time.monotonic() + timeout

@@ -2,10 +2,11 @@
 
 Each script is read and hashed once at import. A line ``--!include lib.lua`` is
 replaced by that file's text, so helpers shared by several scripts live in one file
-while every script still reaches Redis as one self-contained source. A call sends ``EVALSHA``; when the
-server answers NOSCRIPT (a restart, a failover or ``SCRIPT FLUSH`` emptied its cache)
-the same call is re-sent as ``EVAL``, which runs the script and caches it again. A
-NOSCRIPT reply means the script did not run, so the retry cannot apply it twice.
+while every script still reaches Redis as one self-contained source. A call sends
+``EVALSHA``; when the server answers NOSCRIPT (a restart, a failover or ``SCRIPT
+FLUSH`` emptied its cache) the same call is re-sent as ``EVAL``, which runs the script
+and caches it again. A NOSCRIPT reply means the script did not run, so the retry
+cannot apply it twice.
 """
 
 from __future__ import annotations

@@ -19,11 +19,18 @@ from typing import Any
 from ..errors import ConfigurationError
 from .info import PrimitiveInfo
 from .keys import DEFAULT_PREFIX, KeySpace
-from .lease import Lease
-from .lock import OnLost, _capped, _check_max_hold, _deadline
+from .lease import Lease, OnLost
 from .scripts import LuaScript
 from .semaphore_scripts import RENEW, SemaphoreScripts, new_token
-from .validate import check_bool, check_client, check_positive_int, ttl_to_ms
+from .validate import (
+    acquire_deadline,
+    capped_ttl_ms,
+    check_bool,
+    check_client,
+    check_max_hold,
+    check_positive_int,
+    ttl_to_ms,
+)
 from .waiting import wait_until_granted
 
 __all__ = ["RedisSemaphore"]
@@ -79,7 +86,7 @@ class RedisSemaphore:
         self._ttl_ms = ttl_to_ms(ttl)
         self._fair = check_bool(fair, "fair")
         self.renew = check_bool(renew, "renew")
-        self.max_hold = _check_max_hold(max_hold)
+        self.max_hold = check_max_hold(max_hold)
         self._scripts = SemaphoreScripts(self._client, self._keys, self._limit, self._fair)
         self._local = threading.local()
         self._warned_limit = False
@@ -134,11 +141,11 @@ class RedisSemaphore:
         ``ttl``, ``renew`` and ``max_hold`` default to the semaphore's; ``on_lost(lease)``
         runs once if the lease is found lost (see :mod:`.renewal`).
         """
-        deadline = _deadline(blocking, timeout)
+        deadline = acquire_deadline(blocking, timeout)
         if timeout == 0:
             deadline = None
-        max_hold = self.max_hold if max_hold is None else _check_max_hold(max_hold)
-        ttl_ms = _capped(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold)
+        max_hold = self.max_hold if max_hold is None else check_max_hold(max_hold)
+        ttl_ms = capped_ttl_ms(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold)
         if owner is not None and (not isinstance(owner, str) or not owner):
             raise ConfigurationError(f"owner must be a non-empty string or None, got {owner!r}")
         token, tag = new_token()

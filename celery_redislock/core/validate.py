@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from redis import Redis
@@ -10,7 +11,16 @@ from redis.cluster import RedisCluster
 
 from ..errors import ConfigurationError
 
-__all__ = ["check_bool", "check_client", "check_name", "check_positive_int", "ttl_to_ms"]
+__all__ = [
+    "acquire_deadline",
+    "capped_ttl_ms",
+    "check_max_hold",
+    "check_bool",
+    "check_client",
+    "check_name",
+    "check_positive_int",
+    "ttl_to_ms",
+]
 
 
 def ttl_to_ms(value: object, argument: str = "ttl") -> int:
@@ -20,11 +30,12 @@ def ttl_to_ms(value: object, argument: str = "ttl") -> int:
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigurationError(
-            f"{argument} must be a number of seconds > 0, got {value!r} "
-            f"({type(value).__name__})"
+            f"{argument} must be a number of seconds > 0, got {value!r} ({type(value).__name__})"
         )
     if math.isnan(value) or math.isinf(value) or value <= 0:
-        raise ConfigurationError(f"{argument} must be a finite number of seconds > 0, got {value!r}")
+        raise ConfigurationError(
+            f"{argument} must be a finite number of seconds > 0, got {value!r}"
+        )
     return max(1, round(value * 1000))
 
 
@@ -61,3 +72,30 @@ def check_bool(value: object, argument: str) -> bool:
     if not isinstance(value, bool):
         raise ConfigurationError(f"{argument} must be True or False, got {value!r}")
     return value
+
+
+def check_max_hold(max_hold: object) -> float | None:
+    """``max_hold`` in seconds (millisecond precision), or None; else raise."""
+    return None if max_hold is None else ttl_to_ms(max_hold, "max_hold") / 1000.0
+
+
+def capped_ttl_ms(ttl_ms: int, max_hold: float | None) -> int:
+    """A first lease time never longer than ``max_hold``."""
+    return ttl_ms if max_hold is None else min(ttl_ms, round(max_hold * 1000))
+
+
+def acquire_deadline(blocking: bool, timeout: object) -> float | None:
+    """When a blocking acquire gives up: None to try once, ``math.inf`` to wait for
+    ever, else a ``time.monotonic()`` instant. A bad ``timeout`` raises."""
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or math.isnan(timeout)
+        or timeout < 0
+    ):
+        raise ConfigurationError(
+            f"timeout must be None or a number of seconds >= 0, got {timeout!r}"
+        )
+    if not blocking:
+        return None
+    return math.inf if timeout is None else time.monotonic() + timeout

@@ -10,7 +10,9 @@ than the holder's TTL runs out, so a lost message costs latency, never liveness.
 The subscription is confirmed before a waiter sleeps (and before it re-checks the
 primitive), so a release that happens after that check always reaches it.
 Channels stay subscribed for :data:`IDLE_UNSUBSCRIBE` seconds after their last
-waiter leaves, so a busy lock does not pay SUBSCRIBE/UNSUBSCRIBE per wait.
+waiter leaves, so a busy lock does not pay SUBSCRIBE/UNSUBSCRIBE per wait. A reader
+with no channel left for :data:`IDLE_STOP` seconds closes its connection and ends;
+the notifier holds its client weakly, so short-lived clients leave nothing behind.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from redis.exceptions import RedisError
 
@@ -36,6 +39,9 @@ WAKE_ALL = "*"
 
 IDLE_UNSUBSCRIBE = 10.0
 """Seconds a channel stays subscribed after its last waiter left."""
+
+IDLE_STOP = 30.0
+"""Seconds a reader thread with no subscribed channel waits before it ends."""
 
 SUBSCRIBE_CONFIRM_TIMEOUT = 1.0
 """Longest a waiter waits for its SUBSCRIBE to be confirmed before relying on polls."""
@@ -53,7 +59,7 @@ class _Channel:
 class Notifier:
     """The process's shared subscriber for one Redis client (see module docs)."""
 
-    _registry: dict[tuple[int, int], Notifier] = {}
+    _registry: ClassVar[dict[tuple[int, int], Notifier]] = {}
     _registry_lock = threading.Lock()
 
     @classmethod
@@ -66,6 +72,7 @@ class Notifier:
                 notifier = cls._registry.get(key)
                 if notifier is None:
                     notifier = cls._registry[key] = cls(client)
+                    weakref.finalize(client, cls._registry.pop, key, None)
         return notifier
 
     @classmethod
@@ -76,7 +83,7 @@ class Notifier:
         cls._registry_lock = threading.Lock()
 
     def __init__(self, client: Any) -> None:
-        self._client = client
+        self._client = weakref.ref(client)  # a closed, dropped client must not be kept
         self._pubsub: Any = None
         self._channels: dict[str, _Channel] = {}
         self._lock = threading.Lock()
@@ -126,17 +133,27 @@ class Notifier:
 
     def _ensure_reader(self) -> None:
         if self._pubsub is None:
-            self._pubsub = self._client.pubsub()
+            client = self._client()
+            assert client is not None  # a waiter's lock holds its client
+            self._pubsub = client.pubsub()
         if self._reader is None or not self._reader.is_alive():
             self._reader = threading.Thread(
-                target=self._read_forever, name="celery-redislock-notifier", daemon=True
+                target=self._read_forever,
+                args=(self._pubsub,),
+                name="celery-redislock-notifier",
+                daemon=True,
             )
             self._reader.start()
 
-    def _read_forever(self) -> None:
+    def _read_forever(self, pubsub: Any) -> None:
+        idle_since = time.monotonic()
         while True:
+            if self._channels:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > IDLE_STOP and self._stop_if_idle(pubsub):
+                return
             try:
-                message = self._pubsub.get_message(timeout=1.0)
+                message = pubsub.get_message(timeout=1.0)
             except (RedisError, OSError, ValueError, AttributeError) as exc:
                 # Redis restarted or unreachable, or the client closed the connection
                 # under us (ValueError, or AttributeError when redis-py's parser was
@@ -150,6 +167,18 @@ class Notifier:
             if message is not None:
                 self._dispatch(message)
             self._unsubscribe_idle()
+
+    def _stop_if_idle(self, pubsub: Any) -> bool:
+        """End this reader if still no channel is in use (decided under the lock, so
+        a waiter joining now gets a fresh connection and reader)."""
+        with self._lock:
+            if self._channels or self._pubsub is not pubsub:
+                return False
+            self._pubsub = None
+            self._reader = None
+        with contextlib.suppress(RedisError, OSError):
+            pubsub.close()
+        return True
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         channel = as_text(message.get("channel"))

@@ -17,13 +17,15 @@ def critical_sections(
 
     Reports ``(start, end, released_ok)`` per critical section: ``time.time()`` taken
     just inside the lease (one clock for every process of the machine), and whether
-    the release found the lease still ours.
+    the release found the lease still ours. ``go`` is a barrier that every worker (and
+    the test) meets once ready, so that all compete from the same moment.
     """
     client = redis.Redis.from_url(url)
     lock = RedisLock(client, name, ttl=10)
     rows: list[tuple[float, float, bool]] = []
     try:
-        go.wait(60)
+        client.ping()
+        go.wait(30)
         stop_at = time.time() + duration
         while time.time() < stop_at:
             lease = lock.acquire(timeout=15)

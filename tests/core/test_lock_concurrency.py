@@ -53,7 +53,7 @@ def check(per_worker: list[list[Section]], r: redis.Redis, counter: str) -> None
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_no_overlap_with_eight_processes(r: redis.Redis, redis_url: str) -> None:
-    go, out = spawn.Event(), spawn.Queue()
+    go, out = spawn.Barrier(9), spawn.Queue()
     procs = [
         spawn.Process(
             target=workers.critical_sections,
@@ -63,7 +63,7 @@ def test_no_overlap_with_eight_processes(r: redis.Redis, redis_url: str) -> None
     ]
     for proc in procs:
         proc.start()
-    go.set()
+    go.wait(30)  # every process is ready: they all start now
     per_worker = [out.get(timeout=45) for _ in procs]
     for proc in procs:
         proc.join(10)

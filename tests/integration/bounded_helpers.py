@@ -1,0 +1,51 @@
+"""Helpers for the bounded-concurrency tests: recorded runs and the interval sweep.
+
+A task body records each run as ``"<start> <end> <label>"`` (``time.time()``) in a
+Redis list; :func:`peak` sweeps over the intervals and returns the most runs that
+were live at one instant. A permit is taken before the body starts and given back
+after it ends, so the true overlap of permits is at least the recorded one: a
+recorded peak above the limit is a real violation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import redis
+
+from celery_redislock import RedisSemaphore
+from celery_redislock.core.info import HolderInfo
+
+__all__ = ["RECORD", "Interval", "holders", "peak", "runs"]
+
+Interval = tuple[float, float, str]
+
+RECORD = '''
+def record(list_name, label, seconds):
+    start = time.time()
+    time.sleep(seconds)
+    locks.rpush(list_name, f"{start} {time.time()} {label}")
+'''
+"""Source of ``record(list_name, label, seconds)`` for worker modules (needs ``locks``)."""
+
+
+def runs(client: redis.Redis, list_name: str) -> list[Interval]:
+    """The runs recorded in ``list_name``, by start time."""
+    rows = (item.decode().split(" ", 2) for item in client.lrange(list_name, 0, -1))
+    return sorted((float(start), float(end), label) for start, end, label in rows)
+
+
+def peak(intervals: Iterable[tuple[float, float] | Interval]) -> int:
+    """Most intervals open at one instant; an end at t closes before a start at t."""
+    spans = [(interval[0], interval[1]) for interval in intervals]
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    current = best = 0
+    for _, step in events:
+        current += step
+        best = max(best, current)
+    return best
+
+
+def holders(client: redis.Redis, pool: str) -> list[HolderInfo]:
+    """The live permits of ``pool`` (default prefix)."""
+    return RedisSemaphore(client, pool, limit=1).info().holders
