@@ -86,8 +86,14 @@ class RedisServer:
             "--loglevel", "warning",
             "--logfile", os.path.join(self._dir, "redis.log"),
         ]  # fmt: skip
+        # A session of its own: a Ctrl-C sent to the caller's terminal must not kill
+        # the server before the caller's own orderly shutdown has used it.
         self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + ready_timeout
         client = redis.Redis(port=self.port, socket_connect_timeout=0.5)

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, overload
 
 from celery import Celery, shared_task
-from typing_extensions import ParamSpec
 
 from ..errors import ConfigurationError
 from .bounded_options import OPTIONS as BOUNDED_OPTIONS

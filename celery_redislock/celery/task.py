@@ -18,11 +18,10 @@ checked. ``apply()`` and ``task_always_eager`` go through the same path as a wor
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from celery import Celery, Task
 from celery.result import AsyncResult
-from typing_extensions import ParamSpec
 
 from . import cleanup, enqueue
 from .bounded import CONCURRENCY
