@@ -88,13 +88,19 @@ class RedisLockTask(Task[_P, _R]):
     callable ``key(*args, **kwargs) -> str`` of the task's arguments."""
 
     concurrency_countdown: float | None = None
-    """Seconds before a run refused a permit runs again (``redislock_concurrency_countdown``)."""
+    """Seconds before a re-scheduled run is tried again (``redislock_concurrency_countdown``,
+    0.2)."""
 
     concurrency_jitter: float | None = None
-    """Up to this many seconds more, at random (``redislock_concurrency_jitter``)."""
+    """Up to this many seconds more, at random (``redislock_concurrency_jitter``, 0.3)."""
 
     concurrency_wait: float | None = None
-    """Seconds a refused run waits in place before it is re-scheduled (default 0)."""
+    """Seconds a refused run may wait in place before it is re-scheduled
+    (``redislock_concurrency_wait``, 0.5; 0: never wait in place)."""
+
+    concurrency_waiters: int | None = None
+    """At most this many runs of a pool wait in place at once, across all workers
+    (``redislock_concurrency_waiters``; None: as many as the limit)."""
 
     redislock_guards: ClassVar[tuple[Guard, ...]] = (SINGLETON, CONCURRENCY)
     """What each run holds, entered in this order and given back in reverse: the

@@ -346,3 +346,20 @@ def test_a_bad_limits_setting_fails_the_run(make_app: MakeApp, worker: Any) -> N
     message = r"redislock_concurrency_limits\['api'\] must be an int >= 1"
     with pytest.raises(ConfigurationError, match=message):
         call.delay().get(timeout=10)
+
+
+def test_revoke_terminate_gives_the_permit_back(app: Celery, locks: redis.Redis,
+                                                worker: Any) -> None:  # fmt: skip
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", lock_ttl=30)
+    def job() -> None:
+        locks.set("terminate-started", 1)
+        time.sleep(30)
+
+    worker(app, pool="prefork", concurrency=1)
+    result = job.delay()
+    wait_until(lambda: locks.get("terminate-started"), what="the run to start")
+    assert holders(locks, "api")
+    result.revoke(terminate=True)
+    # Long before lock_ttl (30 s): by the child's postrun and the main process.
+    wait_until(lambda: not holders(locks, "api"), timeout=5, what="the permit back")
+    wait_until(lambda: result.state == "REVOKED", what="REVOKED")
