@@ -109,7 +109,9 @@ class Lease:
         self._lost = False
         self._lost_reason = ""
         self._released = False
-        self._lost_event = threading.Event()
+        # Made on first use: most leases are never waited on, and an Event costs
+        # about as much as the rest of a lease (see benchmarks/bench_lock.py).
+        self._lost_event: threading.Event | None = None
         # Set by the renewer (renewal.keep_alive); called once when the lease is given
         # back, *before* the release is sent, so renewal never outlives release.
         self._stop_renewal: Callable[[], None] | None = None
@@ -151,7 +153,15 @@ class Lease:
     @property
     def lost_event(self) -> threading.Event:
         """An event set when the lease is found lost; user code may ``wait()`` on it."""
-        return self._lost_event
+        event = self._lost_event
+        if event is None:
+            with _LOST_LOCK:  # one event, and set if the lease was lost meanwhile
+                if self._lost_event is None:
+                    self._lost_event = threading.Event()
+                    if self._lost:
+                        self._lost_event.set()
+                event = self._lost_event
+        return event
 
     def remaining(self) -> float:
         """Seconds left before the local deadline (negative once passed)."""
@@ -192,8 +202,9 @@ class Lease:
 
     def wait_lost(self, timeout: float | None = None) -> bool:
         """Block until the lease is found lost or ``timeout`` passes; return :attr:`lost`."""
-        self._lost_event.wait(timeout)
-        return self._lost_event.is_set()
+        event = self.lost_event
+        event.wait(timeout)
+        return event.is_set()
 
     # -- used by the lock, the semaphore and the renewer ---------------------------
 
@@ -209,7 +220,9 @@ class Lease:
                 return
             self._lost = True
             self._lost_reason = reason
-        self._lost_event.set()
+            event = self._lost_event
+        if event is not None:
+            event.set()
         callback = self.on_lost
         if callback is not None:
             callback(self)
