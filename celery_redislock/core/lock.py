@@ -9,25 +9,18 @@ crashed holder's lock passes on when its TTL runs out.
 from __future__ import annotations
 
 import math
-import os
 import secrets
-import threading
 import time
-from types import TracebackType
 from typing import Any
 
 from ..errors import ConfigurationError
 from .info import HolderInfo, PrimitiveInfo
-from .keys import DEFAULT_PREFIX, KeySpace
+from .keys import DEFAULT_PREFIX
 from .lease import Lease, OnLost
+from .primitive import Primitive, fresh_token
 from .scripts import LuaScript, as_text
 from .validate import (
     acquire_deadline,
-    capped_ttl_ms,
-    check_bool,
-    check_client,
-    check_max_hold,
-    ttl_to_ms,
 )
 from .waiting import WAITER_HEARTBEAT_MS, wait_until_granted
 
@@ -52,7 +45,7 @@ _BEAT_ARG = b"%d" % WAITER_HEARTBEAT_MS
 _MEMORY_ARG = b"%d" % FENCE_MEMORY_MS
 
 
-class RedisLock:
+class RedisLock(Primitive):
     """A named lock shared by every process that uses the same Redis.
 
     Args:
@@ -67,6 +60,8 @@ class RedisLock:
             reported lost). None: no bound. An explicit ``extend()`` is not bounded.
     """
 
+    kind = "lock"
+
     def __init__(
         self,
         client: Any,
@@ -77,12 +72,7 @@ class RedisLock:
         renew: bool = False,
         max_hold: float | None = None,
     ) -> None:
-        self._client = check_client(client)
-        self._keys = KeySpace.build(prefix, "lock", name)
-        self._ttl_ms = ttl_to_ms(ttl)
-        self.renew = check_bool(renew, "renew")
-        self.max_hold = check_max_hold(max_hold)
-        self._local = threading.local()
+        super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold)
         # The hot path sends these as they are: keys and channel encoded once with the
         # client's own encoder (what redis-py would send for the str), not per call.
         encode = self._client.get_encoder().encode
@@ -97,26 +87,6 @@ class RedisLock:
         self._release_keys = [holders, queue, alive]
         self._holders_key = [holders]
         self._channel_arg: bytes = encode(keys.channel)
-
-    @property
-    def name(self) -> str:
-        """The lock's name."""
-        return self._keys.name
-
-    @property
-    def client(self) -> Any:
-        """The Redis client the lock talks to."""
-        return self._client
-
-    @property
-    def keys(self) -> KeySpace:
-        """The lock's Redis keys."""
-        return self._keys
-
-    @property
-    def ttl(self) -> float:
-        """Default lease time in seconds."""
-        return self._ttl_ms / 1000.0
 
     def acquire(
         self,
@@ -171,12 +141,9 @@ class RedisLock:
         on_lost: OnLost | None,
         max_hold: float | None,
     ) -> tuple[Lease | None, str | None]:
-        max_hold = self.max_hold if max_hold is None else check_max_hold(max_hold)
-        ttl_ms = capped_ttl_ms(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold)
-        if owner is not None and (not isinstance(owner, str) or not owner):
-            raise ConfigurationError(f"owner must be a non-empty string or None, got {owner!r}")
+        ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
         keys = self._keys
-        token, tag = _new_token()
+        token, tag = fresh_token()
         args: list[Any] = [token, owner or "", ttl_ms, _NO_WAIT, _BEAT_ARG, _MEMORY_ARG,
                            self._channel_arg]  # fmt: skip
         script_keys = self._acquire_keys
@@ -224,11 +191,10 @@ class RedisLock:
         already holds the lock, so one hand-over can never be taken twice. ``owner``
         replaces the lock's owner id (None keeps it).
         """
-        for argument, value in (("token", token), ("new_token", new_token), ("owner", owner)):
+        for argument, value in (("token", token), ("new_token", new_token)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise ConfigurationError(f"{argument} must be a non-empty string, got {value!r}")
-        max_hold = self.max_hold if max_hold is None else check_max_hold(max_hold)
-        ttl_ms = capped_ttl_ms(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold)
+        ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
         new_token = new_token or secrets.token_hex(16)
         sent_at = time.monotonic()
         granted, fence = _ADOPT(
@@ -295,20 +261,6 @@ class RedisLock:
             fence=int(fields["fence"]) if holders and "fence" in fields else None,
         )
 
-    def __enter__(self) -> Lease:
-        lease = self.acquire()
-        assert lease is not None  # a blocking acquire without timeout returns a lease
-        self._local.__dict__.setdefault("stack", []).append(lease)
-        return lease
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._local.stack.pop().__exit__(exc_type, exc, tb)
-
     def __repr__(self) -> str:
         return f"<RedisLock {self.name!r} ttl={self.ttl}>"
 
@@ -327,36 +279,3 @@ class RedisLock:
     @property
     def _renew_keys(self) -> tuple[str, ...]:
         return (self._keys.holders,)
-
-    def _new_lease(
-        self,
-        token: str,
-        fence: int,
-        ttl_ms: int,
-        owner: str | None,
-        sent_at: float,
-        renew: bool | None,
-        on_lost: OnLost | None,
-        max_hold: float | None,
-    ) -> Lease:
-        lease = Lease(self, token, fence, ttl_ms / 1000.0, owner=owner, granted_at=sent_at,
-                      on_lost=on_lost)  # fmt: skip
-        if self.renew if renew is None else renew:
-            from .renewal import keep_alive
-
-            keep_alive(lease, max_hold=max_hold)
-        return lease
-
-
-_process = (0, "")
-
-
-def _new_token() -> tuple[str, str]:
-    """A fresh unguessable token (128 bits from ``secrets``) ended by ``.<tag>``, the
-    tag of this process: wake-ups for the token are published on ``<channel>:<tag>``
-    (see ``notify`` in lib_lock.lua), so only this process's subscriber reads them."""
-    global _process
-    if _process[0] != os.getpid():  # first call, or a forked child: a tag of its own
-        _process = (os.getpid(), secrets.token_hex(4))
-    tag = _process[1]
-    return f"{secrets.token_hex(16)}.{tag}", tag

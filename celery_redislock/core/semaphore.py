@@ -11,25 +11,20 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
-from types import TracebackType
 from typing import Any
 
 from ..errors import ConfigurationError
 from .info import PrimitiveInfo
-from .keys import DEFAULT_PREFIX, KeySpace
+from .keys import DEFAULT_PREFIX
 from .lease import Lease, OnLost
+from .primitive import Primitive, fresh_token
 from .scripts import LuaScript
-from .semaphore_scripts import RENEW, SemaphoreScripts, new_token
+from .semaphore_scripts import RENEW, SemaphoreScripts
 from .validate import (
     acquire_deadline,
-    capped_ttl_ms,
     check_bool,
-    check_client,
-    check_max_hold,
     check_positive_int,
-    ttl_to_ms,
 )
 from .waiting import wait_until_granted
 
@@ -38,7 +33,7 @@ __all__ = ["RedisSemaphore"]
 log = logging.getLogger(__name__)
 
 
-class RedisSemaphore:
+class RedisSemaphore(Primitive):
     """A named counting semaphore shared by every process that uses the same Redis.
 
     Args:
@@ -68,6 +63,8 @@ class RedisSemaphore:
     of live leases never exceeds the largest limit in use.
     """
 
+    kind = "semaphore"
+
     def __init__(
         self,
         client: Any,
@@ -80,32 +77,12 @@ class RedisSemaphore:
         renew: bool = False,
         max_hold: float | None = None,
     ) -> None:
-        self._client = check_client(client)
-        self._keys = KeySpace.build(prefix, "semaphore", name)
+        super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold)
         self._limit = check_positive_int(limit, "limit")
-        self._ttl_ms = ttl_to_ms(ttl)
         self._fair = check_bool(fair, "fair")
-        self.renew = check_bool(renew, "renew")
-        self.max_hold = check_max_hold(max_hold)
         self._scripts = SemaphoreScripts(self._client, self._keys, self._limit, self._fair)
-        self._local = threading.local()
         self._warned_limit = False
         self._contended = False
-
-    @property
-    def name(self) -> str:
-        """The semaphore's name."""
-        return self._keys.name
-
-    @property
-    def client(self) -> Any:
-        """The Redis client the semaphore talks to."""
-        return self._client
-
-    @property
-    def keys(self) -> KeySpace:
-        """The semaphore's Redis keys."""
-        return self._keys
 
     @property
     def limit(self) -> int:
@@ -116,11 +93,6 @@ class RedisSemaphore:
     def fair(self) -> bool:
         """True when permits are granted strictly in request order."""
         return self._fair
-
-    @property
-    def ttl(self) -> float:
-        """Default lease time in seconds."""
-        return self._ttl_ms / 1000.0
 
     def acquire(
         self,
@@ -144,11 +116,8 @@ class RedisSemaphore:
         deadline = acquire_deadline(blocking, timeout)
         if timeout == 0:
             deadline = None
-        max_hold = self.max_hold if max_hold is None else check_max_hold(max_hold)
-        ttl_ms = capped_ttl_ms(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold)
-        if owner is not None and (not isinstance(owner, str) or not owner):
-            raise ConfigurationError(f"owner must be a non-empty string or None, got {owner!r}")
-        token, tag = new_token()
+        ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
+        token, tag = fresh_token()
         result: list[Any] = []
         attempts = 0
 
@@ -173,13 +142,9 @@ class RedisSemaphore:
             self._contended = attempts > 1
             if not granted:
                 return None
-        lease = Lease(self, token, int(result[2]), ttl_ms / 1000.0, owner=owner,
-                      granted_at=result[0], on_lost=on_lost)  # fmt: skip
-        if self.renew if renew is None else renew:
-            from .renewal import keep_alive
-
-            keep_alive(lease, max_hold=max_hold)
-        return lease
+        return self._new_lease(
+            token, int(result[2]), ttl_ms, owner, result[0], renew, on_lost, max_hold
+        )
 
     def available(self) -> int:
         """Permits not held by a live lease, under this object's limit (read-only).
@@ -211,20 +176,6 @@ class RedisSemaphore:
     def info(self) -> PrimitiveInfo:
         """Live leases with their TTL left, the waiters and the stored limit, read-only."""
         return self._scripts.info(self.name, self._limit)
-
-    def __enter__(self) -> Lease:
-        lease = self.acquire()
-        assert lease is not None  # a blocking acquire without timeout returns a lease
-        self._local.__dict__.setdefault("stack", []).append(lease)
-        return lease
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._local.stack.pop().__exit__(exc_type, exc, tb)
 
     def __repr__(self) -> str:
         fair = " fair" if self._fair else ""

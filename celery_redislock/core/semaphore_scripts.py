@@ -8,8 +8,6 @@ scripts publish it on ``<wake channel>:<tag>``, which only that process listens 
 
 from __future__ import annotations
 
-import os
-import secrets
 from typing import Any
 
 from .info import HolderInfo, PrimitiveInfo
@@ -18,7 +16,7 @@ from .lock import FENCE_MEMORY_MS
 from .scripts import LuaScript, as_text
 from .waiting import WAITER_HEARTBEAT_MS
 
-__all__ = ["PATIENCE_MS", "RENEW", "SemaphoreScripts", "new_token"]
+__all__ = ["PATIENCE_MS", "RENEW", "SemaphoreScripts"]
 
 PATIENCE_MS = 2.0
 """Not fair: once the longest waiter has waited this long (ms), newcomers no longer
@@ -32,17 +30,6 @@ _RELEASE_OWNER = LuaScript("semaphore_release_owner.lua")
 _INFO = LuaScript("semaphore_info.lua")
 RENEW = LuaScript("semaphore_renew.lua")
 """The renewer's batch script for semaphore leases (keys: holders, leases)."""
-
-_process = (0, "")
-
-
-def new_token() -> tuple[str, str]:
-    """A fresh unguessable token and the tag of this process that ends it."""
-    global _process
-    if _process[0] != os.getpid():  # first call, or a forked child: a tag of its own
-        _process = (os.getpid(), secrets.token_hex(4))
-    tag = _process[1]
-    return f"{secrets.token_hex(16)}.{tag}", tag
 
 
 class SemaphoreScripts:

@@ -18,6 +18,7 @@ import redis
 
 from celery_redislock import ConfigurationError, Lease, LockNotOwned, RedisLock
 from celery_redislock.core import lock as lock_module
+from celery_redislock.core import primitive as primitive_module
 
 
 @pytest.fixture
@@ -499,7 +500,7 @@ def test_forked_child_cannot_release_or_extend_the_parents_lease(
         other = lock.acquire(ttl=0.01, blocking=False, owner="x")  # refused, but a token
         checks = [
             other is None,
-            lock_module._new_token()[1] != lease.token.rsplit(".", 1)[1],  # a tag of its own
+            primitive_module.fresh_token()[1] != lease.token.rsplit(".", 1)[1],  # a tag of its own
             lease.release() is False,
             lease.extend(60) is False,
             lease.lost,

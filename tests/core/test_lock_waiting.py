@@ -20,6 +20,7 @@ import redis
 
 from celery_redislock import Lease, RedisLock
 from celery_redislock.core import lock as lock_module
+from celery_redislock.core import primitive as primitive_module
 from celery_redislock.core.waiting import MAX_POLL, WAITER_HEARTBEAT_MS
 
 
@@ -130,7 +131,7 @@ def test_waiters_are_served_in_fifo_order(
     # One subscriber connection for the whole process, whatever the number of waiters,
     # on the lock's channel for this process.
     channels = r.pubsub_channels(f"{lock.keys.channel}*")
-    tag = lock_module._new_token()[1]
+    tag = primitive_module.fresh_token()[1]
     assert channels == [f"{lock.keys.channel}:{tag}".encode()]
     assert r.pubsub_numsub(channels[0]) == [(channels[0], 1)]
     started = time.monotonic()

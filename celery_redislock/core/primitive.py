@@ -1,0 +1,135 @@
+"""What ``RedisLock`` and ``RedisSemaphore`` share: checked settings, the ``with``
+statement, lease terms and creation, and the process-tagged tokens their waiters use.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from types import TracebackType
+from typing import Any, ClassVar
+
+from ..errors import ConfigurationError
+from .keys import KeySpace
+from .lease import Lease, OnLost
+from .validate import capped_ttl_ms, check_bool, check_client, check_max_hold, ttl_to_ms
+
+__all__ = ["Primitive", "fresh_token"]
+
+
+class Primitive:
+    """Base of the lock and the semaphore: a named thing that grants :class:`Lease`\\ s.
+
+    Subclasses set :attr:`kind` (the key-space kind) and implement ``acquire``.
+    """
+
+    kind: ClassVar[str]
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        ttl: float,
+        prefix: str,
+        renew: bool,
+        max_hold: float | None,
+    ) -> None:
+        self._client = check_client(client)
+        self._keys = KeySpace.build(prefix, self.kind, name)
+        self._ttl_ms = ttl_to_ms(ttl)
+        self.renew = check_bool(renew, "renew")
+        self.max_hold = check_max_hold(max_hold)
+        self._local = threading.local()
+
+    @property
+    def name(self) -> str:
+        """The name given at construction."""
+        return self._keys.name
+
+    @property
+    def client(self) -> Any:
+        """The Redis client this talks to."""
+        return self._client
+
+    @property
+    def keys(self) -> KeySpace:
+        """The Redis keys and wake-up channel."""
+        return self._keys
+
+    @property
+    def ttl(self) -> float:
+        """Default lease time in seconds."""
+        return self._ttl_ms / 1000.0
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> Lease | None:
+        """Take a lease (see the subclass)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Lease:
+        lease = self.acquire()
+        assert lease is not None  # a blocking acquire without timeout returns a lease
+        self._local.__dict__.setdefault("stack", []).append(lease)
+        return lease
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._local.stack.pop().__exit__(exc_type, exc, tb)
+
+    # -- for the subclasses -----------------------------------------------------------
+
+    def _release_token(self, token: str) -> bool:
+        """Give up ``token`` in one round trip (the lease's side; see the subclass)."""
+        raise NotImplementedError
+
+    def _extend_token(self, token: str, ttl_ms: int) -> bool:
+        """Set ``token``'s TTL in one round trip (the lease's side; see the subclass)."""
+        raise NotImplementedError
+
+    def _lease_terms(
+        self, ttl: float | None, max_hold: float | None, owner: str | None
+    ) -> tuple[int, float | None]:
+        """Check one acquire's arguments; its TTL in ms (capped) and its ``max_hold``."""
+        if owner is not None and (not isinstance(owner, str) or not owner):
+            raise ConfigurationError(f"owner must be a non-empty string or None, got {owner!r}")
+        max_hold = self.max_hold if max_hold is None else check_max_hold(max_hold)
+        return capped_ttl_ms(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold), max_hold
+
+    def _new_lease(
+        self,
+        token: str,
+        fence: int,
+        ttl_ms: int,
+        owner: str | None,
+        sent_at: float,
+        renew: bool | None,
+        on_lost: OnLost | None,
+        max_hold: float | None,
+    ) -> Lease:
+        """The lease for a grant, handed to the renewer when renewal is on."""
+        lease = Lease(self, token, fence, ttl_ms / 1000.0, owner=owner, granted_at=sent_at,
+                      on_lost=on_lost)  # fmt: skip
+        if self.renew if renew is None else renew:
+            from .renewal import keep_alive
+
+            keep_alive(lease, max_hold=max_hold)
+        return lease
+
+
+_process = (0, "")
+
+
+def fresh_token() -> tuple[str, str]:
+    """A fresh unguessable token (128 bits from ``secrets``) ended by ``.<tag>``, the
+    tag of this process: wake-ups for the token are published on ``<channel>:<tag>``
+    (see ``notify`` in lib_lock.lua), so only this process's subscriber reads them."""
+    global _process
+    if _process[0] != os.getpid():  # first call, or a forked child: a tag of its own
+        _process = (os.getpid(), secrets.token_hex(4))
+    tag = _process[1]
+    return f"{secrets.token_hex(16)}.{tag}", tag
