@@ -79,6 +79,20 @@ local function notify(channel, token)
   redis.call('PUBLISH', channel, token)
 end
 
+-- Make `token` a waiter: a ticket the first time (the server's µs clock, bumped past
+-- the tail so the order is strict), a heartbeat deadline `beat` ms from now each time.
+local function enqueue_waiter(queue, alive, token, now, now_us, beat)
+  if redis.call('ZSCORE', queue, token) == false then
+    local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+    local ticket = now_us
+    if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end
+    redis.call('ZADD', queue, string.format('%d', ticket), token)
+  end
+  redis.call('ZADD', alive, string.format('%d', now + beat), token)
+  redis.call('PEXPIRE', queue, beat * 2)
+  redis.call('PEXPIRE', alive, beat * 2)
+end
+
 -- Drop waiters whose heartbeat lapsed; the queue's first token before and after.
 local function reap_waiters(queue, alive, now)
   local before = redis.call('ZRANGE', queue, 0, 0)[1]

@@ -61,20 +61,6 @@ local function stored_limit(meta, default)
   return tonumber(redis.call('HGET', meta, 'limit')) or default
 end
 
--- Make `token` a waiter: a ticket the first time (the server's µs clock, bumped past
--- the tail so the order is strict), a heartbeat deadline `beat` ms from now each time.
-local function enqueue(queue, alive, token, now, now_us, beat)
-  if redis.call('ZSCORE', queue, token) == false then
-    local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
-    local ticket = now_us
-    if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end
-    redis.call('ZADD', queue, string.format('%d', ticket), token)
-  end
-  redis.call('ZADD', alive, string.format('%d', now + beat), token)
-  redis.call('PEXPIRE', queue, beat * 2)
-  redis.call('PEXPIRE', alive, beat * 2)
-end
-
 -- Make the holders zset and leases hash outlive a lease of `ttl` ms from now.
 local function keep_keys(holders, leases, ttl)
   if redis.call('PTTL', holders) < ttl then

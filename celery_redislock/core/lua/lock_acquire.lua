@@ -43,18 +43,7 @@ local function grant(first)
 end
 
 local function refuse(wait_ms, holder)
-  if wait then
-    if redis.call('ZSCORE', queue, token) == false then
-      -- Ticket: the server's µs clock, bumped past the tail so order is strict.
-      local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
-      local ticket = now_us
-      if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end
-      redis.call('ZADD', queue, string.format('%d', ticket), token)
-    end
-    redis.call('ZADD', alive, string.format('%d', now + beat), token)
-    redis.call('PEXPIRE', queue, beat * 2)
-    redis.call('PEXPIRE', alive, beat * 2)
-  end
+  if wait then enqueue_waiter(queue, alive, token, now, now_us, beat) end
   return {0, wait_ms, holder}
 end
 

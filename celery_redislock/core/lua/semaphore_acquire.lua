@@ -89,7 +89,7 @@ if allowed then
 end
 
 if queued then wake_new(channel, before, eligible(queue, free, fair), token) end
-if wait then enqueue(queue, alive, token, now, now_us, beat) end
+if wait then enqueue_waiter(queue, alive, token, now, now_us, beat) end
 local wait_ms = 0
 if free <= 0 then
   local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
