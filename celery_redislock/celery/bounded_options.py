@@ -41,7 +41,6 @@ wait until fewer than the new limit hold permits (see
 
 from __future__ import annotations
 
-import contextlib
 import weakref
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
@@ -50,7 +49,7 @@ from typing import Any, Final, TypeAlias
 from celery import Celery
 
 from ..errors import ConfigurationError
-from .config import check_ttl, conf_fingerprint, task_option
+from .config import OptionsMemo, check_ttl, conf_fingerprint, task_option
 
 __all__ = [
     "DEFAULT_COUNTDOWN",
@@ -232,14 +231,17 @@ def _settings_of(app: Celery) -> _Settings:
         limits=check_limits(get("redislock_concurrency_limits")),
         countdown=_seconds(
             get("redislock_concurrency_countdown", DEFAULT_COUNTDOWN),
-            "redislock_concurrency_countdown", zero=False,
+            "redislock_concurrency_countdown",
+            zero=False,
         ),
         jitter=_seconds(
             get("redislock_concurrency_jitter", DEFAULT_JITTER),
-            "redislock_concurrency_jitter", zero=True,
+            "redislock_concurrency_jitter",
+            zero=True,
         ),
         wait=_seconds(
-            get("redislock_concurrency_wait", DEFAULT_WAIT), "redislock_concurrency_wait",
+            get("redislock_concurrency_wait", DEFAULT_WAIT),
+            "redislock_concurrency_wait",
             zero=True,
         ),
         waiters=_waiters(get("redislock_concurrency_waiters")),
@@ -253,30 +255,23 @@ def _waiters(value: object) -> int | None:
     return None if value is None else _limit(value, "redislock_concurrency_waiters", least=0)
 
 
-# task -> (raw option values, settings, options): read on every run, so validated and
-# merged once for as long as neither the options nor the settings change.
-_cache: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], _Settings, BoundedOptions]] = (
-    weakref.WeakKeyDictionary()
-)
+_memo: OptionsMemo[BoundedOptions] = OptionsMemo(OPTIONS)
 
 
 def bounded_options(task: Any) -> BoundedOptions:
     """The task's bounded-concurrency options now: its own, else the app's settings."""
-    raw = tuple(task_option(task, name) for name in OPTIONS)
     settings = _settings_of(task.app)
-    try:
-        cached = _cache.get(task)
-    except TypeError:  # not weakly referable: no cache
-        cached = None
-    if cached is not None and cached[1] is settings and cached[0] == raw:
-        return cached[2]
+    return _memo.get(task, settings, lambda: _merge(task, settings))
+
+
+def _merge(task: Any, settings: _Settings) -> BoundedOptions:
     values = _task_level(task)
 
     def pick(name: str, default: float) -> float:
         value = values[name]
         return default if value is None else float(value)
 
-    options = BoundedOptions(
+    return BoundedOptions(
         limit=values["concurrency_limit"],
         key=values["concurrency_key"],
         countdown=pick("concurrency_countdown", settings.countdown),
@@ -289,6 +284,3 @@ def bounded_options(task: Any) -> BoundedOptions:
         ),
         limits=settings.limits,
     )
-    with contextlib.suppress(TypeError):
-        _cache[task] = (raw, settings, options)
-    return options

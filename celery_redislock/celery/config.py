@@ -16,10 +16,11 @@ Celery default do not make ``Task.from_config`` raise. Through Celery's namespac
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from celery import Celery
 from celery.local import Proxy
@@ -29,6 +30,7 @@ from ..core.validate import check_name, ttl_to_ms
 from ..errors import ConfigurationError
 
 __all__ = [
+    "OptionsMemo",
     "DEFAULT_LOCK_TTL",
     "DEFAULT_QUEUED_TTL",
     "ON_DUPLICATE",
@@ -162,3 +164,32 @@ def task_option(task: object, name: str, default: Any = None) -> Any:
     if value is _NOTHING:
         value = getattr(type(task), name, default)
     return value.__func__ if isinstance(value, staticmethod) else value
+
+
+_T = TypeVar("_T")
+
+
+class OptionsMemo(Generic[_T]):
+    """A task's merged options, remembered while neither its raw option values (read
+    on every call: ``task_annotations`` and ``app.conf.update`` made later still count)
+    nor the app's settings object change, so validation runs once, not per call."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
+        self._memo: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], object, _T]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self, task: Any, settings: object, merge: Callable[[], _T]) -> _T:
+        """The remembered options of ``task`` under ``settings``, else ``merge()``'s."""
+        raw = tuple(task_option(task, name) for name in self._names)
+        try:
+            cached = self._memo.get(task)
+        except TypeError:  # not weakly referable: no memo
+            cached = None
+        if cached is not None and cached[1] is settings and cached[0] == raw:
+            return cached[2]
+        options = merge()
+        with contextlib.suppress(TypeError):
+            self._memo[task] = (raw, settings, options)
+        return options

@@ -25,14 +25,12 @@ the class).
 
 from __future__ import annotations
 
-import contextlib
-import weakref
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ..errors import ConfigurationError
 from .bounded_options import check_bounded_options
-from .config import Settings, check_on_duplicate, check_ttl, settings_for, task_option
+from .config import OptionsMemo, Settings, check_on_duplicate, check_ttl, settings_for, task_option
 
 __all__ = [
     "MODES",
@@ -156,27 +154,13 @@ def check_class_options(task: Any) -> None:
 _OPTIONS: Final = ("singleton", "singleton_mode", "lock_ttl", "lock_queued_ttl",
                    "singleton_interval", "reschedule_countdown", "on_duplicate",
                    "on_running_duplicate", "lock_key")  # fmt: skip
-# task -> (raw option values, settings, options): read on every call, so validated
-# and merged once for as long as neither the options nor the settings change.
-_cache: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], Settings, SingletonOptions]] = (
-    weakref.WeakKeyDictionary()
-)
+_memo: OptionsMemo[SingletonOptions] = OptionsMemo(_OPTIONS)
 
 
 def singleton_options(task: Any) -> SingletonOptions:
     """The task's singleton options now: its own, else the app's ``redislock_*``."""
-    raw = tuple(task_option(task, name) for name in _OPTIONS)
     settings = settings_for(task.app)
-    try:
-        cached = _cache.get(task)
-    except TypeError:  # not weakly referable: no cache
-        cached = None
-    if cached is not None and cached[1] is settings and cached[0] == raw:
-        return cached[2]
-    options = _merge(task, settings)
-    with contextlib.suppress(TypeError):
-        _cache[task] = (raw, settings, options)
-    return options
+    return _memo.get(task, settings, lambda: _merge(task, settings))
 
 
 def _merge(task: Any, settings: Settings) -> SingletonOptions:
