@@ -13,6 +13,7 @@ Layout, for prefix ``redislock`` and kind ``lock``::
     redislock:lock:{name}:fence     last fencing token granted (expires by itself)
     redislock:lock:{name}:queue     zset of waiters by ticket (FIFO order)
     redislock:lock:{name}:alive     zset of waiters by heartbeat deadline
+    redislock:lock:{name}:asks      hash of each waiter's request (TTL, owner)
     redislock:lock:{name}:meta      hash of settings stored with the primitive
     redislock:lock:{name}:wake      pub/sub channel: payload is the token to wake
 """
@@ -91,6 +92,11 @@ class KeySpace:
     def alive(self) -> str:
         """Key of the waiters ordered by heartbeat deadline."""
         return self.key("alive")
+
+    @property
+    def asks(self) -> str:
+        """Key of each waiter's request (TTL and owner), for grants made on release."""
+        return self.key("asks")
 
     @property
     def meta(self) -> str:

@@ -1,9 +1,10 @@
 """``RedisLock``: a mutual-exclusion lock on Redis, owned by a token.
 
 One Lua script per operation (``lua/lock_*.lua``), one round trip each when
-uncontended. Waiters queue in FIFO order and are woken by a message naming them
-when the lock is released (see :mod:`.waiting`), with a bounded fallback poll; a
-crashed holder's lock passes on when its TTL runs out.
+uncontended. Waiters queue in FIFO order; a release grants the lock to the first
+one and tells it so by a message (see :mod:`.waiting`), so a hand-off costs the
+waiter no round trip; a bounded fallback poll covers lost messages, and a crashed
+holder's lock passes on when its TTL runs out.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .scripts import LuaScript, as_text
 from .validate import (
     acquire_deadline,
 )
-from .waiting import WAITER_HEARTBEAT_MS, wait_until_granted
+from .waiting import WAITER_HEARTBEAT_MS, Grant, Notifier, wait_until_granted
 
 __all__ = ["FENCE_MEMORY_MS", "RedisLock"]
 
@@ -77,14 +78,12 @@ class RedisLock(Primitive):
         # client's own encoder (what redis-py would send for the str), not per call.
         encode = self._client.get_encoder().encode
         keys = self._keys
-        self._acquire_keys: list[Any] = [
-            encode(keys.holders),
-            encode(keys.fence),
-            encode(keys.queue),
-            encode(keys.alive),
-        ]
-        holders, _, queue, alive = self._acquire_keys
-        self._release_keys = [holders, queue, alive]
+        holders, fence, queue, alive, asks = (
+            encode(key) for key in (keys.holders, keys.fence, keys.queue, keys.alive, keys.asks)
+        )
+        self._acquire_keys: list[Any] = [holders, fence, queue, alive, asks]
+        self._release_keys = [holders, queue, alive, asks, fence]
+        self._queue_keys = [holders, queue, alive, asks]
         self._holders_key = [holders]
         self._channel_arg: bytes = encode(keys.channel)
 
@@ -142,34 +141,51 @@ class RedisLock(Primitive):
         max_hold: float | None,
     ) -> tuple[Lease | None, str | None]:
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
-        keys = self._keys
         token, tag = fresh_token()
         args: list[Any] = [token, owner or "", ttl_ms, _NO_WAIT, _BEAT_ARG, _MEMORY_ARG,
                            self._channel_arg]  # fmt: skip
-        script_keys = self._acquire_keys
-        # The first attempt is inline: the uncontended path makes no closure.
-        result: list[Any] = [time.monotonic(), *_ACQUIRE(self._client, script_keys, args)]
-        if result[1] != 1:
-            if deadline is None or deadline <= time.monotonic():  # e.g. timeout=0
-                return None, as_text(result[3]) or None
-            args[3] = _WAIT  # from now on, wait in the queue
-
-            def attempt() -> int | None:
-                result[:] = [time.monotonic(), *_ACQUIRE(self._client, script_keys, args)]
-                return None if result[1] == 1 else int(result[2])
-
-            leave_keys = [keys.holders, keys.queue, keys.alive]
-            granted = wait_until_granted(
-                self._client, f"{keys.channel}:{tag}", token, attempt,
-                lambda: _LEAVE(self._client, leave_keys, [token, keys.channel, "lock"]),
-                None if deadline == math.inf else deadline,
-            )  # fmt: skip
-            if not granted:
-                return None, as_text(result[3]) or None
-        lease = self._new_lease(
-            token, int(result[2]), ttl_ms, owner, result[0], renew, on_lost, max_hold
-        )
+        channel = f"{self._keys.channel}:{tag}"
+        reply: list[Any] = [0, 0, b""]
+        grant: Grant | None = None
+        if deadline is not None and Notifier.for_client(self._client).subscribed(channel):
+            # Waited here lately: the wake-ups are heard already, so the first
+            # attempt may queue at once (one round trip per wait saved).
+            args[3] = _WAIT
+            grant = self._wait(token, channel, args, reply, deadline)
+        else:
+            # The first attempt is inline: the uncontended path makes no closure.
+            sent_at = time.monotonic()
+            reply = _ACQUIRE(self._client, self._acquire_keys, args)
+            if reply[0] == 1:
+                grant = (int(reply[1]), sent_at)
+            elif deadline is not None and deadline > time.monotonic():
+                args[3] = _WAIT  # from now on, wait in the queue
+                grant = self._wait(token, channel, args, reply, deadline)
+        if grant is None:  # refused (blocking=False, timeout=0) or timed out
+            return None, as_text(reply[2]) or None
+        lease = self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
+                                max_hold)  # fmt: skip
         return lease, None
+
+    def _wait(self, token: str, channel: str, args: list[Any], reply: list[Any],
+              deadline: float) -> Grant | None:  # fmt: skip
+        """Queue as ``token`` until granted (see :func:`.waiting.wait_until_granted`);
+        ``reply`` keeps the last refusal (its holder's owner id)."""
+        client = self._client
+
+        def attempt() -> Grant | int:
+            sent_at = time.monotonic()
+            reply[:] = _ACQUIRE(client, self._acquire_keys, args)
+            return (int(reply[1]), sent_at) if reply[0] == 1 else int(reply[1])
+
+        def leave() -> int:
+            left = _LEAVE(client, self._queue_keys, [token, self._channel_arg, "lock"])
+            return int(left[1])
+
+        return wait_until_granted(
+            client, channel, token, attempt, leave,
+            lambda: self._release_token(token), None if deadline == math.inf else deadline,
+        )  # fmt: skip
 
     def adopt(
         self,
@@ -226,12 +242,7 @@ class RedisLock(Primitive):
         return self._release_owner("")
 
     def _release_owner(self, owner: str) -> int:
-        keys = self._keys
-        return int(
-            _RELEASE_OWNER(
-                self._client, [keys.holders, keys.queue, keys.alive], [owner, keys.channel]
-            )
-        )
+        return int(_RELEASE_OWNER(self._client, self._queue_keys, [owner, self._channel_arg]))
 
     def locked(self) -> bool:
         """True while any lease holds the lock."""
@@ -267,7 +278,8 @@ class RedisLock(Primitive):
     # -- the lease's side (LeaseHolder) -----------------------------------------------
 
     def _release_token(self, token: str) -> bool:
-        return bool(_RELEASE(self._client, self._release_keys, [token, self._channel_arg]))
+        args = [token, self._channel_arg, _BEAT_ARG, _MEMORY_ARG]
+        return bool(_RELEASE(self._client, self._release_keys, args))
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
         return bool(_EXTEND(self._client, self._holders_key, [token, ttl_ms]))

@@ -3,8 +3,9 @@
 One Lua script per operation (see :mod:`.semaphore_scripts`), one round trip each
 when uncontended. Live leases are a sorted set scored by their expiry on the
 server's clock; every script drops expired ones first, so a crashed holder's permit
-returns when its TTL runs out. Blocked acquirers queue (see :mod:`.waiting`); each
-release wakes exactly the waiters that may now take a permit, and only their process.
+returns when its TTL runs out. Blocked acquirers queue (see :mod:`.waiting`); a
+release grants the permits it frees to the first waiters itself and tells each by a
+message to its own process (no herd, and no round trip for the waiter).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .validate import (
     check_bool,
     check_positive_int,
 )
-from .waiting import wait_until_granted
+from .waiting import Grant, Notifier, wait_until_granted
 
 __all__ = ["RedisSemaphore"]
 
@@ -82,7 +83,6 @@ class RedisSemaphore(Primitive):
         self._fair = check_bool(fair, "fair")
         self._scripts = SemaphoreScripts(self._client, self._keys, self._limit, self._fair)
         self._warned_limit = False
-        self._contended = False
 
     @property
     def limit(self) -> int:
@@ -118,33 +118,31 @@ class RedisSemaphore(Primitive):
             deadline = None
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
         token, tag = fresh_token()
-        result: list[Any] = []
-        attempts = 0
 
-        def attempt() -> int | None:
-            nonlocal attempts
-            attempts += 1
+        def attempt() -> Grant | int:
             sent_at = time.monotonic()
-            result[:] = [sent_at, *self._attempt(token, owner or "", ttl_ms, deadline is not None)]
-            return None if result[1] == 1 else int(result[2])
+            granted, value = self._attempt(token, owner or "", ttl_ms, deadline is not None)
+            return (value, sent_at) if granted else value
 
         # Listening before the first attempt saves the re-check after subscribing, but
-        # costs a subscription: worth it only while acquires keep having to wait.
-        if deadline is None or not self._contended:
-            attempt()
-        if not result or result[1] != 1:
+        # costs a subscription: worth it only when the channel is subscribed already
+        # (this process waited here lately).
+        channel = f"{self._scripts.channel}:{tag}"
+        grant: Grant | int | None = None
+        if deadline is None or not Notifier.for_client(self._client).subscribed(channel):
+            grant = attempt()
+        if not isinstance(grant, tuple):
             if deadline is None:
                 return None
-            granted = wait_until_granted(
-                self._client, f"{self._scripts.channel}:{tag}", token, attempt,
-                lambda: self._leave_queue(token), None if deadline == math.inf else deadline,
+            grant = wait_until_granted(
+                self._client, channel, token, attempt,
+                lambda: self._scripts.leave(token), lambda: self._release_token(token),
+                None if deadline == math.inf else deadline,
             )  # fmt: skip
-            self._contended = attempts > 1
-            if not granted:
+            if grant is None:
                 return None
-        return self._new_lease(
-            token, int(result[2]), ttl_ms, owner, result[0], renew, on_lost, max_hold
-        )
+        return self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
+                               max_hold)  # fmt: skip
 
     def available(self) -> int:
         """Permits not held by a live lease, under this object's limit (read-only).
@@ -183,7 +181,7 @@ class RedisSemaphore(Primitive):
 
     # -- one round trip each; the lease's side (LeaseHolder) ---------------------------
 
-    def _attempt(self, token: str, owner: str, ttl_ms: int, wait: bool) -> list[int]:
+    def _attempt(self, token: str, owner: str, ttl_ms: int, wait: bool) -> tuple[int, int]:
         """One acquire round trip: ``[1, fence]`` granted, ``[0, wait_ms]`` refused."""
         granted, value, previous = self._scripts.acquire(token, owner, ttl_ms, wait)
         if previous and not self._warned_limit:
@@ -192,10 +190,7 @@ class RedisSemaphore(Primitive):
                 "celery_redislock: semaphore %r was limited to %s; now enforcing limit=%s",
                 self.name, previous, self._limit,
             )  # fmt: skip
-        return [granted, value]
-
-    def _leave_queue(self, token: str) -> bool:
-        return self._scripts.leave(token)
+        return granted, value
 
     def _release_token(self, token: str) -> bool:
         return self._scripts.release(token)

@@ -4,6 +4,8 @@
 operation costs its one round trip and little else. Wake-ups go to the waiter's own
 process: a token ends in ``.<tag>``, the tag of the process that made it, and the
 scripts publish it on ``<wake channel>:<tag>``, which only that process listens to.
+A release grants the permits it frees to the first waiters itself and tells them
+``<token> <fence>`` (see ``hand_over_permits`` in lib_semaphore.lua).
 """
 
 from __future__ import annotations
@@ -36,24 +38,28 @@ class SemaphoreScripts:
     """The scripts of one semaphore: its keys, channel, limit and fairness baked in."""
 
     __slots__ = ("_acquire_args", "_acquire_keys", "_client", "_flags", "_info_keys",
-                 "_leave_keys", "_state_keys", "_tail", "channel")  # fmt: skip
+                 "_leave_keys", "_release_keys", "_release_tail", "_state_keys", "_tail",
+                 "channel")  # fmt: skip
 
     def __init__(self, client: Any, keys: KeySpace, limit: int, fair: bool) -> None:
         self._client = client
         self.channel = keys.channel
         # Sent as they are on every call: encoded once, as redis-py would encode them.
         encode = client.get_encoder().encode
-        holders, leases, fence, queue, alive, meta, channel = (
+        holders, leases, fence, queue, alive, meta, asks, channel = (
             encode(key) for key in (keys.holders, keys.leases, keys.fence, keys.queue,
-                                    keys.alive, keys.meta, keys.channel)
+                                    keys.alive, keys.meta, keys.asks, keys.channel)
         )  # fmt: skip
         fair_flag = b"1" if fair else b"0"
+        beat, memory = b"%d" % WAITER_HEARTBEAT_MS, b"%d" % FENCE_MEMORY_MS
         self._flags = [channel, b"%d" % limit, fair_flag]
-        self._acquire_keys = [holders, leases, fence, queue, alive, meta]
+        self._acquire_keys = [holders, leases, fence, queue, alive, meta, asks]
         self._acquire_args = [b"%d" % limit, fair_flag, b"%d" % round(PATIENCE_MS * 1000)]
-        self._tail = [b"%d" % WAITER_HEARTBEAT_MS, b"%d" % FENCE_MEMORY_MS, channel]
-        self._state_keys = [holders, leases, queue, alive, meta]
-        self._leave_keys = [holders, queue, alive]
+        self._tail = [beat, memory, channel]
+        self._release_keys = [holders, leases, queue, alive, meta, asks, fence]
+        self._release_tail = [channel, b"%d" % limit, fair_flag, beat, memory]
+        self._state_keys = [holders, leases, queue, alive, meta, asks]
+        self._leave_keys = [holders, queue, alive, asks, leases]
         self._info_keys = [holders, leases, queue, meta]
 
     def acquire(self, token: str, owner: str, ttl_ms: int, wait: bool) -> tuple[int, int, int]:
@@ -69,8 +75,7 @@ class SemaphoreScripts:
 
     def release(self, token: str) -> bool:
         """Give the permit of ``token`` back; False when it was not live."""
-        channel, limit, fair = self._flags
-        return bool(_RELEASE(self._client, self._state_keys, [token, channel, limit, fair]))
+        return bool(_RELEASE(self._client, self._release_keys, [token, *self._release_tail]))
 
     def release_owner(self, owner: str) -> int:
         """Give back every permit whose owner id is ``owner`` ("": every permit);
@@ -84,11 +89,14 @@ class SemaphoreScripts:
         args = [token, ttl_ms, channel, limit, fair]
         return bool(_EXTEND(self._client, self._state_keys, args))
 
-    def leave(self, token: str) -> bool:
-        """Take waiter ``token`` out of the queue, waking the one that takes its place."""
+    def leave(self, token: str) -> int:
+        """Take waiter ``token`` out of the queue, waking the one that takes its place.
+
+        Returns the fence of a permit a release granted ``token`` meanwhile, else 0.
+        """
         channel, limit, fair = self._flags
         args = [token, channel, "semaphore", limit, fair]
-        return bool(_LEAVE(self._client, self._leave_keys, args))
+        return int(_LEAVE(self._client, self._leave_keys, args)[1])
 
     def info(self, name: str, default_limit: int) -> PrimitiveInfo:
         """The semaphore's live leases, waiters and stored limit (else ``default_limit``)."""

@@ -1,11 +1,14 @@
 """Wake-ups for blocked acquirers: one pub/sub connection per process and client.
 
 A release publishes, on the primitive's ``wake`` channel, the token of the waiter
-that may now proceed (or ``*`` for all of them). Every waiter of a process shares
-one subscriber connection, read by one daemon thread that sets the ``Event`` of the
-waiter named in the message; other waiters sleep on. A waiter never relies on the
-message alone: it also polls, at most every ``max_poll`` seconds and never later
-than the holder's TTL runs out, so a lost message costs latency, never liveness.
+that may now proceed (or ``*`` for all of them), or ``<token> <fence>`` when the
+release already granted that waiter its lease (a direct hand-off: the waiter need
+not ask again, which saves the hand-off a round trip). Every waiter of a process
+shares one subscriber connection, read by one daemon thread that sets the ``Event``
+of the waiter named in the message; other waiters sleep on. A waiter never relies
+on the message alone: it also polls, at most every ``max_poll`` seconds and never
+later than the holder's TTL runs out, so a lost message costs latency, never
+liveness (a poll finds a lease granted meanwhile, as a re-sent acquire does).
 
 The subscription is confirmed before a waiter sleeps (and before it re-checks the
 primitive), so a release that happens after that check always reaches it.
@@ -30,7 +33,8 @@ from redis.exceptions import RedisError
 
 from .scripts import as_text
 
-__all__ = ["MAX_POLL", "WAITER_HEARTBEAT_MS", "WAKE_ALL", "Notifier", "wait_until_granted"]
+__all__ = ["MAX_POLL", "WAITER_HEARTBEAT_MS", "WAKE_ALL", "Grant", "Notifier",
+           "wait_until_granted"]
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +51,32 @@ SUBSCRIBE_CONFIRM_TIMEOUT = 1.0
 """Longest a waiter waits for its SUBSCRIBE to be confirmed before relying on polls."""
 
 
+GRANT_TRANSIT = 0.25
+"""Seconds a grant message is assumed, at most, to take from the release that made it
+to the reader thread: the lease's local deadline counts from that much before the
+message arrived (and never from before the waiter's last request)."""
+
+Grant = tuple[int, float]
+"""A lease granted to a waiter: its fence, and a ``time.monotonic()`` no later than
+the grant (the lease's local deadline counts from it)."""
+
+
+class Waiter:
+    """One blocked acquirer's mailbox: its event, and the grant a message brought."""
+
+    __slots__ = ("event", "fence", "received_at")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.fence = 0  # > 0 once a release granted this waiter its lease
+        self.received_at = 0.0
+
+
 class _Channel:
     __slots__ = ("confirmed", "idle_since", "waiters")
 
     def __init__(self) -> None:
-        self.waiters: dict[str, threading.Event] = {}
+        self.waiters: dict[str, Waiter] = {}
         self.confirmed = threading.Event()
         self.idle_since: float | None = None
 
@@ -89,29 +114,37 @@ class Notifier:
         self._lock = threading.Lock()
         self._reader: threading.Thread | None = None
 
+    def subscribed(self, channel: str) -> bool:
+        """True while ``channel`` is subscribed and confirmed: a waiter that joins now
+        hears every later message, so it may queue with its very first attempt."""
+        entry = self._channels.get(channel)
+        return entry is not None and entry.confirmed.is_set()
+
     @contextlib.contextmanager
-    def listen(self, channel: str, token: str) -> Iterator[threading.Event]:
+    def listen(self, channel: str, token: str) -> Iterator[Waiter]:
         """Register ``token`` as a waiter on ``channel`` for the ``with`` block.
 
-        Yields the waiter's event, set when a message names ``token`` (or all). The
-        subscription is confirmed (or :data:`SUBSCRIBE_CONFIRM_TIMEOUT` passed) on
-        entry. Clear the event *before* each check of the primitive, then wait.
+        Yields the :class:`Waiter`, whose event is set when a message names ``token``
+        (or all), and whose ``fence`` is set first when the message says a release
+        granted it. The subscription is confirmed (or
+        :data:`SUBSCRIBE_CONFIRM_TIMEOUT` passed) on entry. Clear the event *before*
+        each check of the primitive, then wait.
         """
-        event = threading.Event()
-        entry = self._join(channel, token, event)
+        waiter = Waiter()
+        entry = self._join(channel, token, waiter)
         try:
             entry.confirmed.wait(SUBSCRIBE_CONFIRM_TIMEOUT)
-            yield event
+            yield waiter
         finally:
             self._leave(channel, token)
 
-    def _join(self, channel: str, token: str, event: threading.Event) -> _Channel:
+    def _join(self, channel: str, token: str, waiter: Waiter) -> _Channel:
         with self._lock:
             entry = self._channels.get(channel)
             new = entry is None
             if entry is None:
                 entry = self._channels[channel] = _Channel()
-            entry.waiters[token] = event
+            entry.waiters[token] = waiter
             entry.idle_since = None
             self._ensure_reader()
             if new:
@@ -189,14 +222,17 @@ class Notifier:
         if kind == "subscribe":
             entry.confirmed.set()
         elif kind == "message":
-            token = as_text(message.get("data"))
+            token, _, fence = as_text(message.get("data")).partition(" ")
             if token == WAKE_ALL:
-                for event in list(entry.waiters.values()):
-                    event.set()
+                for each in list(entry.waiters.values()):
+                    each.event.set()
             else:
                 waiter = entry.waiters.get(token)
                 if waiter is not None:
-                    waiter.set()
+                    if fence:
+                        waiter.received_at = time.monotonic()
+                        waiter.fence = int(fence)
+                    waiter.event.set()
 
     def _unsubscribe_idle(self) -> None:
         now = time.monotonic()
@@ -226,36 +262,53 @@ def wait_until_granted(
     client: Any,
     channel: str,
     token: str,
-    attempt: Callable[[], int | None],
-    leave: Callable[[], object],
+    attempt: Callable[[], Grant | int],
+    leave: Callable[[], int],
+    release: Callable[[], object],
     deadline: float | None,
     max_poll: float = MAX_POLL,
-) -> bool:
-    """Retry ``attempt`` until it grants or ``deadline`` (monotonic) passes.
+) -> Grant | None:
+    """Wait, queued as ``token``, until a lease is granted or ``deadline`` passes.
 
-    ``attempt()`` tries once, queued, and returns None when granted, else the
+    ``attempt()`` tries once, queued, and returns the :data:`Grant`, else the
     milliseconds the holder's lease has left (0 when unknown). Between attempts the
     waiter sleeps until its wake-up message, the holder's TTL, ``max_poll`` or the
-    deadline, whichever comes first. Unless granted, ``leave()`` removes the waiter
-    from the queue on the way out (timeout, exception, interrupt).
+    deadline, whichever comes first; a message that says a release granted the lease
+    ends the wait without another attempt. Unless granted, ``leave()`` removes the
+    waiter from the queue on the way out and returns the fence of a lease granted to
+    it meanwhile (else 0): on a timeout that lease is kept (it was granted in time),
+    on an exception or interrupt ``release()`` gives it up.
     """
-    granted = False
+    last_asked = time.monotonic()
     try:
-        with Notifier.for_client(client).listen(channel, token) as wake:
+        with Notifier.for_client(client).listen(channel, token) as waiter:
             while True:
-                wake.clear()
-                wait_ms = attempt()
-                if wait_ms is None:
-                    granted = True
-                    return True
-                sleep = max_poll if wait_ms <= 0 else min(max_poll, wait_ms / 1000.0 + 0.001)
+                waiter.event.clear()
+                if waiter.fence:
+                    return waiter.fence, max(last_asked, waiter.received_at - GRANT_TRANSIT)
+                last_asked = time.monotonic()
+                outcome = attempt()
+                if isinstance(outcome, tuple):
+                    return outcome
+                sleep = max_poll if outcome <= 0 else min(max_poll, outcome / 1000.0 + 0.001)
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        return False
+                        break
                     sleep = min(sleep, left)
-                wake.wait(sleep)
-    finally:
-        if not granted:
-            with contextlib.suppress(RedisError):
-                leave()
+                waiter.event.wait(sleep)
+    except BaseException:
+        with contextlib.suppress(RedisError):
+            if _leave_quietly(leave):
+                release()
+        raise
+    fence = _leave_quietly(leave)
+    return (fence, last_asked) if fence else None
+
+
+def _leave_quietly(leave: Callable[[], int]) -> int:
+    """``leave()``, or 0 when Redis cannot be reached (the heartbeat lapses instead)."""
+    try:
+        return leave()
+    except RedisError:
+        return 0

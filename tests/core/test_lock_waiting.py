@@ -148,7 +148,8 @@ def test_newcomer_does_not_barge_past_a_queued_waiter(r: redis.Redis, lock: Redi
     assert holder is not None
     # A queued waiter (via the script: no thread that would take the lock at once).
     reply = lock_module._ACQUIRE(
-        r, [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive],
+        r, [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive,
+         lock.keys.asks],
         ["a" * 32, "", 30000, "1", WAITER_HEARTBEAT_MS, lock_module.FENCE_MEMORY_MS,
          lock.keys.channel],
     )  # fmt: skip
@@ -160,7 +161,8 @@ def test_newcomer_does_not_barge_past_a_queued_waiter(r: redis.Redis, lock: Redi
 
 
 def test_dead_waiter_is_dropped_after_its_heartbeat(r: redis.Redis, lock: RedisLock) -> None:
-    keys = [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive]
+    keys = [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive,
+         lock.keys.asks]
     args = ["d" * 32, "", 30000, "1", WAITER_HEARTBEAT_MS, lock_module.FENCE_MEMORY_MS,
             lock.keys.channel]  # fmt: skip
     holder = lock.acquire()
@@ -213,7 +215,8 @@ def test_waiter_behind_a_timed_out_one_is_woken_promptly(
 def test_leaving_head_of_a_free_lock_wakes_the_next_waiter(
     r: redis.Redis, lock: RedisLock, waiters: list[Waiter]
 ) -> None:
-    keys = [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive]
+    keys = [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive,
+         lock.keys.asks]
     head = "h" * 32
     holder = lock.acquire()
     assert holder is not None
@@ -238,7 +241,7 @@ def test_leaving_head_of_a_free_lock_wakes_the_next_waiter(
     time.sleep(0.1)
     assert waiter.is_alive()
     left_at = time.monotonic()  # ... until it gives up, which must wake the next one
-    lock_module._LEAVE(r, [lock.keys.holders, lock.keys.queue, lock.keys.alive],
+    lock_module._LEAVE(r, [lock.keys.holders, lock.keys.queue, lock.keys.alive, lock.keys.asks],
                        [head, lock.keys.channel, "lock"])  # fmt: skip
     lease = waiter.result()
     assert lease is not None and waiter.returned_at - left_at < 0.5
@@ -269,6 +272,73 @@ def test_interrupted_waiter_leaves_the_queue(
     assert queued == [1]
     assert r.zcard(lock.keys.queue) == 0 and r.zcard(lock.keys.alive) == 0
     holder.release()
+
+
+def test_release_hands_the_lock_to_the_waiter_before_it_asks_again(
+    r: redis.Redis, lock: RedisLock, waiters: list[Waiter]
+) -> None:
+    holder = lock.acquire()
+    assert holder is not None
+    waiter = start_waiter(r, lock, waiters, queued=1, timeout=10, owner="next", ttl=7)
+    assert holder.release()
+    # Granted by the release itself: held by the waiter's owner with the TTL it asked
+    # for, whatever the waiter's thread is doing.
+    held = r.hgetall(lock.keys.holders)
+    assert held[b"owner"] == b"next" and 6000 < r.pttl(lock.keys.holders) <= 7000
+    lease = waiter.result()
+    assert lease is not None and lease.owner == "next"
+    assert int(held[b"fence"]) == lease.fence and 6.0 < lease.remaining() <= 7.0
+    assert lease.release() and not lock.locked()
+
+
+def test_interrupt_after_a_grant_gives_the_lock_back(
+    r: redis.Redis, lock: RedisLock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder = lock.acquire()
+    assert holder is not None
+    original = lock_module.wait_until_granted
+
+    def grant_then_interrupt(*args: Any, **kwargs: Any) -> Any:
+        attempt = args[3]
+
+        def attempt_then_interrupt() -> Any:
+            attempt()
+            holder.release()  # grants the lock to this waiter ...
+            assert r.hexists(lock.keys.holders, "owner")
+            raise KeyboardInterrupt  # ... which is interrupted before it learns so
+
+        return original(*args[:3], attempt_then_interrupt, *args[4:], **kwargs)
+
+    monkeypatch.setattr(lock_module, "wait_until_granted", grant_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        lock.acquire(timeout=5, owner="interrupted")
+    assert not lock.locked()  # its grant was given back, not left for a whole TTL
+    assert r.zcard(lock.keys.queue) == 0 and r.hlen(lock.keys.asks) == 0
+
+
+def test_grant_made_while_timing_out_is_kept(
+    r: redis.Redis, lock: RedisLock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder = lock.acquire()
+    assert holder is not None
+    original = lock_module.wait_until_granted
+
+    def grant_just_before_leaving(*args: Any, **kwargs: Any) -> Any:
+        leave = args[4]
+
+        def release_then_leave() -> int:
+            holder.release()  # the grant lands after the waiter's last attempt
+            return int(leave())
+
+        return original(*args[:4], release_then_leave, *args[5:], **kwargs)
+
+    monkeypatch.setattr(lock_module, "wait_until_granted", grant_just_before_leaving)
+    lease = lock.acquire(timeout=0.3, owner="late")
+    # Leaving the queue found the grant: it was made in time, so the waiter keeps it.
+    assert lease is not None and lease.owner == "late" and lease.remaining() > 25
+    assert r.hget(lock.keys.holders, "owner") == b"late"
+    assert r.zcard(lock.keys.queue) == 0 and r.hlen(lock.keys.asks) == 0
+    assert lease.release() and not lock.locked()
 
 
 # -- lost notifications, crashed holders ---------------------------------------------------

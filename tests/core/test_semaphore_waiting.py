@@ -53,7 +53,14 @@ def queued(r: redis.Redis, sem: RedisSemaphore, count: int) -> bool:
     return bool(r.zcard(sem.keys.queue) == count)
 
 
-def test_release_wakes_exactly_the_waiters_that_became_eligible(
+def make_stale(r: redis.Redis, sem: RedisSemaphore, token: str) -> None:
+    """Set ``token``'s heartbeat deadline under half a heartbeat away: a release then
+    wakes it (it may be dead) instead of granting it a permit."""
+    now_ms = int(r.time()[0]) * 1000
+    r.zadd(sem.keys.alive, {token: now_ms + 1000})
+
+
+def test_release_grants_each_freed_permit_to_the_next_waiter_only(
     r: redis.Redis, woken: Callable[[RedisSemaphore], list[str]]
 ) -> None:
     sem = RedisSemaphore(r, "s", limit=3)
@@ -62,12 +69,34 @@ def test_release_wakes_exactly_the_waiters_that_became_eligible(
     queue_waiters(sem, ["w0", "w1", "w2", "w3"])
     assert woken(sem) == []
     assert held[0] and held[0].release()
-    assert woken(sem) == ["w0"]  # one permit: the first waiter only, no herd
+    [message] = woken(sem)  # one permit: the first waiter only, no herd
+    token, fence = message.split()
+    assert token == "w0" and held[2] and int(fence) > held[2].fence
+    assert r.zscore(sem.keys.holders, "w0") is not None  # granted: "w0" need not ask
     assert held[1] and held[1].release()
-    assert woken(sem) == ["w1"]  # w0 was told already
-    assert sem._leave_queue("w0")  # w0 gives up its place: w2 takes it
+    assert [m.split()[0] for m in woken(sem)] == ["w1"]
+    assert r.zrange(sem.keys.queue, 0, -1) == [b"w2", b"w3"]
+    assert r.hkeys(sem.keys.asks) == [b"w2", b"w3"]
+    assert sem._scripts.leave("w0") == int(fence)  # granted already: leaving says so
+    assert sem._scripts.leave("w3") == 0 and woken(sem) == []  # all held: nobody to wake
+
+
+def test_release_wakes_the_waiters_it_cannot_grant(
+    r: redis.Redis, woken: Callable[[RedisSemaphore], list[str]]
+) -> None:
+    sem = RedisSemaphore(r, "s", limit=3)
+    held = [sem.acquire() for _ in range(3)]
+    woken(sem)
+    queue_waiters(sem, ["w0", "w1", "w2", "w3"])
+    make_stale(r, sem, "w0")
+    assert held[0] and held[0].release()
+    assert woken(sem) == ["w0"]  # told, not granted; nobody else
+    assert r.zscore(sem.keys.holders, "w0") is None
+    assert held[1] and held[1].release()
+    assert woken(sem) == ["w1"]  # w0 was told already; w1 is eligible, not granted
+    assert sem._scripts.leave("w0") == 0  # w0 gives up its place: w2 takes it
     assert woken(sem) == ["w2"]
-    assert sem._leave_queue("w3") and woken(sem) == []  # not eligible: nobody to wake
+    assert sem._scripts.leave("w3") == 0 and woken(sem) == []  # not eligible
 
 
 def test_fair_wakes_the_head_only_and_each_grant_the_next(
@@ -77,6 +106,7 @@ def test_fair_wakes_the_head_only_and_each_grant_the_next(
     held = [sem.acquire() for _ in range(3)]
     woken(sem)
     queue_waiters(sem, ["w0", "w1", "w2"])
+    make_stale(r, sem, "w0")  # so the release wakes it rather than granting it
     assert held[0] and held[0].release()
     assert woken(sem) == ["w0"]
     assert held[1] and held[1].release()
@@ -84,7 +114,7 @@ def test_fair_wakes_the_head_only_and_each_grant_the_next(
     assert sem._attempt("w1", "", 5000, True)[0] == 0  # not its turn
     assert sem._attempt("w0", "", 5000, True)[0] == 1
     assert woken(sem) == ["w1"]  # the grant passes the turn on
-    assert sem._leave_queue("w1")  # the head gives up: w2's turn
+    assert sem._scripts.leave("w1") == 0  # the head gives up: w2's turn
     assert woken(sem) == ["w2"]
 
 

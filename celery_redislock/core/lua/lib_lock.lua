@@ -80,25 +80,65 @@ local function notify(channel, token)
 end
 
 -- Make `token` a waiter: a ticket the first time (the server's µs clock, bumped past
--- the tail so the order is strict), a heartbeat deadline `beat` ms from now each time.
-local function enqueue_waiter(queue, alive, token, now, now_us, beat)
+-- the tail so the order is strict) with its request ("<ttl ms> <owner>" in the asks
+-- hash, so a release can grant it directly), a heartbeat deadline `beat` ms from now
+-- each time.
+local function enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us, beat)
   if redis.call('ZSCORE', queue, token) == false then
     local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
     local ticket = now_us
     if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end
     redis.call('ZADD', queue, string.format('%d', ticket), token)
+    redis.call('HSET', asks, token, string.format('%d', ttl) .. ' ' .. owner)
   end
   redis.call('ZADD', alive, string.format('%d', now + beat), token)
   redis.call('PEXPIRE', queue, beat * 2)
   redis.call('PEXPIRE', alive, beat * 2)
+  redis.call('PEXPIRE', asks, beat * 2)
+end
+
+-- Take `token` out of the wait queue (it was granted, or gave up).
+local function dequeue_waiter(queue, alive, asks, token)
+  redis.call('ZREM', queue, token)
+  redis.call('ZREM', alive, token)
+  redis.call('HDEL', asks, token)
+end
+
+-- The request of waiter `token` if it may be granted directly: it checked in within
+-- the last half heartbeat (live waiters poll every second), so it is almost surely
+-- there to use the grant. Returns its ttl (ms) and owner, or nil.
+local function fresh_ask(alive, asks, token, now, beat)
+  local deadline = tonumber(redis.call('ZSCORE', alive, token))
+  if not deadline or deadline - now < beat / 2 then return nil end
+  local ask = redis.call('HGET', asks, token)
+  if not ask then return nil end
+  local ttl, owner = string.match(ask, '^(%d+) (.*)$')
+  return tonumber(ttl), owner
+end
+
+-- Offer waiter `token` a lease with fence `fence`: "<token> <fence>" on its channel
+-- (see notify). True when its process heard it, and only then may the caller write
+-- the lease: PUBLISH counts the subscribers that got the message, and a killed
+-- process has none (its connection closed), so a dead waiter is never handed a
+-- lease it would hold for a whole TTL; it stays queued until its heartbeat lapses.
+local function offer_grant(channel, token, fence)
+  local tag = string.match(token, '%.(%w+)$')
+  if tag then channel = channel .. ':' .. tag end
+  return redis.call('PUBLISH', channel, token .. ' ' .. fence) > 0
 end
 
 -- Drop waiters whose heartbeat lapsed; the queue's first token before and after.
-local function reap_waiters(queue, alive, now)
+local function reap_waiters(queue, alive, asks, now)
   local before = redis.call('ZRANGE', queue, 0, 0)[1]
   for _, t in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now)) do
-    redis.call('ZREM', queue, t)
-    redis.call('ZREM', alive, t)
+    dequeue_waiter(queue, alive, asks, t)
   end
   return before, redis.call('ZRANGE', queue, 0, 0)[1]
+end
+
+-- Grant a free lock to `token` as its first lease, with fence `fence`.
+local function grant_lock(holders, token, owner, ttl, now, fence)
+  redis.call('HSET', holders, 'owner', owner, 'since', string.format('%d', now),
+    'fence', fence, 't:' .. token, string.format('%d', now + ttl), 'f:' .. token, fence)
+  redis.call('PEXPIRE', holders, ttl)
 end

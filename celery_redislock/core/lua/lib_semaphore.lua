@@ -23,10 +23,9 @@ local function reap_holders(holders, leases, now)
 end
 
 -- Drop waiters whose heartbeat lapsed (they died without leaving the queue).
-local function reap_dead_waiters(queue, alive, now)
+local function reap_dead_waiters(queue, alive, asks, now)
   for _, t in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', string.format('%d', now))) do
-    redis.call('ZREM', queue, t)
-    redis.call('ZREM', alive, t)
+    dequeue_waiter(queue, alive, asks, t)
   end
 end
 
@@ -67,4 +66,32 @@ local function keep_keys(holders, leases, ttl)
     redis.call('PEXPIRE', holders, ttl)
     redis.call('PEXPIRE', leases, ttl)
   end
+end
+
+-- Add a lease of `ttl` ms for `token` (owner id `owner`) with fence `fence`.
+local function grant_permit(holders, leases, token, owner, ttl, now, fence)
+  redis.call('ZADD', holders, string.format('%d', now + ttl), token)
+  redis.call('HSET', leases, 'f:' .. token, fence, 'o:' .. token, owner,
+    's:' .. token, string.format('%d', now))
+  keep_keys(holders, leases, ttl)
+end
+
+-- Hand up to `free` permits straight to the first waiters of the queue, in order:
+-- each fresh one (see fresh_ask) is offered "<token> <fence>" and, if its process
+-- heard it (see offer_grant), granted here, so the hand-off costs it no round trip.
+-- Stops at the first waiter not granted so (it is woken, or reaped, as before).
+-- Returns the permits left.
+local function hand_over_permits(keys, free, now, now_us, beat, memory, channel)
+  while free > 0 do
+    local head = redis.call('ZRANGE', keys.queue, 0, 0)[1]
+    if not head then break end
+    local ttl, owner = fresh_ask(keys.alive, keys.asks, head, now, beat)
+    if not ttl then break end
+    local fence = next_fence(keys.fence, now_us, memory)
+    if not offer_grant(channel, head, fence) then break end
+    dequeue_waiter(keys.queue, keys.alive, keys.asks, head)
+    grant_permit(keys.holders, keys.leases, head, owner, ttl, now, fence)
+    free = free - 1
+  end
+  return free
 end

@@ -6,6 +6,8 @@
 -- KEYS[2]  fence    string: last fence granted; kept ARGV[6] ms after each grant.
 -- KEYS[3]  queue    zset: waiting tokens scored by ticket (FIFO order).
 -- KEYS[4]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
+-- KEYS[5]  asks     hash: each waiting token's request, "<ttl ms> <owner>", so a
+--                   release can grant the lock to it directly (lock_release.lua).
 -- ARGV[1]  token    the new lease's random token.
 -- ARGV[2]  owner    owner id allowing counted re-entry, or "" for none.
 -- ARGV[3]  ttl      lease time, milliseconds (integer > 0).
@@ -23,27 +25,25 @@
 
 --!include lib_lock.lua
 
-local holders, fence_key, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local holders, fence_key, queue, alive, asks = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local wait, beat, memory, channel = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local now, now_us = server_clock()
 
 local function grant(first)
   local fence = next_fence(fence_key, now_us, memory)
-  local expiry = string.format('%d', now + ttl)
   if first then
-    redis.call('HSET', holders, 'owner', owner, 'since', string.format('%d', now),
-      'fence', fence, 't:' .. token, expiry, 'f:' .. token, fence)
-    redis.call('PEXPIRE', holders, ttl)
-  else
-    redis.call('HSET', holders, 'fence', fence, 't:' .. token, expiry, 'f:' .. token, fence)
-    if redis.call('PTTL', holders) < ttl then redis.call('PEXPIRE', holders, ttl) end
+    grant_lock(holders, token, owner, ttl, now, fence)
+    return {1, tonumber(fence)}
   end
+  redis.call('HSET', holders, 'fence', fence, 't:' .. token, string.format('%d', now + ttl),
+    'f:' .. token, fence)
+  if redis.call('PTTL', holders) < ttl then redis.call('PEXPIRE', holders, ttl) end
   return {1, tonumber(fence)}
 end
 
 local function refuse(wait_ms, holder)
-  if wait then enqueue_waiter(queue, alive, token, now, now_us, beat) end
+  if wait then enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us, beat) end
   return {0, wait_ms, holder}
 end
 
@@ -65,14 +65,11 @@ end
 
 -- The lock is free. Waiters queued earlier go first (no barging past them).
 if redis.call('EXISTS', queue) == 1 then
-  local before, head = reap_waiters(queue, alive, now)
+  local before, head = reap_waiters(queue, alive, asks, now)
   if head and head ~= token then
     if head ~= before then notify(channel, head) end
     return refuse(0, '')
   end
-  if head then
-    redis.call('ZREM', queue, token)
-    redis.call('ZREM', alive, token)
-  end
+  if head then dequeue_waiter(queue, alive, asks, token) end
 end
 return grant(true)

@@ -1,13 +1,22 @@
--- lock_release.lua: give up one lease of a lock, owner-checked by token.
+-- lock_release.lua: give up one lease of a lock, owner-checked by token; hand the
+-- freed lock straight to the first waiter.
 --
 -- KEYS[1]  holders  hash of the lock's live leases (see lock_acquire.lua).
 -- KEYS[2]  queue    zset: waiting tokens scored by ticket.
 -- KEYS[3]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
+-- KEYS[4]  asks     hash: each waiting token's request, "<ttl ms> <owner>".
+-- KEYS[5]  fence    string: last fence granted (see lock_acquire.lua).
 -- ARGV[1]  token    the lease's token.
--- ARGV[2]  channel  wake-up channel: when the lock becomes free, the token of the
---                   first live waiter is published there, or on `channel:<tag>` when
---                   the token ends in ".<tag>" (also when the lease had expired and
---                   left the lock free, so the waiter need not poll).
+-- ARGV[2]  channel  wake-up channel: messages to a waiter whose token ends in ".<tag>"
+--                   go to `channel:<tag>` (its process's own channel).
+-- ARGV[3]  beat     a waiter's heartbeat, milliseconds (see lock_acquire.lua).
+-- ARGV[4]  memory   how long the fence key outlives a grant, milliseconds.
+--
+-- When the lock becomes free and the first live waiter checked in lately, it is
+-- offered the lock, "<token> <fence>", and if its process heard the offer the lock
+-- is granted to it here (its asked TTL and owner): the hand-off costs the waiter no
+-- round trip. Otherwise the waiter is told its token and asks again itself (also
+-- when the lease had expired and left the lock free, so it need not poll).
 --
 -- Returns 1 when the lease was live and is now released, 0 when it was not ours
 -- (unknown, expired, already released): a re-sent release changes nothing (it may
@@ -15,8 +24,8 @@
 
 --!include lib_lock.lua
 
-local holders, queue, alive = KEYS[1], KEYS[2], KEYS[3]
-local token, channel = ARGV[1], ARGV[2]
+local holders, queue, alive, asks, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local token, channel, beat, memory = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 
 local expiry = redis.call('HGET', holders, 't:' .. token)
 if not expiry then
@@ -33,18 +42,28 @@ end
 -- key expires with it (every script sets both from one clock reading), so the key
 -- being there means the lease is live: no clock reading needed, the key goes whole.
 -- More fields: other leases of the same owner (re-entry) may keep the lock held.
-local now, live = nil, 0
+local now, now_us, live = nil, nil, 0
 if redis.call('HLEN', holders) > 5 then
-  now = server_clock()
+  now, now_us = server_clock()
   redis.call('HDEL', holders, 't:' .. token, 'f:' .. token)
   live = sweep_leases(holders, now)
 end
 if live == 0 then
   redis.call('DEL', holders)
   if redis.call('EXISTS', queue) == 1 then
-    now = now or server_clock()
-    local _, head = reap_waiters(queue, alive, now)
-    if head then notify(channel, head) end
+    if now == nil then now, now_us = server_clock() end
+    local _, head = reap_waiters(queue, alive, asks, now)
+    local ttl, owner
+    if head then ttl, owner = fresh_ask(alive, asks, head, now, beat) end
+    if ttl then
+      local fence = next_fence(fence_key, now_us, memory)
+      if offer_grant(channel, head, fence) then
+        dequeue_waiter(queue, alive, asks, head)
+        grant_lock(holders, head, owner, ttl, now, fence)
+      end
+    elseif head then
+      notify(channel, head)
+    end
   end
 end
 if now == nil or tonumber(expiry) > now then return 1 end

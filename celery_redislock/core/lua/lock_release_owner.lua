@@ -4,6 +4,7 @@
 -- KEYS[1]  holders  hash of the lock's live leases (see lock_acquire.lua).
 -- KEYS[2]  queue    zset: waiting tokens scored by ticket.
 -- KEYS[3]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
+-- KEYS[4]  asks     hash: each waiting token's request (see lock_acquire.lua).
 -- ARGV[1]  owner    release only if the lock's owner id is this; "" for any owner.
 -- ARGV[2]  channel  wake-up channel: the first live waiter's token is published
 --                   (on `channel:<tag>` when the token ends in ".<tag>").
@@ -12,7 +13,7 @@
 
 --!include lib_lock.lua
 
-local holders, queue, alive = KEYS[1], KEYS[2], KEYS[3]
+local holders, queue, alive, asks = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, channel = ARGV[1], ARGV[2]
 
 if redis.call('EXISTS', holders) == 0 then return 0 end
@@ -21,7 +22,7 @@ local now = server_clock()
 local live = sweep_leases(holders, now)
 redis.call('DEL', holders)
 if live > 0 and redis.call('EXISTS', queue) == 1 then
-  local _, head = reap_waiters(queue, alive, now)
+  local _, head = reap_waiters(queue, alive, asks, now)
   if head then notify(channel, head) end
 end
 return live

@@ -3,41 +3,50 @@
 -- KEYS[1]  holders  the lock's hash or the semaphore's zset of live leases.
 -- KEYS[2]  queue    zset: waiting tokens scored by ticket.
 -- KEYS[3]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
+-- KEYS[4]  asks     hash: each waiting token's request, "<ttl ms> <owner>".
+-- KEYS[5]  leases   with rule "semaphore": hash of each lease's fence ("f:<token>").
 -- ARGV[1]  token    the waiter's token.
 -- ARGV[2]  channel  wake-up channel; a token ending in ".<tag>" is told on
 --                   `channel:<tag>` (its process's own channel) instead.
--- ARGV[3]  rule     "lock": wake the new head only when the holders key is absent;
---                   "any": always wake it, and it re-checks for itself;
+-- ARGV[3]  rule     "lock": KEYS[1] is a lock's hash (see lock_acquire.lua); wake the
+--                   new head only when the lock is free.
 --                   "semaphore": KEYS[1] is a zset scored by expiry (server ms); if
 --                   the token was among the first `ARGV[4] - live leases` waiters
 --                   (those allowed a permit; only the head if ARGV[5] is "1"), wake
---                   the one that takes its place, on `channel:<tag>` when its token
---                   ends in ".<tag>" (see lib_semaphore.lua).
+--                   the one that takes its place (see lib_semaphore.lua).
 -- ARGV[4]  limit    with rule "semaphore": the semaphore's limit (integer >= 1).
 -- ARGV[5]  fair     with rule "semaphore": "1" when only the head may take a permit.
 --
--- Returns 1 when the token was queued, 0 when it was not.
+-- Returns {queued, fence}: queued is 1 when the token was queued, else 0; fence is
+-- the fence of a live lease the token holds (a release granted it one while it was
+-- giving up: the caller keeps or releases it), else 0.
 
-local holders, queue, alive = KEYS[1], KEYS[2], KEYS[3]
+--!include lib_lock.lua
+
+local holders, queue, alive, asks = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, channel, rule = ARGV[1], ARGV[2], ARGV[3]
+local now = server_clock()
 
 local rank = redis.call('ZRANK', queue, token)
 local removed = redis.call('ZREM', queue, token)
 redis.call('ZREM', alive, token)
+redis.call('HDEL', asks, token)
+
+local next, fence = nil, 0
 if rule == 'semaphore' then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local expiry = redis.call('ZSCORE', holders, token)
+  if expiry and tonumber(expiry) > now then
+    fence = tonumber(redis.call('HGET', KEYS[5], 'f:' .. token))
+  end
   local live = redis.call('ZCOUNT', holders, string.format('(%d', now), '+inf')
   local free = tonumber(ARGV[4]) - live
   if ARGV[5] == '1' and free > 1 then free = 1 end
-  local next = rank and rank < free and redis.call('ZRANGE', queue, free - 1, free - 1)[1]
-  local tag = next and string.match(next, '%.(%w+)$')
-  if tag then channel = channel .. ':' .. tag end
-  if next then redis.call('PUBLISH', channel, next) end
-elseif rank == 0 and not (rule == 'lock' and redis.call('EXISTS', holders) == 1) then
-  local head = redis.call('ZRANGE', queue, 0, 0)[1]
-  local tag = head and string.match(head, '%.(%w+)$')
-  if tag then channel = channel .. ':' .. tag end
-  if head then redis.call('PUBLISH', channel, head) end
+  if rank and rank < free then next = redis.call('ZRANGE', queue, free - 1, free - 1)[1] end
+else
+  fence = live_fence(holders, token, now) or 0
+  if rank == 0 and redis.call('EXISTS', holders) == 0 then
+    next = redis.call('ZRANGE', queue, 0, 0)[1]
+  end
 end
-return removed
+if next then notify(channel, next) end
+return {removed, fence}

@@ -8,6 +8,8 @@
 -- KEYS[5]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
 -- KEYS[6]  meta     hash: "limit", the limit the latest acquire enforced; kept
 --                   ARGV[9] ms after each grant or change.
+-- KEYS[7]  asks     hash: each waiting token's request, "<ttl ms> <owner>", so a
+--                   release can grant it a permit directly (semaphore_release.lua).
 -- ARGV[1]  token    the new lease's random token.
 -- ARGV[2]  owner    owner id recorded for inspection, or "".
 -- ARGV[3]  ttl      lease time, milliseconds (integer > 0).
@@ -32,7 +34,7 @@
 --!include lib_semaphore.lua
 
 local holders, leases, fence_key = KEYS[1], KEYS[2], KEYS[3]
-local queue, alive, meta = KEYS[4], KEYS[5], KEYS[6]
+local queue, alive, meta, asks = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local token, owner, ttl, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local fair, patience, wait = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] == '1'
 local beat, memory, channel = tonumber(ARGV[8]), ARGV[9], ARGV[10]
@@ -57,7 +59,7 @@ local live = redis.call('ZCARD', holders)
 local before = {}
 if queued then before = eligible(queue, (stored or limit) - live, fair) end
 live = live - reap_holders(holders, leases, now)
-if queued then reap_dead_waiters(queue, alive, now) end
+if queued then reap_dead_waiters(queue, alive, asks, now) end
 local free = limit - live
 
 local allowed, rank = free > 0, false
@@ -75,21 +77,15 @@ end
 
 if allowed then
   local fence = next_fence(fence_key, now_us, memory)
-  redis.call('ZADD', holders, string.format('%d', now + ttl), token)
-  redis.call('HSET', leases, 'f:' .. token, fence, 'o:' .. token, owner,
-    's:' .. token, string.format('%d', now))
-  keep_keys(holders, leases, ttl)
+  grant_permit(holders, leases, token, owner, ttl, now, fence)
   redis.call('PEXPIRE', meta, memory)
-  if rank then
-    redis.call('ZREM', queue, token)
-    redis.call('ZREM', alive, token)
-  end
+  if rank then dequeue_waiter(queue, alive, asks, token) end
   if queued then wake_new(channel, before, eligible(queue, free - 1, fair), token) end
   return {1, tonumber(fence), previous}
 end
 
 if queued then wake_new(channel, before, eligible(queue, free, fair), token) end
-if wait then enqueue_waiter(queue, alive, token, now, now_us, beat) end
+if wait then enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us, beat) end
 local wait_ms = 0
 if free <= 0 then
   local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')

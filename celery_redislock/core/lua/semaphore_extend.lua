@@ -5,6 +5,7 @@
 -- KEYS[3]  queue    zset: waiting tokens scored by ticket (FIFO order).
 -- KEYS[4]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
 -- KEYS[5]  meta     hash: "limit", the limit the latest acquire enforced.
+-- KEYS[6]  asks     hash: each waiting token's request (see semaphore_acquire.lua).
 -- ARGV[1]  token    the lease's token.
 -- ARGV[2]  ttl      new lease time from now, milliseconds (integer > 0).
 -- ARGV[3]  channel  wake-up channel (told the waiters that may take a permit freed
@@ -19,6 +20,7 @@
 --!include lib_semaphore.lua
 
 local holders, leases, queue, alive, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local asks = KEYS[6]
 local token, ttl, channel, fair = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[5] == '1'
 local now = server_clock()
 
@@ -34,7 +36,7 @@ if redis.call('EXISTS', queue) == 1 then
   local live = redis.call('ZCARD', holders)
   local before = eligible(queue, limit - live, fair)
   live = live - reap_holders(holders, leases, now)
-  reap_dead_waiters(queue, alive, now)
+  reap_dead_waiters(queue, alive, asks, now)
   wake_new(channel, before, eligible(queue, limit - live, fair), token)
 else
   reap_holders(holders, leases, now)

@@ -7,6 +7,7 @@
 -- KEYS[3]  queue    zset: waiting tokens scored by ticket (FIFO order).
 -- KEYS[4]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
 -- KEYS[5]  meta     hash: "limit", the limit the latest acquire enforced.
+-- KEYS[6]  asks     hash: each waiting token's request (see semaphore_acquire.lua).
 -- ARGV[1]  owner    release the leases whose owner id is exactly this; "" for all.
 -- ARGV[2]  channel  wake-up channel: the waiters that may now take a permit (see
 --                   lib_semaphore.lua) are told, and only those.
@@ -19,6 +20,7 @@
 --!include lib_semaphore.lua
 
 local holders, leases, queue, alive, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local asks = KEYS[6]
 local owner, channel, fair = ARGV[1], ARGV[2], ARGV[4] == '1'
 
 if redis.call('EXISTS', holders) == 0 then return 0 end
@@ -42,7 +44,7 @@ for i = 1, #rows, 2 do
 end
 local live = redis.call('ZCARD', holders) - reap_holders(holders, leases, now)
 if queued then
-  reap_dead_waiters(queue, alive, now)
+  reap_dead_waiters(queue, alive, asks, now)
   wake_new(channel, before, eligible(queue, limit - live, fair), '')
 end
 return released
