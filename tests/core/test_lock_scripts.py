@@ -112,7 +112,15 @@ def test_queued_attempt_keeps_one_ticket(r: redis.Redis, lock: RedisLock) -> Non
     queue = r.zrange(lock.keys.queue, 0, -1, withscores=True)
     assert [member for member, _ in queue] == [b"b" * 32, b"c" * 32]
     assert queue[0][1] < queue[1][1]
-    assert 0 < r.pttl(lock.keys.queue) <= 2 * WAITER_HEARTBEAT_MS
+    for key in (lock.keys.queue, lock.keys.alive, lock.keys.asks):  # dead waiters expire
+        assert 2 * WAITER_HEARTBEAT_MS - 1000 <= r.pttl(key) <= 2 * WAITER_HEARTBEAT_MS
+    assert r.hgetall(lock.keys.asks) == {b"b" * 32: b"30000 ", b"c" * 32: b"30000 "}
+    # A heartbeat refreshes the keys' TTL once it has run down by a second or more.
+    for key in (lock.keys.queue, lock.keys.alive, lock.keys.asks):
+        r.pexpire(key, 3000)
+    lock_module._ACQUIRE(r, *acquire_call(lock, "c" * 32, wait="1"))
+    for key in (lock.keys.queue, lock.keys.alive, lock.keys.asks):
+        assert r.pttl(key) > 2 * WAITER_HEARTBEAT_MS - 1000
 
 
 def test_release_grants_the_lock_to_the_head_and_tells_it(r: redis.Redis, lock: RedisLock) -> None:

@@ -24,15 +24,19 @@ end
 
 -- Drop expired leases of a holders hash; fit its PEXPIRE to the longest live lease
 -- (or delete it). Returns the number of live leases and the longest expiry (ms).
-local function sweep_leases(holders, now)
+-- With `refit` false the PEXPIRE is fitted only when a lease was dropped: for a
+-- caller that changed no lease (a refused attempt), whose key already follows its
+-- longest lease; a write costs several reads inside a script.
+local function sweep_leases(holders, now, refit)
   local fields = redis.call('HGETALL', holders)
-  local live, longest = 0, 0
+  local live, longest, dropped = 0, 0, false
   for i = 1, #fields, 2 do
     local name = fields[i]
     if string.sub(name, 1, 2) == 't:' then
       local expiry = tonumber(fields[i + 1])
       if expiry <= now then
         redis.call('HDEL', holders, name, 'f:' .. string.sub(name, 3))
+        dropped = true
       else
         live = live + 1
         if expiry > longest then longest = expiry end
@@ -41,7 +45,7 @@ local function sweep_leases(holders, now)
   end
   if live == 0 then
     redis.call('DEL', holders)
-  else
+  elseif dropped or refit then
     redis.call('PEXPIRE', holders, longest - now)
   end
   return live, longest
@@ -66,7 +70,7 @@ local function extend_lease(holders, token, ttl, now)
   if redis.call('HLEN', holders) <= 5 then
     redis.call('PEXPIRE', holders, ttl)  -- the only lease: the key follows it
   else
-    sweep_leases(holders, now)  -- re-entered: the key follows the longest lease
+    sweep_leases(holders, now, true)  -- re-entered: the key follows the longest lease
   end
   return 1
 end
@@ -92,9 +96,12 @@ local function enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us
     redis.call('HSET', asks, token, string.format('%d', ttl) .. ' ' .. owner)
   end
   redis.call('ZADD', alive, string.format('%d', now + beat), token)
-  redis.call('PEXPIRE', queue, beat * 2)
-  redis.call('PEXPIRE', alive, beat * 2)
-  redis.call('PEXPIRE', asks, beat * 2)
+  -- The keys outlive every heartbeat deadline by a heartbeat, so dead waiters never
+  -- leave them behind. Refreshed only when due (a PTTL read is cheaper than a write):
+  -- a key just made has none, else at most once a second.
+  for _, key in ipairs({queue, alive, asks}) do
+    if redis.call('PTTL', key) < beat * 2 - 1000 then redis.call('PEXPIRE', key, beat * 2) end
+  end
 end
 
 -- Take `token` out of the wait queue (it was granted, or gave up).

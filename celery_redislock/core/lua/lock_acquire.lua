@@ -53,7 +53,7 @@ if redis.call('EXISTS', holders, queue) == 0 then return grant(true) end
 if redis.call('EXISTS', holders) == 1 then
   local fence = live_fence(holders, token, now)
   if fence then return {1, fence} end
-  local live, longest = sweep_leases(holders, now)
+  local live, longest = sweep_leases(holders, now, false)
   if live > 0 then
     local holder = redis.call('HGET', holders, 'owner')
     if owner ~= '' and holder == owner then

@@ -30,6 +30,6 @@ redis.call('HSET', holders, 'fence', fence, 't:' .. token, string.format('%d', n
 if redis.call('HLEN', holders) <= 5 then
   redis.call('PEXPIRE', holders, ttl)
 else
-  sweep_leases(holders, now)
+  sweep_leases(holders, now, true)
 end
 return {1, tonumber(fence)}

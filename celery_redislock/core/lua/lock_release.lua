@@ -46,7 +46,7 @@ local now, now_us, live = nil, nil, 0
 if redis.call('HLEN', holders) > 5 then
   now, now_us = server_clock()
   redis.call('HDEL', holders, 't:' .. token, 'f:' .. token)
-  live = sweep_leases(holders, now)
+  live = sweep_leases(holders, now, true)
 end
 if live == 0 then
   redis.call('DEL', holders)

@@ -19,7 +19,7 @@ local owner, channel = ARGV[1], ARGV[2]
 if redis.call('EXISTS', holders) == 0 then return 0 end
 if owner ~= '' and redis.call('HGET', holders, 'owner') ~= owner then return 0 end
 local now = server_clock()
-local live = sweep_leases(holders, now)
+local live = sweep_leases(holders, now, true)
 redis.call('DEL', holders)
 if live > 0 and redis.call('EXISTS', queue) == 1 then
   local _, head = reap_waiters(queue, alive, asks, now)
