@@ -157,7 +157,8 @@ def test_release_only_wakes_a_head_that_has_not_checked_in_lately(
     lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1"))
     # Its heartbeat deadline is under half a heartbeat away: it may be dead, so it is
     # not handed a lock it might never use; it is woken, and asks itself.
-    now_ms = int(r.time()[0]) * 1000
+    seconds, micros = r.time()
+    now_ms = seconds * 1000 + micros // 1000
     r.zadd(lock.keys.alive, {"b" * 32: now_ms + WAITER_HEARTBEAT_MS // 2 - 500})
     assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1
     message = pubsub.get_message(timeout=2)

@@ -56,8 +56,8 @@ def queued(r: redis.Redis, sem: RedisSemaphore, count: int) -> bool:
 def make_stale(r: redis.Redis, sem: RedisSemaphore, token: str) -> None:
     """Set ``token``'s heartbeat deadline under half a heartbeat away: a release then
     wakes it (it may be dead) instead of granting it a permit."""
-    now_ms = int(r.time()[0]) * 1000
-    r.zadd(sem.keys.alive, {token: now_ms + 1000})
+    seconds, micros = r.time()
+    r.zadd(sem.keys.alive, {token: seconds * 1000 + micros // 1000 + 1500})
 
 
 def test_release_grants_each_freed_permit_to_the_next_waiter_only(
