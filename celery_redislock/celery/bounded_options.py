@@ -41,7 +41,6 @@ wait until fewer than the new limit hold permits (see
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
@@ -50,6 +49,7 @@ from celery import Celery
 
 from ..errors import ConfigurationError
 from .config import OptionsMemo, check_ttl, conf_fingerprint, task_option
+from .identity import IdentityCache
 
 __all__ = [
     "DEFAULT_COUNTDOWN",
@@ -216,9 +216,7 @@ class _Settings:
     waiters: int | None
 
 
-_settings: weakref.WeakKeyDictionary[Celery, tuple[Hashable, _Settings]] = (
-    weakref.WeakKeyDictionary()
-)
+_settings: IdentityCache[tuple[Hashable, _Settings]] = IdentityCache()
 
 
 def _settings_of(app: Celery) -> _Settings:
@@ -247,7 +245,7 @@ def _settings_of(app: Celery) -> _Settings:
         waiters=_waiters(get("redislock_concurrency_waiters")),
     )
     if fingerprint is not None:
-        _settings[app] = (fingerprint, settings)
+        _settings.set(app, (fingerprint, settings))
     return settings
 
 

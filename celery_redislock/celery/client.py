@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import os
-import weakref
 from collections.abc import Hashable, Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -25,6 +24,7 @@ from redis.cluster import RedisCluster
 from ..core.validate import check_bool
 from ..errors import ConfigurationError
 from .config import conf_fingerprint
+from .identity import IdentityCache
 
 __all__ = ["get_redis", "redis_url"]
 
@@ -32,9 +32,9 @@ _REDIS_SCHEMES: Final = frozenset({"redis", "rediss", "unix", "redis+socket"})
 
 # app -> (pid, url, options, client, conf fingerprint); weak, so a discarded app frees
 # its pool.
-_clients: weakref.WeakKeyDictionary[
-    Celery, tuple[int, str, dict[str, Any], Any, Hashable | None]
-] = weakref.WeakKeyDictionary()
+_clients: IdentityCache[tuple[int, str, dict[str, Any], Any, Hashable | None]] = (
+    IdentityCache()
+)
 
 # What the client depends on (broker_url and broker_write_url feed the default URL).
 _CLIENT_KEYS: Final = ("redislock_url", "redislock_client_options", "redislock_cluster",
@@ -113,11 +113,11 @@ def get_redis(app: Celery) -> Any:
     url = redis_url(app)
     options = _client_options(app, url)
     if cached is not None and cached[:3] == (pid, url, options):
-        _clients[app] = (*cached[:4], fingerprint)
+        _clients.set(app, (*cached[:4], fingerprint))
         return cached[3]
     if check_bool(app.conf.get("redislock_cluster", False), "redislock_cluster"):
         client: Any = RedisCluster.from_url(url, **options)
     else:
         client = redis.Redis.from_url(url, **options)
-    _clients[app] = (pid, url, options, client, fingerprint)
+    _clients.set(app, (pid, url, options, client, fingerprint))
     return client

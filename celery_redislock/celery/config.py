@@ -16,8 +16,7 @@ Celery default do not make ``Task.from_config`` raise. Through Celery's namespac
 
 from __future__ import annotations
 
-import contextlib
-import weakref
+import operator
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
@@ -28,6 +27,7 @@ from celery.local import Proxy
 from ..core.keys import DEFAULT_PREFIX
 from ..core.validate import check_name, ttl_to_ms
 from ..errors import ConfigurationError
+from .identity import IdentityCache
 
 __all__ = [
     "OptionsMemo",
@@ -85,9 +85,7 @@ class Settings:
 
 _SETTINGS_KEYS: Final = ("redislock_prefix", "redislock_lock_ttl", "redislock_queued_ttl",
                          "redislock_on_duplicate")  # fmt: skip
-_settings: weakref.WeakKeyDictionary[Celery, tuple[Hashable, Settings]] = (
-    weakref.WeakKeyDictionary()
-)
+_settings: IdentityCache[tuple[Hashable, Settings]] = IdentityCache()
 
 
 def conf_fingerprint(app: Celery, keys: tuple[str, ...]) -> Hashable | None:
@@ -105,8 +103,14 @@ def conf_fingerprint(app: Celery, keys: tuple[str, ...]) -> Hashable | None:
     if not isinstance(maps, list) or not maps or not isinstance(maps[0], dict):
         return None
     changes = maps[0]
-    values = tuple(repr(changes.get(key, _NOTHING)) for key in keys)
-    return (id(conf), tuple(id(m) for m in maps), len(changes), values)
+    fingerprint: list[object] = [id(conf), len(changes), *map(id, maps)]
+    for key in keys:
+        value = changes.get(key, _NOTHING)
+        # A scalar stands for itself, with its type (1, 1.0 and True pass different
+        # checks); anything else by its repr, which also sees a dict changed in place.
+        scalar = value is _NOTHING or type(value) in _SCALARS
+        fingerprint += (value if scalar else repr(value), type(value))
+    return tuple(fingerprint)
 
 
 def settings_for(app: Celery) -> Settings:
@@ -117,7 +121,7 @@ def settings_for(app: Celery) -> Settings:
         return cached[1]
     settings = Settings.from_app(app)
     if fingerprint is not None:
-        _settings[app] = (fingerprint, settings)
+        _settings.set(app, (fingerprint, settings))
     return settings
 
 
@@ -144,6 +148,7 @@ def check_on_duplicate(value: object, argument: str = "on_duplicate") -> str:
 
 
 _NOTHING: Final = object()
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 
 
 def task_option(task: object, name: str, default: Any = None) -> Any:
@@ -176,20 +181,29 @@ class OptionsMemo(Generic[_T]):
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self._names = names
-        self._memo: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], object, _T]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._name_set = frozenset(names)
+        # One C call reads every option off the class (where Celery puts them; a
+        # function stays unbound there): a task_option() per name costs ten times more.
+        self._read_class = operator.attrgetter(*names, "__class__")
+        self._memo: IdentityCache[tuple[object, object, _T]] = IdentityCache()
+
+    def _raw(self, task: Any) -> object:
+        """The raw option values of ``task``, as :func:`task_option` reads them."""
+        if isinstance(task, Proxy):
+            task = task._get_current_object()
+        if isinstance(task, type):
+            return self._read_class(task)
+        own = getattr(task, "__dict__", None)
+        if own and not own.keys().isdisjoint(self._name_set):  # set on the instance
+            return tuple(task_option(task, name) for name in self._names)
+        return self._read_class(type(task))
 
     def get(self, task: Any, settings: object, merge: Callable[[], _T]) -> _T:
         """The remembered options of ``task`` under ``settings``, else ``merge()``'s."""
-        raw = tuple(task_option(task, name) for name in self._names)
-        try:
-            cached = self._memo.get(task)
-        except TypeError:  # not weakly referable: no memo
-            cached = None
+        raw = self._raw(task)
+        cached = self._memo.get(task)
         if cached is not None and cached[1] is settings and cached[0] == raw:
             return cached[2]
         options = merge()
-        with contextlib.suppress(TypeError):
-            self._memo[task] = (raw, settings, options)
+        self._memo.set(task, (raw, settings, options))
         return options

@@ -78,11 +78,13 @@ def apply_async(
     # retry() copies the running request's headers: ours are never trusted as given.
     inherited = {name: headers.pop(name) for name in HEADERS if name in headers}
     key = call_key(task, args, kwargs, options) if opts.enabled else None
-    task_id = task_id or uuid()
     delay = delay_of(task, options)
-    run = current_run(task)
-    if run is not None and run.task_id == task_id and not run.finished:
-        return _publish_retry(run, publish, task_id, key, delay, headers)
+    if not task_id:  # a new call: never a retry, which reuses the running id
+        task_id = uuid()
+    else:
+        run = current_run(task)
+        if run is not None and run.task_id == task_id and not run.finished:
+            return _publish_retry(run, publish, task_id, key, delay, headers)
     if key is None:
         return publish(task_id, headers)
     lock = lock_for(task, key, opts)

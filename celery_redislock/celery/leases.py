@@ -9,12 +9,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from typing import Final
 
 from ..core import Lease, RedisLock
-from ..core.validate import ttl_to_ms
 from .binding import AnyTask
 from .client import get_redis
 from .options import SingletonOptions
@@ -35,11 +35,11 @@ def lock_for(task: AnyTask, key: str, options: SingletonOptions) -> RedisLock:
     """
     client = get_redis(task.app)
     cache_key = (id(client), options.prefix, key, options.lock_ttl)
-    with _locks_guard:
-        lock = _locks.get(cache_key)
-        if lock is not None and lock.client is client:
+    lock = _locks.get(cache_key)  # one C call each, atomic under the GIL: no lock taken
+    if lock is not None and lock.client is client:
+        with contextlib.suppress(KeyError):  # evicted by another thread meanwhile
             _locks.move_to_end(cache_key)
-            return lock
+        return lock
     lock = RedisLock(client, key, ttl=options.lock_ttl, prefix=options.prefix)
     with _locks_guard:
         _locks[cache_key] = lock
@@ -65,8 +65,4 @@ def hand_over(lease: Lease, ttl: float) -> bool:
     expires. This object then neither renews, releases nor reports it lost. Returns
     False when the lease was no longer ours.
     """
-    # The core has no public "detach" yet: stopping renewal and marking the object
-    # released are the two halves of it (lease._mark_released stops the renewer
-    # first). Done before the extend, so no renewal can shorten the new TTL later.
-    lease._mark_released()
-    return bool(lease.holder._extend_token(lease.token, ttl_to_ms(ttl)))
+    return lease.hand_over(ttl)

@@ -24,7 +24,8 @@ or a redelivered copy of a running task). The part before the marker is the task
 from __future__ import annotations
 
 import hashlib
-import secrets
+import os
+import random
 from typing import Final
 
 __all__ = [
@@ -63,8 +64,16 @@ def run_token(seed: str) -> str:
     return hashlib.sha256(f"{seed}:run".encode()).hexdigest()[:32]
 
 
+# The nonce only has to differ between leases, not to be secret (the lease token is
+# the secret), so a private generator seeded from os.urandom does, without a system
+# call per task. Private, so user code calling random.seed() cannot make two
+# processes draw the same nonces; re-seeded in a forked child for the same reason.
+_random = random.Random()
+os.register_at_fork(after_in_child=_random.seed)
+
+
 def _nonce() -> str:
-    return secrets.token_hex(6)
+    return f"{_random.getrandbits(48):012x}"
 
 
 def queued_owner(task_id: str) -> str:

@@ -21,17 +21,24 @@ from typing import Protocol
 
 from ..errors import LockNotOwned
 
-__all__ = ["Lease", "LeaseHolder", "OnLost"]
+__all__ = ["Lease", "LeaseHolder", "OnLost", "current_pid"]
 
 _LOST_LOCK = threading.Lock()
+_PID = os.getpid()  # os.getpid() is a system call; a lease checks it on every operation
 
 
-def _new_lost_lock_after_fork() -> None:
-    global _LOST_LOCK
+def _after_fork_in_child() -> None:
+    global _LOST_LOCK, _PID
     _LOST_LOCK = threading.Lock()  # a fork while another thread held it must not deadlock
+    _PID = os.getpid()
 
 
-os.register_at_fork(after_in_child=_new_lost_lock_after_fork)
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def current_pid() -> int:
+    """This process's id, as ``os.getpid()``, without a system call per use."""
+    return _PID
 
 
 OnLost = Callable[["Lease"], None]
@@ -105,7 +112,7 @@ class Lease:
         # outlives the server's own expiry.
         start = time.monotonic() if granted_at is None else granted_at
         self._deadline = start + ttl
-        self._pid = os.getpid()
+        self._pid = _PID
         self._lost = False
         self._lost_reason = ""
         self._released = False
@@ -129,7 +136,7 @@ class Lease:
     @property
     def lost(self) -> bool:
         """True once the lease is known not to be ours (expired, taken, other process)."""
-        if self._pid != os.getpid():
+        if self._pid != _PID:
             return True
         if not self._lost and not self._released and time.monotonic() >= self._deadline:
             self._mark_lost("the lease expired: its TTL passed without a renewal")
@@ -171,7 +178,7 @@ class Lease:
         """Give the lease back; False (and :attr:`lost` set) when it was no longer ours."""
         if self._released:
             return False
-        if self._pid != os.getpid():
+        if self._pid != _PID:
             return False
         self._end_renewal()
         ok = self._holder._release_token(self.token)
@@ -188,7 +195,7 @@ class Lease:
         """
         from .validate import ttl_to_ms
 
-        if self._released or self._pid != os.getpid():
+        if self._released or self._pid != _PID:
             return False
         new_ttl = self.ttl if ttl is None else ttl
         ttl_ms = ttl_to_ms(new_ttl)
@@ -199,6 +206,24 @@ class Lease:
             return True
         self._mark_lost("extend found the lease no longer held")
         return False
+
+    def hand_over(self, ttl: float) -> bool:
+        """Give the lease to whoever holds its token next (e.g. another process that
+        adopts it): stop renewing it, set it to expire ``ttl`` seconds from now, and
+        forget it here.
+
+        Afterwards this object neither renews, releases nor reports the lease lost
+        (:attr:`released` is True). Returns False when the lease was no longer ours.
+        """
+        from .validate import ttl_to_ms
+
+        ttl_ms = ttl_to_ms(ttl)
+        if self._released or self._pid != _PID:
+            return False
+        # Renewal stops before the new TTL is set, so no renewal in flight can
+        # shorten it afterwards.
+        self._mark_released()
+        return bool(self._holder._extend_token(self.token, ttl_ms))
 
     def wait_lost(self, timeout: float | None = None) -> bool:
         """Block until the lease is found lost or ``timeout`` passes; return :attr:`lost`."""
@@ -236,7 +261,7 @@ class Lease:
         """Stop background renewal of this lease, if any (once; never in a forked child,
         where the parent's renewer does not exist)."""
         stop, self._stop_renewal = self._stop_renewal, None
-        if stop is not None and self._pid == os.getpid():
+        if stop is not None and self._pid == _PID:
             stop()
 
     # -- context manager -------------------------------------------------------------

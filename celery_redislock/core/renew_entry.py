@@ -34,8 +34,8 @@ _NO_REPLY = "no renewal reply confirmed the lease before its deadline"
 class Entry:
     """The renewer's record of one lease (the lease itself is held weakly)."""
 
-    __slots__ = ("client", "dead", "error", "final", "inflight", "keys", "lease", "script",
-                 "slot", "stop", "stop_at", "ticket", "token")  # fmt: skip
+    __slots__ = ("_keys", "_slot", "client", "dead", "error", "final", "holder", "inflight",
+                 "lease", "script", "stop", "stop_at", "ticket", "token")  # fmt: skip
 
     def __init__(
         self,
@@ -44,13 +44,15 @@ class Entry:
         stop: Callable[[Entry], None],
         stop_at: float | None,
     ) -> None:
+        # Made as a lease is granted (a task starting), so it only keeps references:
+        # the keys and the cluster slot are worked out when first renewed (keys, slot).
         self.lease = weakref.ref(lease)
         self.token = lease.token
+        self.holder = holder
         self.client: Any = holder.client
         self.script = holder._renew_script
-        self.keys = tuple(holder._renew_keys)
-        is_cluster = isinstance(self.client, RedisCluster)
-        self.slot: int = self.client.keyslot(self.keys[0]) if is_cluster else 0
+        self._keys: tuple[str, ...] | None = None
+        self._slot: int | None = None
         self.stop = stop
         self.stop_at = stop_at  # monotonic instant renewal never goes past (max_hold)
         self.final = False  # no further renewal: max_hold reached
@@ -58,6 +60,23 @@ class Entry:
         self.dead = False  # released, lost or collected: forget it
         self.error = ""  # the last failed call's error, for the loss reason
         self.ticket = 0  # sequence number of the entry's current heap item
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The lease's keys, as the holder's renewal script takes them."""
+        keys = self._keys
+        if keys is None:
+            keys = self._keys = tuple(self.holder._renew_keys)
+        return keys
+
+    @property
+    def slot(self) -> int:
+        """The keys' Redis Cluster hash slot (0 on a standalone server)."""
+        slot = self._slot
+        if slot is None:
+            is_cluster = isinstance(self.client, RedisCluster)
+            slot = self._slot = self.client.keyslot(self.keys[0]) if is_cluster else 0
+        return slot
 
     def __call__(self) -> None:
         """End renewal of the lease (the lease calls this on release)."""

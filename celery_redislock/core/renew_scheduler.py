@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -50,6 +51,11 @@ class Renewer:
         self._live = 0
         self._thread: threading.Thread | None = None
         self._senders: dict[int, Sender] = {}
+        # When the scheduler thread, asleep, wakes by itself (inf while it is awake:
+        # it reads the heap again before it sleeps). A push due no earlier needs no
+        # notify: waking the thread for nothing costs the caller a GIL hand-off per
+        # lease, on every task start.
+        self._wake_at = math.inf
 
     @property
     def tracked(self) -> int:
@@ -90,7 +96,7 @@ class Renewer:
         entry.ticket = next(self._seq)
         item = (due, entry.ticket, early, entry)
         heapq.heappush(self._heap, item)
-        if self._heap[0] is item:
+        if due < self._wake_at:
             self._cond.notify()
 
     def _run(self) -> None:
@@ -107,10 +113,16 @@ class Renewer:
     def _sleep(self) -> bool:
         """Wait for the next due time; False when the thread should exit (idle)."""
         if self._live and self._heap:
-            self._cond.wait(max(0.0, self._heap[0][0] - time.monotonic()))
+            due = self._heap[0][0]  # never superseded: _collect popped those
+            self._wake_at = due
+            self._cond.wait(max(0.0, due - time.monotonic()))
+            self._wake_at = math.inf
             return True
         self._heap.clear()
-        if self._cond.wait(IDLE_EXIT) or self._live:
+        self._wake_at = time.monotonic() + IDLE_EXIT
+        notified = self._cond.wait(IDLE_EXIT)
+        self._wake_at = math.inf
+        if notified or self._live:
             return True
         self._thread = None
         return False

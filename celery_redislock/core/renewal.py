@@ -43,7 +43,7 @@ import threading
 from typing import Any, Protocol, cast
 
 from ..errors import ConfigurationError
-from .lease import Lease
+from .lease import Lease, current_pid
 from .renew_scheduler import MAX_BATCH, Renewer
 from .scripts import LuaScript
 from .validate import ttl_to_ms
@@ -105,7 +105,7 @@ def keep_alive(lease: Lease, *, max_hold: float | None = None) -> None:
     holder = lease.holder
     if not isinstance(getattr(holder, "_renew_script", None), LuaScript):
         raise ConfigurationError(f"lease holder {holder!r} does not support renewal")
-    if lease._pid != os.getpid() or lease.released or lease.lost or lease._stop_renewal:
+    if lease._pid != current_pid() or lease.released or lease.lost or lease._stop_renewal:
         return  # another process's lease, nothing left to renew, or renewed already
     lease._stop_renewal = renewer().add(lease, cast(Renewable, holder), max_hold)
 
