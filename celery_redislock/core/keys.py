@@ -21,6 +21,7 @@ Layout, for prefix ``redislock`` and kind ``lock``::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..errors import ConfigurationError
 from .validate import check_name
@@ -59,7 +60,7 @@ class KeySpace:
             raise ConfigurationError(f"prefix must not contain '{{' or '}}', got {prefix!r}")
         return cls(prefix, kind, name)
 
-    @property
+    @cached_property
     def base(self) -> str:
         """``prefix:kind:{encoded name}``, the part every key shares."""
         return f"{self.prefix}:{self.kind}:{{{encode_name(self.name)}}}"

@@ -84,6 +84,7 @@ class RedisLock(Primitive):
         self._acquire_keys: list[Any] = [holders, fence, queue, alive, asks]
         self._release_keys = [holders, queue, alive, asks, fence]
         self._queue_keys = [holders, queue, alive, asks]
+        self._adopt_keys = [holders, fence]
         self._holders_key = [holders]
         self._channel_arg: bytes = encode(keys.channel)
 
@@ -214,9 +215,8 @@ class RedisLock(Primitive):
         new_token = new_token or secrets.token_hex(16)
         sent_at = time.monotonic()
         granted, fence = _ADOPT(
-            self._client, [self._keys.holders, self._keys.fence],
-            [token, new_token, ttl_ms, FENCE_MEMORY_MS, owner or ""],
-        )  # fmt: skip
+            self._client, self._adopt_keys, [token, new_token, ttl_ms, _MEMORY_ARG, owner or ""]
+        )
         if granted != 1:
             return None
         return self._new_lease(

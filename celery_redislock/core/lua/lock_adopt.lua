@@ -20,13 +20,19 @@ local holders, fence_key = KEYS[1], KEYS[2]
 local old, token, ttl, memory, owner = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local now, now_us = server_clock()
 
-if live_fence(holders, token, now) or not live_fence(holders, old, now) then return {0, 0} end
+-- One read for both leases' expiries: the new token must not be live, the old must.
+local expiries = redis.call('HMGET', holders, 't:' .. token, 't:' .. old)
+local function live(expiry) return expiry and tonumber(expiry) > now end
+if live(expiries[1]) or not live(expiries[2]) then return {0, 0} end
 
 local fence = next_fence(fence_key, now_us, memory)
 redis.call('HDEL', holders, 't:' .. old, 'f:' .. old)
-if owner ~= '' then redis.call('HSET', holders, 'owner', owner) end
-redis.call('HSET', holders, 'fence', fence, 't:' .. token, string.format('%d', now + ttl),
-  'f:' .. token, fence)
+local fields = {'fence', fence, 't:' .. token, string.format('%d', now + ttl), 'f:' .. token, fence}
+if owner ~= '' then
+  fields[#fields + 1] = 'owner'
+  fields[#fields + 1] = owner
+end
+redis.call('HSET', holders, unpack(fields))
 if redis.call('HLEN', holders) <= 5 then
   redis.call('PEXPIRE', holders, ttl)
 else
