@@ -1,9 +1,8 @@
-"""The shared subscriber: one reader per client, gone once the client is idle or dropped."""
+"""The shared subscriber: read by the waiters themselves, one reader at a time."""
 
 from __future__ import annotations
 
 import gc
-import os
 import threading
 import time
 
@@ -11,11 +10,8 @@ import pytest
 import redis
 
 from celery_redislock import RedisLock
-from celery_redislock.core import waiting
-
-
-def _readers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "celery-redislock-notifier"]
+from celery_redislock.core import notifier as notifier_module
+from celery_redislock.core.notifier import Notifier
 
 
 def _wait_once(client: redis.Redis, name: str) -> None:
@@ -29,34 +25,75 @@ def _wait_once(client: redis.Redis, name: str) -> None:
     timer.join()
 
 
-def test_idle_reader_ends_and_comes_back(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(waiting, "IDLE_UNSUBSCRIBE", 0.1)
-    monkeypatch.setattr(waiting, "IDLE_STOP", 0.3)
+def test_waiters_read_the_connection_themselves(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
+    before = set(threading.enumerate())
     _wait_once(client, "notifier-a")
-    reader = waiting.Notifier.for_client(client)._reader
-    assert reader is not None and reader in _readers()
-    reader.join(timeout=5)
-    assert not reader.is_alive(), "an idle reader thread should end"
-    _wait_once(client, "notifier-b")  # a later wait starts a fresh reader and works
-    fresh = waiting.Notifier.for_client(client)._reader
-    assert fresh is not None and fresh is not reader
+    _wait_once(client, "notifier-a")  # the subscription is reused
+    assert set(threading.enumerate()) <= before  # no reader thread left behind
+    notifier = Notifier.for_client(client)
+    assert not notifier._reading.locked() and not notifier._blocked
     client.close()
 
 
-def test_dropped_clients_are_not_kept(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(waiting, "IDLE_UNSUBSCRIBE", 0.1)
-    monkeypatch.setattr(waiting, "IDLE_STOP", 0.3)
+def test_idle_channels_are_unsubscribed_by_a_later_reader(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notifier_module, "IDLE_UNSUBSCRIBE", 0.1)
+    client = redis.Redis.from_url(redis_url)
+    _wait_once(client, "notifier-idle")
+    channel = f"{RedisLock(client, 'notifier-idle').keys.channel}:*"
+    assert client.pubsub_channels(channel)
+    time.sleep(1.2)  # past IDLE_UNSUBSCRIBE and one read slice
+    _wait_once(client, "notifier-other")
+    deadline = time.monotonic() + 5
+    while client.pubsub_channels(channel) and time.monotonic() < deadline:
+        _wait_once(client, "notifier-other")
+    assert not client.pubsub_channels(channel)
+    client.close()
+
+
+def test_reading_passes_from_waiter_to_waiter(redis_url: str) -> None:
+    # Six threads wait at once; each release wakes the next in order. The reader's
+    # turn must pass on when its own wait ends, or the rest would sleep to their
+    # 1 s poll each.
+    client = redis.Redis.from_url(redis_url)
+    lock = RedisLock(client, "notifier-turns", ttl=10)
+    holder = lock.acquire()
+    assert holder is not None
+    got: list[float] = []
+
+    def wait_and_pass() -> None:
+        lease = lock.acquire(timeout=20)
+        assert lease is not None
+        got.append(time.monotonic())
+        lease.release()
+
+    threads = [threading.Thread(target=wait_and_pass) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while client.zcard(lock.keys.queue) < 6 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    holder.release()
+    for thread in threads:
+        thread.join(30)
+    assert len(got) == 6 and max(got) - started < 0.9
+    client.close()
+
+
+def test_dropped_clients_are_not_kept(redis_url: str) -> None:
     keys = []
     for i in range(5):
         client = redis.Redis.from_url(redis_url)
         _wait_once(client, f"notifier-drop-{i}")
-        keys.append((os.getpid(), id(client)))
-        assert keys[-1] in waiting.Notifier._registry
+        keys.append(id(client))
+        assert keys[-1] in Notifier._registry
         client.close()
         del client
     deadline = time.monotonic() + 5
-    while any(k in waiting.Notifier._registry for k in keys) and time.monotonic() < deadline:
+    while any(k in Notifier._registry for k in keys) and time.monotonic() < deadline:
         gc.collect()
         time.sleep(0.05)
-    assert not [k for k in keys if k in waiting.Notifier._registry]
+    assert not [k for k in keys if k in Notifier._registry]

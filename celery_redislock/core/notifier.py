@@ -1,0 +1,267 @@
+"""The process's subscriber for wake-ups: one pub/sub connection per client, read
+by the waiters themselves.
+
+A release publishes, on ``<wake channel>:<process tag>``, the token of the waiter that
+may now proceed (``*``: all of them), or ``<token> <fence>`` when it already granted
+that waiter its lease. Every waiter of a process shares one subscriber connection.
+There is no reader thread: one of the blocked waiters at a time is the *reader* (it
+holds :attr:`Notifier._reading`); it reads the connection, marks the waiters the
+messages name and wakes them, and when its own wait ends it wakes another blocked
+waiter to take over. A waiter whose message arrives while it reads itself goes on
+without any thread hand-off, which is most of them when a process has one waiter at
+a time (a Celery prefork child); that saves a context switch and a GIL hand-over
+per wake-up.
+
+Channels stay subscribed for :data:`IDLE_UNSUBSCRIBE` seconds after their last waiter
+left (a busy lock does not pay SUBSCRIBE/UNSUBSCRIBE per wait); the next reader
+unsubscribes them. The connection lasts as long as its client: the notifier holds
+the client weakly and is dropped with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+from redis.exceptions import RedisError
+
+from .scripts import as_text
+
+__all__ = ["IDLE_UNSUBSCRIBE", "SUBSCRIBE_CONFIRM_TIMEOUT", "WAKE_ALL", "Notifier", "Waiter"]
+
+log = logging.getLogger(__name__)
+
+WAKE_ALL = "*"
+"""Message payload that wakes every waiter on the channel."""
+
+IDLE_UNSUBSCRIBE = 10.0
+"""Seconds a channel stays subscribed after its last waiter left."""
+
+SUBSCRIBE_CONFIRM_TIMEOUT = 1.0
+"""Longest a waiter waits for its SUBSCRIBE to be confirmed before relying on polls."""
+
+_READ_SLICE = 1.0  # longest single read, so idle channels are unsubscribed on time
+
+
+class Waiter:
+    """One blocked acquirer: what the messages told it, and the event that wakes it."""
+
+    __slots__ = ("event", "fence", "notified", "received_at")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()  # set on a message for it, or on its turn to read
+        self.notified = False  # a message named it (or all) since the owner last cleared it
+        self.fence = 0  # > 0 once a release granted it its lease
+        self.received_at = 0.0  # monotonic time the grant message was read
+
+    def is_notified(self) -> bool:
+        """True once a message named this waiter (see :attr:`notified`)."""
+        return self.notified
+
+
+class _Channel:
+    __slots__ = ("confirmed", "idle_since", "waiters")
+
+    def __init__(self) -> None:
+        self.waiters: dict[str, Waiter] = {}
+        self.confirmed = threading.Event()
+        self.idle_since: float | None = None
+
+
+class Notifier:
+    """The process's shared subscriber for one Redis client (see module docs)."""
+
+    _registry: ClassVar[dict[int, Notifier]] = {}
+    _registry_lock = threading.Lock()
+
+    @classmethod
+    def for_client(cls, client: Any) -> Notifier:
+        """Return this process's notifier for ``client``, creating it on first use."""
+        key = id(client)  # the registry is emptied in a forked child
+        notifier = cls._registry.get(key)
+        if notifier is None:
+            with cls._registry_lock:
+                notifier = cls._registry.get(key)
+                if notifier is None:
+                    notifier = cls._registry[key] = cls(client)
+                    weakref.finalize(client, cls._registry.pop, key, None)
+        return notifier
+
+    @classmethod
+    def _forget_after_fork(cls) -> None:
+        # The parent's subscriber connection is not ours in a forked child.
+        cls._registry = {}
+        cls._registry_lock = threading.Lock()
+
+    def __init__(self, client: Any) -> None:
+        self._client = weakref.ref(client)  # a closed, dropped client must not be kept
+        self._pubsub: Any = None
+        self._channels: dict[str, _Channel] = {}
+        self._lock = threading.Lock()  # guards _channels, _blocked and (un)subscribing
+        self._reading = threading.Lock()  # held by the waiter reading the connection
+        self._blocked: dict[Waiter, None] = {}  # waiters asleep while another reads
+        self._next_sweep = 0.0
+
+    def subscribed(self, channel: str) -> bool:
+        """True while ``channel`` is subscribed and confirmed: a waiter that joins now
+        hears every later message, so it may queue with its very first attempt."""
+        entry = self._channels.get(channel)
+        return entry is not None and entry.confirmed.is_set()
+
+    @contextlib.contextmanager
+    def listen(self, channel: str, token: str) -> Iterator[Waiter]:
+        """Register ``token`` as a waiter on ``channel`` for the ``with`` block.
+
+        The subscription is confirmed (or :data:`SUBSCRIBE_CONFIRM_TIMEOUT` passed) on
+        entry. Clear :attr:`Waiter.notified` *before* each check of the primitive,
+        then :meth:`wait`.
+        """
+        waiter = Waiter()
+        entry = self._join(channel, token, waiter)
+        try:
+            if not entry.confirmed.is_set():
+                self._await(waiter, entry.confirmed.is_set, SUBSCRIBE_CONFIRM_TIMEOUT)
+            yield waiter
+        finally:
+            self._leave(channel, token)
+
+    def wait(self, waiter: Waiter, timeout: float) -> None:
+        """Block until a message names ``waiter`` or ``timeout`` seconds pass."""
+        self._await(waiter, waiter.is_notified, timeout)
+
+    # -- membership -------------------------------------------------------------------
+
+    def _join(self, channel: str, token: str, waiter: Waiter) -> _Channel:
+        with self._lock:
+            entry = self._channels.get(channel)
+            new = entry is None
+            if entry is None:
+                entry = self._channels[channel] = _Channel()
+            entry.waiters[token] = waiter
+            entry.idle_since = None
+            if self._pubsub is None:
+                client = self._client()
+                assert client is not None  # a waiter's lock holds its client
+                self._pubsub = client.pubsub()
+            if new:
+                # Under the lock so it cannot cross an UNSUBSCRIBE of the same channel;
+                # sending does not wait for the confirmation (a reader reads it).
+                try:
+                    self._pubsub.subscribe(channel)
+                except RedisError as exc:  # Redis unreachable: the waiter polls instead.
+                    log.debug("celery_redislock: SUBSCRIBE %s failed: %r", channel, exc)
+        return entry
+
+    def _leave(self, channel: str, token: str) -> None:
+        with self._lock:
+            entry = self._channels.get(channel)
+            if entry is not None:
+                entry.waiters.pop(token, None)
+                if not entry.waiters:
+                    entry.idle_since = time.monotonic()
+
+    # -- waiting and reading ----------------------------------------------------------
+
+    def _await(self, waiter: Waiter, done: Callable[[], bool], timeout: float) -> None:
+        """Until ``done()`` or the timeout: read the connection if nobody else does,
+        else sleep until the reader wakes this waiter (a message, or its turn)."""
+        deadline = time.monotonic() + timeout
+        try:
+            while not done():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                # Listed as blocked *before* trying to read: a reader that stops right
+                # after our failed try then finds us and hands us its turn.
+                with self._lock:
+                    self._blocked[waiter] = None
+                try:
+                    if self._reading.acquire(blocking=False):
+                        try:
+                            self._read(done, deadline)
+                        finally:
+                            self._reading.release()
+                    else:
+                        waiter.event.wait(left)
+                finally:
+                    with self._lock:
+                        self._blocked.pop(waiter, None)
+                waiter.event.clear()  # done() and the reading lock are checked again
+        finally:
+            self._pass_turn(waiter)
+
+    def _pass_turn(self, leaving: Waiter) -> None:
+        """Wake a blocked waiter to read, unless someone reads already."""
+        if self._reading.locked():
+            return
+        with self._lock:
+            for other in self._blocked:
+                if other is not leaving:
+                    other.event.set()
+                    return
+
+    def _read(self, done: Callable[[], bool], deadline: float) -> None:
+        pubsub = self._pubsub
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                message = pubsub.get_message(timeout=min(left, _READ_SLICE))
+            except (RedisError, OSError, ValueError, AttributeError) as exc:
+                # Redis restarted or unreachable, or the connection was closed under us:
+                # redis-py reconnects and re-subscribes on the next read; meanwhile the
+                # waiters poll.
+                log.debug("celery_redislock: subscriber connection error: %r", exc)
+                for entry in list(self._channels.values()):
+                    entry.confirmed.clear()
+                time.sleep(min(0.2, max(0.0, left)))
+                continue
+            if message is not None:
+                self._dispatch(message)
+            if time.monotonic() >= self._next_sweep:
+                self._unsubscribe_idle()
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        entry = self._channels.get(as_text(message.get("channel")))
+        if entry is None:
+            return
+        kind = message.get("type")
+        if kind == "subscribe":
+            entry.confirmed.set()
+            for waiter in list(entry.waiters.values()):
+                waiter.event.set()
+        elif kind == "message":
+            token, _, fence = as_text(message.get("data")).partition(" ")
+            named = list(entry.waiters.values()) if token == WAKE_ALL else [
+                entry.waiters[token]] if token in entry.waiters else []  # fmt: skip
+            for waiter in named:
+                if fence:
+                    waiter.received_at = time.monotonic()
+                    waiter.fence = int(fence)
+                waiter.notified = True
+                waiter.event.set()
+
+    def _unsubscribe_idle(self) -> None:
+        now = time.monotonic()
+        self._next_sweep = now + _READ_SLICE
+        with self._lock:
+            idle = [
+                channel for channel, entry in self._channels.items()
+                if entry.idle_since is not None and now - entry.idle_since > IDLE_UNSUBSCRIBE
+            ]  # fmt: skip
+            for channel in idle:
+                del self._channels[channel]
+            if idle:
+                with contextlib.suppress(RedisError):
+                    self._pubsub.unsubscribe(*idle)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=Notifier._forget_after_fork)
