@@ -23,7 +23,7 @@ from .scripts import LuaScript, as_text
 from .validate import (
     acquire_deadline,
 )
-from .waiting import WAITER_HEARTBEAT_MS, Grant, Notifier, wait_until_granted
+from .waiting import WAITER_HEARTBEAT_MS, Grant, Notifier, poll_slice, wait_until_granted
 
 __all__ = ["FENCE_MEMORY_MS", "RedisLock"]
 
@@ -148,7 +148,11 @@ class RedisLock(Primitive):
         channel = f"{self._keys.channel}:{tag}"
         reply: list[Any] = [0, 0, b""]
         grant: Grant | None = None
-        if deadline is not None and Notifier.for_client(self._client).subscribed(channel):
+        if (
+            deadline is not None
+            and deadline > time.monotonic()  # timeout=0 tries once, never queues
+            and Notifier.for_client(self._client).subscribed(channel)
+        ):
             # Waited here lately: the wake-ups are heard already, so the first
             # attempt may queue at once (one round trip per wait saved).
             args[3] = _WAIT
@@ -158,7 +162,7 @@ class RedisLock(Primitive):
             sent_at = time.monotonic()
             reply = _ACQUIRE(self._client, self._acquire_keys, args)
             if reply[0] == 1:
-                grant = (int(reply[1]), sent_at)
+                grant = (int(reply[1]), sent_at)  # a fresh lease: its full TTL left
             elif deadline is not None and deadline > time.monotonic():
                 args[3] = _WAIT  # from now on, wait in the queue
                 grant = self._wait(token, channel, args, reply, deadline)
@@ -172,12 +176,15 @@ class RedisLock(Primitive):
               deadline: float) -> Grant | None:  # fmt: skip
         """Queue as ``token`` until granted (see :func:`.waiting.wait_until_granted`);
         ``reply`` keeps the last refusal (its holder's owner id)."""
-        client = self._client
+        client, ttl_ms = self._client, int(args[2])
 
         def attempt() -> Grant | int:
             sent_at = time.monotonic()
             reply[:] = _ACQUIRE(client, self._acquire_keys, args)
-            return (int(reply[1]), sent_at) if reply[0] == 1 else int(reply[1])
+            if reply[0] != 1:
+                return int(reply[1])
+            # A lease a release granted earlier counts from when it was granted.
+            return int(reply[1]), sent_at + (int(reply[2]) - ttl_ms) / 1000.0
 
         def leave() -> int:
             left = _LEAVE(client, self._queue_keys, [token, self._channel_arg, "lock"])
@@ -186,6 +193,7 @@ class RedisLock(Primitive):
         return wait_until_granted(
             client, channel, token, attempt, leave,
             lambda: self._release_token(token), None if deadline == math.inf else deadline,
+            poll_slice(ttl_ms),
         )  # fmt: skip
 
     def adopt(

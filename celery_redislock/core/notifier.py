@@ -52,13 +52,12 @@ _READ_SLICE = 1.0  # longest single read, so idle channels are unsubscribed on t
 class Waiter:
     """One blocked acquirer: what the messages told it, and the event that wakes it."""
 
-    __slots__ = ("event", "fence", "notified", "received_at")
+    __slots__ = ("event", "fence", "notified")
 
     def __init__(self) -> None:
         self.event = threading.Event()  # set on a message for it, or on its turn to read
         self.notified = False  # a message named it (or all) since the owner last cleared it
         self.fence = 0  # > 0 once a release granted it its lease
-        self.received_at = 0.0  # monotonic time the grant message was read
 
     def is_notified(self) -> bool:
         """True once a message named this waiter (see :attr:`notified`)."""
@@ -243,7 +242,6 @@ class Notifier:
                 entry.waiters[token]] if token in entry.waiters else []  # fmt: skip
             for waiter in named:
                 if fence:
-                    waiter.received_at = time.monotonic()
                     waiter.fence = int(fence)
                 waiter.notified = True
                 waiter.event.set()

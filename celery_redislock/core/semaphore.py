@@ -27,7 +27,7 @@ from .validate import (
     check_bool,
     check_positive_int,
 )
-from .waiting import Grant, Notifier, wait_until_granted
+from .waiting import Grant, Notifier, poll_slice, wait_until_granted
 
 __all__ = ["RedisSemaphore"]
 
@@ -121,8 +121,9 @@ class RedisSemaphore(Primitive):
 
         def attempt() -> Grant | int:
             sent_at = time.monotonic()
-            granted, value = self._attempt(token, owner or "", ttl_ms, deadline is not None)
-            return (value, sent_at) if granted else value
+            granted, value, left = self._attempt(token, owner or "", ttl_ms, deadline is not None)
+            # A lease granted earlier (by a release) counts from when it was granted.
+            return (value, sent_at + (left - ttl_ms) / 1000.0) if granted else value
 
         # Listening before the first attempt saves the re-check after subscribing, but
         # costs a subscription: worth it only when the channel is subscribed already
@@ -137,7 +138,7 @@ class RedisSemaphore(Primitive):
             grant = wait_until_granted(
                 self._client, channel, token, attempt,
                 lambda: self._scripts.leave(token), lambda: self._release_token(token),
-                None if deadline == math.inf else deadline,
+                None if deadline == math.inf else deadline, poll_slice(ttl_ms),
             )  # fmt: skip
             if grant is None:
                 return None
@@ -181,16 +182,17 @@ class RedisSemaphore(Primitive):
 
     # -- one round trip each; the lease's side (LeaseHolder) ---------------------------
 
-    def _attempt(self, token: str, owner: str, ttl_ms: int, wait: bool) -> tuple[int, int]:
-        """One acquire round trip: ``[1, fence]`` granted, ``[0, wait_ms]`` refused."""
-        granted, value, previous = self._scripts.acquire(token, owner, ttl_ms, wait)
+    def _attempt(self, token: str, owner: str, ttl_ms: int, wait: bool) -> tuple[int, int, int]:
+        """One acquire round trip: ``(1, fence, ms_left)`` granted, ``(0, wait_ms, 0)``
+        refused."""
+        granted, value, previous, left = self._scripts.acquire(token, owner, ttl_ms, wait)
         if previous and not self._warned_limit:
             self._warned_limit = True
             log.warning(
                 "celery_redislock: semaphore %r was limited to %s; now enforcing limit=%s",
                 self.name, previous, self._limit,
             )  # fmt: skip
-        return granted, value
+        return granted, value, left
 
     def _release_token(self, token: str) -> bool:
         return self._scripts.release(token)

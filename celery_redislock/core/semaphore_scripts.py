@@ -62,16 +62,20 @@ class SemaphoreScripts:
         self._leave_keys = [holders, queue, alive, asks, leases]
         self._info_keys = [holders, leases, queue, meta]
 
-    def acquire(self, token: str, owner: str, ttl_ms: int, wait: bool) -> tuple[int, int, int]:
-        """``(1, fence, previous)`` granted, ``(0, wait_ms, previous)`` refused.
+    def acquire(
+        self, token: str, owner: str, ttl_ms: int, wait: bool
+    ) -> tuple[int, int, int, int]:
+        """``(1, fence, previous, ms_left)`` granted, ``(0, wait_ms, previous, 0)`` refused.
 
-        ``previous`` is the limit stored before, when this call changed it, else 0.
+        ``previous`` is the limit stored before, when this call changed it, else 0;
+        ``ms_left`` the TTL the lease has left (less than ``ttl_ms`` when a release
+        had granted it to this waiter already).
         """
-        granted, value, previous = _ACQUIRE(
+        reply = _ACQUIRE(
             self._client, self._acquire_keys,
             [token, owner, ttl_ms, *self._acquire_args, b"1" if wait else b"0", *self._tail],
         )  # fmt: skip
-        return int(granted), int(value), int(previous)
+        return int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]) if reply[0] else 0
 
     def release(self, token: str) -> bool:
         """Give the permit of ``token`` back; False when it was not live."""

@@ -22,13 +22,8 @@ from redis.exceptions import RedisError
 
 from .notifier import WAKE_ALL, Notifier, Waiter
 
-__all__ = ["GRANT_TRANSIT", "MAX_POLL", "WAITER_HEARTBEAT_MS", "WAKE_ALL", "Grant", "Notifier",
-           "Waiter", "wait_until_granted"]
-
-GRANT_TRANSIT = 0.25
-"""Seconds a grant message is assumed, at most, to take from the release that made it
-to the waiter: the lease's local deadline counts from that much before the message
-was read (and never from before the waiter's last request)."""
+__all__ = ["MAX_POLL", "WAITER_HEARTBEAT_MS", "WAKE_ALL", "Grant", "Notifier", "Waiter",
+           "poll_slice", "wait_until_granted"]
 
 Grant = tuple[int, float]
 """A lease granted to a waiter: its fence, and a ``time.monotonic()`` no later than
@@ -39,6 +34,13 @@ MAX_POLL = 1.0
 
 WAITER_HEARTBEAT_MS = 5000
 """A queued waiter that has not checked in for this long is dropped from the queue."""
+
+
+def poll_slice(ttl_ms: int) -> float:
+    """Longest sleep between a waiter's requests for a lease of ``ttl_ms``: a grant by
+    message counts from the last request (see :func:`wait_until_granted`), so a short
+    lease needs requests close enough together to start with most of its TTL."""
+    return min(MAX_POLL, ttl_ms / 3000.0)
 
 
 def wait_until_granted(
@@ -69,7 +71,9 @@ def wait_until_granted(
             while True:
                 waiter.notified = False
                 if waiter.fence:
-                    return waiter.fence, max(last_asked, waiter.received_at - GRANT_TRANSIT)
+                    # Granted after our last (refused) request was sent: the lease's
+                    # local deadline counts from then, so it never outlives the server's.
+                    return waiter.fence, last_asked
                 last_asked = time.monotonic()
                 outcome = attempt()
                 if isinstance(outcome, tuple):

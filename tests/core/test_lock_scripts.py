@@ -141,9 +141,44 @@ def test_release_grants_the_lock_to_the_head_and_tells_it(r: redis.Redis, lock: 
     assert 6000 < r.pttl(lock.keys.holders) <= 7000
     assert r.zrange(lock.keys.queue, 0, -1) == [b"c" * 32]
     assert r.hkeys(lock.keys.asks) == [b"c" * 32]
-    # Its own attempt (a lost message, a poll) finds the same grant; nobody else is told.
-    assert lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1")) == [1, int(fence)]
+    # Its own attempt (a lost message, a poll) finds the same grant, with the TTL it
+    # has left (its local deadline must not count from this later request); nobody
+    # else is told.
+    time.sleep(0.3)
+    again = lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1", ttl_ms=7000))
+    assert again[:2] == [1, int(fence)] and 6000 < again[2] <= 6750
     assert pubsub.get_message(timeout=0.1) is None
+    pubsub.close()
+
+
+def test_release_does_not_grant_a_waiter_nobody_listens_for(
+    r: redis.Redis, lock: RedisLock
+) -> None:
+    # No subscriber on the waiter's channel (its process is gone, or, on a cluster, it
+    # listens through another node): granting it would leave a lease nobody uses, and
+    # announcing a grant that was not written would make two holders.
+    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32))
+    lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32 + ".0badcafe", wait="1"))
+    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1
+    assert not lock.locked()
+    assert r.zrange(lock.keys.queue, 0, -1) == [b"b" * 32 + b".0badcafe"]
+
+
+def test_owner_reentering_while_queued_leaves_the_queue(r: redis.Redis, lock: RedisLock) -> None:
+    pubsub = r.pubsub()
+    pubsub.subscribe(lock.keys.channel)  # the waiters' process listens
+    assert pubsub.get_message(timeout=2)["type"] == "subscribe"  # type: ignore[index]
+    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32, owner="other"))
+    for token in ("h" * 32, "t" * 32):  # two waits of one owner (e.g. a task's retry)
+        lock_module._ACQUIRE(r, *acquire_call(lock, token, wait="1", owner="o"))
+    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1  # granted to "h"
+    reentered = lock_module._ACQUIRE(r, *acquire_call(lock, "t" * 32, wait="1", owner="o"))
+    assert reentered[0] == 1
+    # Out of the queue: a later release must not grant "t" a second, unused lease.
+    assert r.zcard(lock.keys.queue) == 0 and r.hlen(lock.keys.asks) == 0
+    for token in ("h" * 32, "t" * 32):
+        assert lock_module._RELEASE(r, *release_call(lock, token)) == 1
+    assert not lock.locked()
     pubsub.close()
 
 

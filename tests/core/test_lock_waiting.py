@@ -21,6 +21,7 @@ import redis
 from celery_redislock import Lease, RedisLock
 from celery_redislock.core import lock as lock_module
 from celery_redislock.core import primitive as primitive_module
+from celery_redislock.core import waiting as waiting_module
 from celery_redislock.core.waiting import MAX_POLL, WAITER_HEARTBEAT_MS
 
 
@@ -289,6 +290,32 @@ def test_release_hands_the_lock_to_the_waiter_before_it_asks_again(
     assert lease is not None and lease.owner == "next"
     assert int(held[b"fence"]) == lease.fence and 6.0 < lease.remaining() <= 7.0
     assert lease.release() and not lock.locked()
+
+
+def test_timeout_zero_tries_once_even_when_subscribed(
+    r: redis.Redis, lock: RedisLock, waiters: list[Waiter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder = lock.acquire()
+    assert holder is not None
+    waiter = start_waiter(r, lock, waiters, queued=1, timeout=10)  # subscribes the channel
+    assert holder.release()
+    lease = waiter.result()
+    assert lease is not None
+
+    def no_wait(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("timeout=0 must not queue and wait")
+
+    monkeypatch.setattr(lock_module, "wait_until_granted", no_wait)
+    assert lock.acquire(timeout=0) is None  # one refused attempt, never queued
+    assert r.zcard(lock.keys.queue) == 0
+    assert lease.release() and not lock.locked()
+
+
+def test_poll_slice_keeps_a_short_lease_mostly_ahead() -> None:
+    # A grant by message counts from the waiter's last request: requests of a short
+    # lease's waiter are close enough together that it starts with most of its TTL.
+    assert waiting_module.poll_slice(30_000) == MAX_POLL
+    assert waiting_module.poll_slice(600) == pytest.approx(0.2)
 
 
 def test_interrupt_after_a_grant_gives_the_lock_back(

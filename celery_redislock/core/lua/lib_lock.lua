@@ -51,11 +51,11 @@ local function sweep_leases(holders, now, refit)
   return live, longest
 end
 
--- Live lease of `token` in a holders hash: its fence, or nil.
+-- Live lease of `token` in a holders hash: its fence and the ms it has left, or nil.
 local function live_fence(holders, token, now)
   local expiry = redis.call('HGET', holders, 't:' .. token)
   if expiry and tonumber(expiry) > now then
-    return tonumber(redis.call('HGET', holders, 'f:' .. token))
+    return tonumber(redis.call('HGET', holders, 'f:' .. token)), tonumber(expiry) - now
   end
   return nil
 end
@@ -123,15 +123,18 @@ local function fresh_ask(alive, asks, token, now, beat)
   return tonumber(ttl), owner
 end
 
--- Offer waiter `token` a lease with fence `fence`: "<token> <fence>" on its channel
--- (see notify). True when its process heard it, and only then may the caller write
--- the lease: PUBLISH counts the subscribers that got the message, and a killed
--- process has none (its connection closed), so a dead waiter is never handed a
--- lease it would hold for a whole TTL; it stays queued until its heartbeat lapses.
-local function offer_grant(channel, token, fence)
+-- The channel of waiter `token` (see notify) if a connection to this server listens
+-- on it, else nil. Only then may a release grant the waiter its lease and announce
+-- it ("<token> <fence>"): a killed process has no subscriber left (its connection
+-- closed), so a dead waiter is never handed a lease it would hold for a whole TTL (it
+-- stays queued until its heartbeat lapses). On Redis Cluster PUBSUB NUMSUB counts
+-- this node's subscribers only: a waiter listening through another node is woken
+-- instead (announcing a grant that was not written would make two holders).
+local function listening_channel(channel, token)
   local tag = string.match(token, '%.(%w+)$')
   if tag then channel = channel .. ':' .. tag end
-  return redis.call('PUBLISH', channel, token .. ' ' .. fence) > 0
+  if redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0 then return channel end
+  return nil
 end
 
 -- Drop waiters whose heartbeat lapsed; the queue's first token before and after.

@@ -77,20 +77,22 @@ local function grant_permit(holders, leases, token, owner, ttl, now, fence)
 end
 
 -- Hand up to `free` permits straight to the first waiters of the queue, in order:
--- each fresh one (see fresh_ask) is offered "<token> <fence>" and, if its process
--- heard it (see offer_grant), granted here, so the hand-off costs it no round trip.
--- Stops at the first waiter not granted so (it is woken, or reaped, as before).
--- Returns the permits left.
+-- each fresh one (see fresh_ask) that listens (see listening_channel) is granted one
+-- here and told "<token> <fence>", so the hand-off costs it no round trip. Stops at
+-- the first waiter not granted so (it is woken, or reaped, as before). Returns the
+-- permits left.
 local function hand_over_permits(keys, free, now, now_us, beat, memory, channel)
   while free > 0 do
     local head = redis.call('ZRANGE', keys.queue, 0, 0)[1]
     if not head then break end
     local ttl, owner = fresh_ask(keys.alive, keys.asks, head, now, beat)
     if not ttl then break end
+    local heard = listening_channel(channel, head)
+    if not heard then break end
     local fence = next_fence(keys.fence, now_us, memory)
-    if not offer_grant(channel, head, fence) then break end
     dequeue_waiter(keys.queue, keys.alive, keys.asks, head)
     grant_permit(keys.holders, keys.leases, head, owner, ttl, now, fence)
+    redis.call('PUBLISH', heard, head .. ' ' .. fence)
     free = free - 1
   end
   return free

@@ -18,10 +18,11 @@
 -- ARGV[7]  channel  wake-up channel (told the new head when a dead head is dropped;
 --                   on `channel:<tag>` when its token ends in ".<tag>").
 --
--- Returns {1, fence} when granted (also when the same token asks again: client
--- retries are idempotent), {0, wait_ms, holder} when refused: wait_ms is the
--- holder's TTL left, or 0 when the lock is free but reserved for an earlier waiter;
--- holder is the holding owner id ("" when none or free).
+-- Returns {1, fence, ms_left} when granted (also when the same token asks again:
+-- client retries are idempotent, and a lease a release granted to this waiter is
+-- found so; ms_left is the TTL the lease has left), {0, wait_ms, holder} when
+-- refused: wait_ms is the holder's TTL left, or 0 when the lock is free but reserved
+-- for an earlier waiter; holder is the holding owner id ("" when none or free).
 
 --!include lib_lock.lua
 
@@ -34,12 +35,12 @@ local function grant(first)
   local fence = next_fence(fence_key, now_us, memory)
   if first then
     grant_lock(holders, token, owner, ttl, now, fence)
-    return {1, tonumber(fence)}
+    return {1, tonumber(fence), ttl}
   end
   redis.call('HSET', holders, 'fence', fence, 't:' .. token, string.format('%d', now + ttl),
     'f:' .. token, fence)
   if redis.call('PTTL', holders) < ttl then redis.call('PEXPIRE', holders, ttl) end
-  return {1, tonumber(fence)}
+  return {1, tonumber(fence), ttl}
 end
 
 local function refuse(wait_ms, holder)
@@ -51,12 +52,15 @@ end
 if redis.call('EXISTS', holders, queue) == 0 then return grant(true) end
 
 if redis.call('EXISTS', holders) == 1 then
-  local fence = live_fence(holders, token, now)
-  if fence then return {1, fence} end
+  local fence, left = live_fence(holders, token, now)
+  if fence then return {1, fence, left} end
   local live, longest = sweep_leases(holders, now, false)
   if live > 0 then
     local holder = redis.call('HGET', holders, 'owner')
     if owner ~= '' and holder == owner then
+      -- Re-entered while queued (a poll of an earlier wait): out of the queue, or a
+      -- later release would grant this token a second lease nobody would use.
+      if redis.call('ZSCORE', queue, token) then dequeue_waiter(queue, alive, asks, token) end
       return grant(false)
     end
     return refuse(longest - now, holder)

@@ -12,11 +12,11 @@
 -- ARGV[3]  beat     a waiter's heartbeat, milliseconds (see lock_acquire.lua).
 -- ARGV[4]  memory   how long the fence key outlives a grant, milliseconds.
 --
--- When the lock becomes free and the first live waiter checked in lately, it is
--- offered the lock, "<token> <fence>", and if its process heard the offer the lock
--- is granted to it here (its asked TTL and owner): the hand-off costs the waiter no
--- round trip. Otherwise the waiter is told its token and asks again itself (also
--- when the lease had expired and left the lock free, so it need not poll).
+-- When the lock becomes free and the first live waiter checked in lately and listens
+-- (see listening_channel), the lock is granted to it here (its asked TTL and owner)
+-- and it is told "<token> <fence>": the hand-off costs the waiter no round trip.
+-- Otherwise the waiter is told its token and asks again itself (also when the lease
+-- had expired and left the lock free, so it need not poll).
 --
 -- Returns 1 when the lease was live and is now released, 0 when it was not ours
 -- (unknown, expired, already released): a re-sent release changes nothing (it may
@@ -55,12 +55,12 @@ if live == 0 then
     local _, head = reap_waiters(queue, alive, asks, now)
     local ttl, owner
     if head then ttl, owner = fresh_ask(alive, asks, head, now, beat) end
-    if ttl then
+    local heard = ttl and listening_channel(channel, head)
+    if heard then
       local fence = next_fence(fence_key, now_us, memory)
-      if offer_grant(channel, head, fence) then
-        dequeue_waiter(queue, alive, asks, head)
-        grant_lock(holders, head, owner, ttl, now, fence)
-      end
+      dequeue_waiter(queue, alive, asks, head)
+      grant_lock(holders, head, owner, ttl, now, fence)
+      redis.call('PUBLISH', heard, head .. ' ' .. fence)
     elseif head then
       notify(channel, head)
     end

@@ -24,9 +24,10 @@
 -- ARGV[9]  memory   how long the fence key and meta outlive a grant, milliseconds.
 -- ARGV[10] channel  wake-up channel: waiters that may now take a permit are told.
 --
--- Returns {1, fence, previous} when granted (also when the same token asks again
--- while its lease is live: client retries hold one permit), {0, wait_ms, previous}
--- when refused: wait_ms is the time until the earliest lease expires when all
+-- Returns {1, fence, previous, ms_left} when granted (also when the same token asks
+-- again while its lease is live: client retries hold one permit, and a permit a
+-- release granted to this waiter is found so; ms_left is the TTL the lease has
+-- left), {0, wait_ms, previous} when refused: wait_ms is the time until the earliest lease expires when all
 -- permits are held, 0 when a permit is free but due to an earlier waiter.
 -- previous is the stored limit when this call changed it, else 0.
 
@@ -42,7 +43,7 @@ local now, now_us = server_clock()
 
 local expiry = redis.call('ZSCORE', holders, token)
 if expiry and tonumber(expiry) > now then
-  return {1, tonumber(redis.call('HGET', leases, 'f:' .. token)), 0}
+  return {1, tonumber(redis.call('HGET', leases, 'f:' .. token)), 0, tonumber(expiry) - now}
 end
 
 -- The caller's limit is the one enforced; store it for the releases and the views.
@@ -81,7 +82,7 @@ if allowed then
   redis.call('PEXPIRE', meta, memory)
   if rank then dequeue_waiter(queue, alive, asks, token) end
   if queued then wake_new(channel, before, eligible(queue, free - 1, fair), token) end
-  return {1, tonumber(fence), previous}
+  return {1, tonumber(fence), previous, ttl}
 end
 
 if queued then wake_new(channel, before, eligible(queue, free, fair), token) end
