@@ -7,8 +7,10 @@ relies on a message alone: it also polls, at most every ``max_poll`` seconds and
 never later than the holder's TTL runs out, so a lost message costs latency, never
 liveness (a poll finds a lease granted meanwhile, as a re-sent acquire does).
 
-The subscription is confirmed before the waiter's first queued attempt, so a release
-that happens after that attempt always reaches it.
+Every queued attempt inside :func:`wait_until_granted` follows a confirmed
+subscription, so a release after it reaches the waiter. (A semaphore's first try
+may queue before subscribing; the attempt made once subscribed catches any release
+in between, and finds a lease granted meanwhile.)
 """
 
 from __future__ import annotations
