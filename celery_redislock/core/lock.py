@@ -23,7 +23,14 @@ from .scripts import LuaScript, as_text
 from .validate import (
     acquire_deadline,
 )
-from .waiting import WAITER_HEARTBEAT_MS, Grant, Notifier, poll_slice, wait_until_granted
+from .waiting import (
+    WAITER_HEARTBEAT_MS,
+    Grant,
+    Notifier,
+    granted_lease,
+    poll_slice,
+    wait_until_granted,
+)
 
 __all__ = ["FENCE_MEMORY_MS", "RedisLock"]
 
@@ -150,7 +157,7 @@ class RedisLock(Primitive):
         grant: Grant | None = None
         if (
             deadline is not None
-            and deadline > time.monotonic()  # timeout=0 tries once, never queues
+            and deadline > time.monotonic()  # not given up already: it may queue
             and Notifier.for_client(self._client).subscribed(channel)
         ):
             # Waited here lately: the wake-ups are heard already, so the first
@@ -183,8 +190,7 @@ class RedisLock(Primitive):
             reply[:] = _ACQUIRE(client, self._acquire_keys, args)
             if reply[0] != 1:
                 return int(reply[1])
-            # A lease a release granted earlier counts from when it was granted.
-            return int(reply[1]), sent_at + (int(reply[2]) - ttl_ms) / 1000.0
+            return granted_lease(int(reply[1]), sent_at, int(reply[2]), ttl_ms)
 
         def leave() -> int:
             left = _LEAVE(client, self._queue_keys, [token, self._channel_arg, "lock"])

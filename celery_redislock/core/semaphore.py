@@ -27,7 +27,7 @@ from .validate import (
     check_bool,
     check_positive_int,
 )
-from .waiting import Grant, Notifier, poll_slice, wait_until_granted
+from .waiting import Grant, Notifier, granted_lease, poll_slice, wait_until_granted
 
 __all__ = ["RedisSemaphore"]
 
@@ -114,16 +114,13 @@ class RedisSemaphore(Primitive):
         runs once if the lease is found lost (see :mod:`.renewal`).
         """
         deadline = acquire_deadline(blocking, timeout)
-        if timeout == 0:
-            deadline = None
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
         token, tag = fresh_token()
 
         def attempt() -> Grant | int:
             sent_at = time.monotonic()
             granted, value, left = self._attempt(token, owner or "", ttl_ms, deadline is not None)
-            # A lease granted earlier (by a release) counts from when it was granted.
-            return (value, sent_at + (left - ttl_ms) / 1000.0) if granted else value
+            return granted_lease(value, sent_at, left, ttl_ms) if granted else value
 
         # Listening before the first attempt saves the re-check after subscribing, but
         # costs a subscription: worth it only when the channel is subscribed already

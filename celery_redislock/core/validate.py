@@ -85,8 +85,9 @@ def capped_ttl_ms(ttl_ms: int, max_hold: float | None) -> int:
 
 
 def acquire_deadline(blocking: bool, timeout: object) -> float | None:
-    """When a blocking acquire gives up: None to try once, ``math.inf`` to wait for
-    ever, else a ``time.monotonic()`` instant. A bad ``timeout`` raises."""
+    """When a blocking acquire gives up: None to try once (``blocking=False`` or
+    ``timeout=0``), ``math.inf`` to wait for ever, else a ``time.monotonic()``
+    instant. A bad ``timeout`` raises."""
     if timeout is not None and (
         isinstance(timeout, bool)
         or not isinstance(timeout, (int, float))
@@ -96,6 +97,6 @@ def acquire_deadline(blocking: bool, timeout: object) -> float | None:
         raise ConfigurationError(
             f"timeout must be None or a number of seconds >= 0, got {timeout!r}"
         )
-    if not blocking:
+    if not blocking or timeout == 0:
         return None
     return math.inf if timeout is None else time.monotonic() + timeout

@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 from .notifier import WAKE_ALL, Notifier, Waiter
 
 __all__ = ["MAX_POLL", "WAITER_HEARTBEAT_MS", "WAKE_ALL", "Grant", "Notifier", "Waiter",
-           "poll_slice", "wait_until_granted"]
+           "granted_lease", "poll_slice", "wait_until_granted"]
 
 Grant = tuple[int, float]
 """A lease granted to a waiter: its fence, and a ``time.monotonic()`` no later than
@@ -36,6 +36,13 @@ MAX_POLL = 1.0
 
 WAITER_HEARTBEAT_MS = 5000
 """A queued waiter that has not checked in for this long is dropped from the queue."""
+
+
+def granted_lease(fence: int, sent_at: float, ms_left: int, ttl_ms: int) -> Grant:
+    """The :data:`Grant` an attempt sent at ``sent_at`` answered with ``ms_left`` of a
+    ``ttl_ms`` lease: less than ``ttl_ms`` left means a release granted it earlier,
+    and the lease counts from then, not from this attempt."""
+    return fence, sent_at + (ms_left - ttl_ms) / 1000.0
 
 
 def poll_slice(ttl_ms: int) -> float:

@@ -75,12 +75,17 @@ local function extend_lease(holders, token, ttl, now)
   return 1
 end
 
--- Tell waiter `token` the lock is free: on `channel`, or on `channel:<tag>` when the
--- token ends in ".<tag>" (its process's own channel, so other processes sleep on).
-local function notify(channel, token)
+-- Where waiter `token` listens: `channel`, or `channel:<tag>` when the token ends in
+-- ".<tag>" (its process's own channel, so other processes sleep on).
+local function waiter_channel(channel, token)
   local tag = string.match(token, '%.(%w+)$')
-  if tag then channel = channel .. ':' .. tag end
-  redis.call('PUBLISH', channel, token)
+  if tag then return channel .. ':' .. tag end
+  return channel
+end
+
+-- Tell waiter `token` it may go on (the lock is free, or a permit is due to it).
+local function notify(channel, token)
+  redis.call('PUBLISH', waiter_channel(channel, token), token)
 end
 
 -- Make `token` a waiter: a ticket the first time (the server's µs clock, bumped past
@@ -131,18 +136,22 @@ end
 -- this node's subscribers only: a waiter listening through another node is woken
 -- instead (announcing a grant that was not written would make two holders).
 local function listening_channel(channel, token)
-  local tag = string.match(token, '%.(%w+)$')
-  if tag then channel = channel .. ':' .. tag end
+  channel = waiter_channel(channel, token)
   if redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0 then return channel end
   return nil
 end
 
--- Drop waiters whose heartbeat lapsed; the queue's first token before and after.
-local function reap_waiters(queue, alive, asks, now)
-  local before = redis.call('ZRANGE', queue, 0, 0)[1]
-  for _, t in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now)) do
+-- Drop waiters whose heartbeat lapsed (they died without leaving the queue).
+local function reap_dead_waiters(queue, alive, asks, now)
+  for _, t in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', string.format('%d', now))) do
     dequeue_waiter(queue, alive, asks, t)
   end
+end
+
+-- reap_dead_waiters, returning the queue's first token before and after.
+local function reap_waiters(queue, alive, asks, now)
+  local before = redis.call('ZRANGE', queue, 0, 0)[1]
+  reap_dead_waiters(queue, alive, asks, now)
   return before, redis.call('ZRANGE', queue, 0, 0)[1]
 end
 

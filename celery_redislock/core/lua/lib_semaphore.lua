@@ -22,28 +22,12 @@ local function reap_holders(holders, leases, now)
   return #expired
 end
 
--- Drop waiters whose heartbeat lapsed (they died without leaving the queue).
-local function reap_dead_waiters(queue, alive, asks, now)
-  for _, t in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', string.format('%d', now))) do
-    dequeue_waiter(queue, alive, asks, t)
-  end
-end
-
 -- The waiters allowed to take one of `free` permits: the first `free` of the queue,
 -- or its head alone when `fair`.
 local function eligible(queue, free, fair)
   if free <= 0 then return {} end
   if fair then free = 1 end
   return redis.call('ZRANGE', queue, 0, free - 1)
-end
-
--- Tell waiter `token` it may go on: on `channel`, or on `channel:<tag>` when the
--- token ends in ".<tag>" (the channel of the waiter's own process, so that other
--- processes sleep on).
-local function notify(channel, token)
-  local tag = string.match(token, '%.(%w+)$')
-  if tag then channel = channel .. ':' .. tag end
-  redis.call('PUBLISH', channel, token)
 end
 
 -- Notify each token of `after` that is not in `before` (nor `skip`).
