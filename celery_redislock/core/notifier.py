@@ -65,12 +65,13 @@ class Waiter:
 
 
 class _Channel:
-    __slots__ = ("confirmed", "idle_since", "waiters")
+    __slots__ = ("confirmed", "idle_since", "sent", "waiters")
 
     def __init__(self) -> None:
         self.waiters: dict[str, Waiter] = {}
         self.confirmed = threading.Event()
         self.idle_since: float | None = None
+        self.sent = False  # SUBSCRIBE reached redis-py (which re-sends it on reconnect)
 
 
 class Notifier:
@@ -139,7 +140,6 @@ class Notifier:
     def _join(self, channel: str, token: str, waiter: Waiter) -> _Channel:
         with self._lock:
             entry = self._channels.get(channel)
-            new = entry is None
             if entry is None:
                 entry = self._channels[channel] = _Channel()
             entry.waiters[token] = waiter
@@ -148,14 +148,22 @@ class Notifier:
                 client = self._client()
                 assert client is not None  # a waiter's lock holds its client
                 self._pubsub = client.pubsub()
-            if new:
-                # Under the lock so it cannot cross an UNSUBSCRIBE of the same channel;
-                # sending does not wait for the confirmation (a reader reads it).
-                try:
-                    self._pubsub.subscribe(channel)
-                except RedisError as exc:  # Redis unreachable: the waiter polls instead.
-                    log.debug("celery_redislock: SUBSCRIBE %s failed: %r", channel, exc)
+            if not entry.sent:
+                self._subscribe(channel, entry)
         return entry
+
+    def _subscribe(self, channel: str, entry: _Channel) -> None:
+        # Called under self._lock, so it cannot cross an UNSUBSCRIBE of the same
+        # channel; sending does not wait for the confirmation (a reader reads it).
+        try:
+            self._pubsub.subscribe(channel)
+        except RedisError as exc:
+            # Redis unreachable: the waiters poll meanwhile. redis-py records a channel
+            # only once SUBSCRIBE was sent, so its reconnect would never subscribe this
+            # one: the next waiter to join, or the reader's next sweep, sends it again.
+            log.debug("celery_redislock: SUBSCRIBE %s failed: %r", channel, exc)
+        else:
+            entry.sent = True
 
     def _leave(self, channel: str, token: str) -> None:
         with self._lock:
@@ -225,7 +233,7 @@ class Notifier:
             if message is not None:
                 self._dispatch(message)
             if time.monotonic() >= self._next_sweep:
-                self._unsubscribe_idle()
+                self._sweep()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         entry = self._channels.get(as_text(message.get("channel")))
@@ -246,10 +254,14 @@ class Notifier:
                 waiter.notified = True
                 waiter.event.set()
 
-    def _unsubscribe_idle(self) -> None:
+    def _sweep(self) -> None:
+        """Unsubscribe idle channels; subscribe again those whose SUBSCRIBE failed."""
         now = time.monotonic()
         self._next_sweep = now + _READ_SLICE
         with self._lock:
+            for channel, entry in self._channels.items():
+                if not entry.sent and entry.waiters:
+                    self._subscribe(channel, entry)
             idle = [
                 channel for channel, entry in self._channels.items()
                 if entry.idle_since is not None and now - entry.idle_since > IDLE_UNSUBSCRIBE

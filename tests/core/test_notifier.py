@@ -11,7 +11,8 @@ import redis
 
 from celery_redislock import RedisLock
 from celery_redislock.core import notifier as notifier_module
-from celery_redislock.core.notifier import Notifier
+from celery_redislock.core.notifier import Notifier, Waiter
+from celery_redislock.testing import RedisServer
 
 
 def _wait_once(client: redis.Redis, name: str) -> None:
@@ -97,3 +98,43 @@ def test_dropped_clients_are_not_kept(redis_url: str) -> None:
         gc.collect()
         time.sleep(0.05)
     assert not [k for k in keys if k in Notifier._registry]
+
+
+def test_a_subscribe_that_failed_while_redis_was_down_is_sent_again(
+    redis_url: str, redis_server: RedisServer | None
+) -> None:
+    # redis-py re-subscribes on reconnect only the channels whose SUBSCRIBE was sent.
+    # A waiter that joined while Redis was down must not leave its process deaf on
+    # that channel (polling once a second) for as long as waiters keep coming.
+    if redis_server is None:
+        pytest.skip("needs the private redis-server")
+    client = redis.Redis.from_url(redis_url)
+    notifier = Notifier.for_client(client)
+    waiter = Waiter()
+    redis_server.stop()
+    try:
+        notifier._join("notifier-down", "tok-down", waiter)
+    finally:
+        redis_server.start()
+    assert not notifier.subscribed("notifier-down")
+    publisher = redis.Redis.from_url(redis_url)
+    stop = threading.Event()
+
+    def keep_publishing() -> None:
+        while not stop.wait(0.05):
+            publisher.publish("notifier-down", "tok-down")
+
+    thread = threading.Thread(target=keep_publishing)
+    thread.start()
+    try:
+        started = time.monotonic()
+        notifier.wait(waiter, 5.0)
+        assert waiter.notified, "the channel was never subscribed again"
+        assert time.monotonic() - started < 3.0
+        assert notifier.subscribed("notifier-down")
+    finally:
+        stop.set()
+        thread.join()
+        notifier._leave("notifier-down", "tok-down")
+        publisher.close()
+        client.close()
