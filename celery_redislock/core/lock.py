@@ -32,25 +32,30 @@ from .waiting import (
     wait_until_granted,
 )
 
-__all__ = ["FENCE_MEMORY_MS", "RedisLock"]
+__all__ = ["FENCE_MEMORY_MS", "SCRIPT_CONSTANTS", "RedisLock"]
 
 FENCE_MEMORY_MS = 3_600_000
 """How long a name's fence counter outlives its last grant (it then restarts from
 the server's clock, which is already past every fence it granted)."""
 
-_ACQUIRE = LuaScript("lock_acquire.lua")
-_RELEASE = LuaScript("lock_release.lua")
-_EXTEND = LuaScript("lock_extend.lua")
-_ADOPT = LuaScript("lock_adopt.lua")
-_LEAVE = LuaScript("queue_leave.lua")
-_INFO = LuaScript("lock_info.lua")
-_RELEASE_OWNER = LuaScript("lock_release_owner.lua")
-_RENEW = LuaScript("lock_renew.lua")
+SCRIPT_CONSTANTS = {
+    "FENCE_MEMORY_MS": FENCE_MEMORY_MS,
+    "WAITER_HEARTBEAT_MS": WAITER_HEARTBEAT_MS,
+}
+"""The ``{{NAME}}`` constants of the lock and semaphore scripts (see lib_lock.lua):
+written into their text at import rather than sent with every call."""
+
+_ACQUIRE = LuaScript("lock_acquire.lua", SCRIPT_CONSTANTS)
+_RELEASE = LuaScript("lock_release.lua", SCRIPT_CONSTANTS)
+_EXTEND = LuaScript("lock_extend.lua", SCRIPT_CONSTANTS)
+_ADOPT = LuaScript("lock_adopt.lua", SCRIPT_CONSTANTS)
+_LEAVE = LuaScript("queue_leave.lua", SCRIPT_CONSTANTS)
+_INFO = LuaScript("lock_info.lua", SCRIPT_CONSTANTS)
+_RELEASE_OWNER = LuaScript("lock_release_owner.lua", SCRIPT_CONSTANTS)
+_RENEW = LuaScript("lock_renew.lua", SCRIPT_CONSTANTS)
 
 # Constant script arguments, encoded once (see RedisLock.__init__).
 _NO_WAIT, _WAIT = b"0", b"1"
-_BEAT_ARG = b"%d" % WAITER_HEARTBEAT_MS
-_MEMORY_ARG = b"%d" % FENCE_MEMORY_MS
 
 
 class RedisLock(Primitive):
@@ -93,6 +98,7 @@ class RedisLock(Primitive):
         self._queue_keys = [holders, queue, alive, asks]
         self._adopt_keys = [holders, fence]
         self._holders_key = [holders]
+        self._channel = keys.channel
         self._channel_arg: bytes = encode(keys.channel)
 
     def acquire(
@@ -150,9 +156,8 @@ class RedisLock(Primitive):
     ) -> tuple[Lease | None, str | None]:
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
         token, tag = fresh_token()
-        args: list[Any] = [token, owner or "", ttl_ms, _NO_WAIT, _BEAT_ARG, _MEMORY_ARG,
-                           self._channel_arg]  # fmt: skip
-        channel = f"{self._keys.channel}:{tag}"
+        args: list[Any] = [token, owner or "", ttl_ms, _NO_WAIT, self._channel_arg]
+        channel = f"{self._channel}:{tag}"
         reply: list[Any] = [0, 0, b""]
         grant: Grant | None = None
         if (
@@ -167,12 +172,16 @@ class RedisLock(Primitive):
         else:
             # The first attempt is inline: the uncontended path makes no closure.
             sent_at = time.monotonic()
-            reply = _ACQUIRE(self._client, self._acquire_keys, args)
-            if reply[0] == 1:
-                grant = (int(reply[1]), sent_at)  # a fresh lease: its full TTL left
-            elif deadline is not None and deadline > time.monotonic():
-                args[3] = _WAIT  # from now on, wait in the queue
-                grant = self._wait(token, channel, args, reply, deadline)
+            answer = _ACQUIRE(self._client, self._acquire_keys, args)
+            if isinstance(answer, int):
+                grant = (answer, sent_at)  # a new lease: its fence, its full TTL left
+            elif answer[0] == 1:  # a re-sent request found its lease
+                grant = granted_lease(int(answer[1]), sent_at, int(answer[2]), ttl_ms)
+            else:
+                reply = answer
+                if deadline is not None and deadline > time.monotonic():
+                    args[3] = _WAIT  # from now on, wait in the queue
+                    grant = self._wait(token, channel, args, reply, deadline)
         if grant is None:  # refused (blocking=False, timeout=0) or timed out
             return None, as_text(reply[2]) or None
         lease = self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
@@ -187,10 +196,13 @@ class RedisLock(Primitive):
 
         def attempt() -> Grant | int:
             sent_at = time.monotonic()
-            reply[:] = _ACQUIRE(client, self._acquire_keys, args)
-            if reply[0] != 1:
-                return int(reply[1])
-            return granted_lease(int(reply[1]), sent_at, int(reply[2]), ttl_ms)
+            answer = _ACQUIRE(client, self._acquire_keys, args)
+            if isinstance(answer, int):
+                return answer, sent_at  # a new lease: its fence, its full TTL left
+            reply[:] = answer
+            if answer[0] != 1:
+                return int(answer[1])
+            return granted_lease(int(answer[1]), sent_at, int(answer[2]), ttl_ms)
 
         def leave() -> int:
             left = _LEAVE(client, self._queue_keys, [token, self._channel_arg, "lock"])
@@ -229,7 +241,7 @@ class RedisLock(Primitive):
         new_token = new_token or secrets.token_hex(16)
         sent_at = time.monotonic()
         granted, fence = _ADOPT(
-            self._client, self._adopt_keys, [token, new_token, ttl_ms, _MEMORY_ARG, owner or ""]
+            self._client, self._adopt_keys, [token, new_token, ttl_ms, owner or ""]
         )
         if granted != 1:
             return None
@@ -292,8 +304,7 @@ class RedisLock(Primitive):
     # -- the lease's side (LeaseHolder) -----------------------------------------------
 
     def _release_token(self, token: str) -> bool:
-        args = [token, self._channel_arg, _BEAT_ARG, _MEMORY_ARG]
-        return bool(_RELEASE(self._client, self._release_keys, args))
+        return bool(_RELEASE(self._client, self._release_keys, [token, self._channel_arg]))
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
         return bool(_EXTEND(self._client, self._holders_key, [token, ttl_ms]))

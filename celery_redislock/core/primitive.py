@@ -4,7 +4,6 @@ statement, lease terms and creation, and the process-tagged tokens their waiters
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 from types import TracebackType
@@ -12,7 +11,7 @@ from typing import Any, ClassVar
 
 from ..errors import ConfigurationError
 from .keys import KeySpace
-from .lease import Lease, OnLost
+from .lease import Lease, OnLost, current_pid
 from .validate import capped_ttl_ms, check_bool, check_client, check_max_hold, ttl_to_ms
 
 __all__ = ["Primitive", "fresh_token"]
@@ -129,7 +128,7 @@ def fresh_token() -> tuple[str, str]:
     tag of this process: wake-ups for the token are published on ``<channel>:<tag>``
     (see ``notify`` in lib_lock.lua), so only this process's subscriber reads them."""
     global _process
-    if _process[0] != os.getpid():  # first call, or a forked child: a tag of its own
-        _process = (os.getpid(), secrets.token_hex(4))
+    if _process[0] != current_pid():  # first call, or a forked child: a tag of its own
+        _process = (current_pid(), secrets.token_hex(4))
     tag = _process[1]
     return f"{secrets.token_hex(16)}.{tag}", tag

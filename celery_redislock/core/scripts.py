@@ -1,42 +1,67 @@
 """Lua scripts from ``core/lua/``: read once, run by EVALSHA, NOSCRIPT recovered.
 
-Each script is read and hashed once at import. A line ``--!include lib.lua`` is
-replaced by that file's text, so helpers shared by several scripts live in one file
-while every script still reaches Redis as one self-contained source. A call sends
-``EVALSHA``; when the server answers NOSCRIPT (a restart, a failover or ``SCRIPT
-FLUSH`` emptied its cache) the same call is re-sent as ``EVAL``, which runs the script
-and caches it again. A NOSCRIPT reply means the script did not run, so the retry
-cannot apply it twice.
+Each script is read, expanded and hashed once at import, and reaches Redis as one
+self-contained source:
+
+* ``--!include lib.lua`` lines bring in the helpers (the top-level ``local
+  function``\\ s) of a shared file, but only those the script calls: every helper
+  defined is a closure Redis makes each time the script runs. A group of adjacent
+  include lines defines the helpers that the code after it, up to the next group,
+  calls (directly or through other helpers) and that no earlier group defined. So a
+  script can put its common case first, under an include of the few helpers it
+  needs, and include again before the rest: a call that returns early never makes
+  the other closures.
+* ``{{NAME}}`` is replaced by the constant ``NAME`` the script was built with (an
+  int), so settings that never vary are not sent as arguments on every call while
+  their one definition stays in Python.
+
+A call sends ``EVALSHA``; when the server answers NOSCRIPT (a restart, a failover or
+``SCRIPT FLUSH`` emptied its cache) the same call is re-sent as ``EVAL``, which runs
+the script and caches it again. A NOSCRIPT reply means the script did not run, so
+the retry cannot apply it twice.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
 from redis.exceptions import NoScriptError
 
-__all__ = ["LuaScript", "as_text"]
+__all__ = ["LuaScript", "as_text", "expand"]
 
 _LUA_PACKAGE = "celery_redislock.core.lua"
 _INCLUDE = "--!include "
+_HELPER = re.compile(r"local function (\w+)\(")
+_CONSTANT = re.compile(r"\{\{(\w+)\}\}")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+# A Lua string literal, or a comment (to the end of the line).
+_STRING_OR_COMMENT = re.compile(r"""'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"|--[^\n]*""")
 
 
 class LuaScript:
-    """One ``.lua`` file of the core, callable as ``script(client, keys, args)``."""
+    """One ``.lua`` file of the core, callable as ``script(client, keys, args)``.
+
+    ``constants`` fill the script's ``{{NAME}}`` placeholders; one left unfilled is
+    an error at import, never a broken script at run time.
+    """
 
     __slots__ = ("name", "sha", "text")
 
-    def __init__(self, filename: str) -> None:
+    def __init__(self, filename: str, constants: Mapping[str, int] | None = None) -> None:
         self.name = filename
-        self.text = _read_expanded(filename)
+        self.text = _fill(filename, expand(filename), constants or {})
         self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest()
 
-    def __call__(self, client: Any, keys: list[str], args: list[Any]) -> Any:
+    def __call__(self, client: Any, keys: list[Any], args: list[Any]) -> Any:
         """Run the script on ``client`` in one round trip (two after a NOSCRIPT)."""
         try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            # What client.evalsha() does, without its two layers of re-packed *args
+            # (a Redis or RedisCluster routes EVALSHA by its keys either way).
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
             return client.eval(self.text, len(keys), *keys, *args)
 
@@ -44,15 +69,103 @@ class LuaScript:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
 
 
-def _read_expanded(filename: str) -> str:
-    text = resources.files(_LUA_PACKAGE).joinpath(filename).read_text("utf-8")
-    lines = []
-    for line in text.splitlines():
+def expand(filename: str) -> str:
+    """The text of script ``filename`` with its includes expanded (see the module
+    docstring), its ``{{NAME}}`` placeholders left in."""
+    # The script as code segments (str) and groups of adjacent include lines (their libs).
+    segments: list[str | list[str]] = []
+    for line in _read(filename).splitlines():
         if line.startswith(_INCLUDE):
-            lines.append(_read_expanded(line[len(_INCLUDE) :].strip()))
+            lib = line[len(_INCLUDE) :].strip()
+            if segments and isinstance(segments[-1], list):
+                segments[-1].append(lib)
+            else:
+                segments.append([lib])
+        elif segments and isinstance(segments[-1], str):
+            segments[-1] += line + "\n"
         else:
-            lines.append(line)
-    return "\n".join(lines) + "\n"
+            segments.append(line + "\n")
+    every: dict[str, str] = {}  # the helpers of every lib the script names
+    for segment in segments:
+        if isinstance(segment, list):
+            for lib in segment:
+                every.update(_helpers(lib))
+    available: dict[str, str] = {}  # those of the libs named so far, in order
+    defined: set[str] = set()
+    text = []
+    for index, segment in enumerate(segments):
+        if isinstance(segment, str):
+            if missing := _calls(segment, every) - defined:
+                raise ValueError(f"{filename}: {sorted(missing)} called before an include")
+            text.append(segment)
+            continue
+        for lib in segment:
+            available.update(_helpers(lib))
+        code = segments[index + 1] if index + 1 < len(segments) else ""
+        assert isinstance(code, str)  # adjacent include lines make one group
+        wanted = _needed(code, available) - defined
+        text.extend(definition for name, definition in available.items() if name in wanted)
+        defined |= wanted
+    return "".join(text)
+
+
+def _read(filename: str) -> str:
+    return resources.files(_LUA_PACKAGE).joinpath(filename).read_text("utf-8")
+
+
+def _helpers(filename: str) -> dict[str, str]:
+    """The helpers of lib ``filename`` by name, in file order, each with the comment
+    lines right above it. A lib holds nothing else but comments and blank lines; a
+    helper ends at the first line that is exactly ``end``."""
+    helpers: dict[str, str] = {}
+    comment: list[str] = []
+    body: list[str] | None = None
+    name = ""
+    for line in _read(filename).splitlines():
+        if body is not None:
+            if _HELPER.match(line):
+                raise ValueError(f"{filename}: helper {name} has no unindented 'end'")
+            body.append(line)
+            if line == "end":
+                helpers[name] = "\n".join(body) + "\n\n"  # a blank line after each
+                body, comment = None, []
+        elif match := _HELPER.match(line):
+            name, body = match[1], [*comment, line]
+        elif line.startswith("--"):
+            comment.append(line)
+        elif not line.strip():
+            comment = []
+        else:
+            raise ValueError(f"{filename}: only helpers may be at the top level: {line!r}")
+    if body is not None:
+        raise ValueError(f"{filename}: helper {name} has no unindented 'end'")
+    return helpers
+
+
+def _calls(code: str, helpers: Mapping[str, str]) -> set[str]:
+    """The helpers named in ``code`` outside its comments and string literals."""
+    stripped = _STRING_OR_COMMENT.sub(" ", code)
+    return {name for name in _NAME.findall(stripped) if name in helpers}
+
+
+def _needed(code: str, helpers: Mapping[str, str]) -> set[str]:
+    """The helpers ``code`` calls, with those they call in turn."""
+    needed: set[str] = set()
+    todo = _calls(code, helpers)
+    while todo:
+        name = todo.pop()
+        needed.add(name)
+        todo |= _calls(helpers[name], helpers) - needed
+    return needed
+
+
+def _fill(filename: str, text: str, constants: Mapping[str, int]) -> str:
+    def value(match: re.Match[str]) -> str:
+        if match[1] not in constants:
+            raise ValueError(f"{filename}: no value for constant {match[1]}")
+        return f"{constants[match[1]]:d}"
+
+    return _CONSTANT.sub(value, text)
 
 
 def as_text(value: Any) -> str:

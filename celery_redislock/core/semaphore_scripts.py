@@ -14,9 +14,8 @@ from typing import Any
 
 from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
-from .lock import FENCE_MEMORY_MS
+from .lock import SCRIPT_CONSTANTS
 from .scripts import LuaScript, as_text
-from .waiting import WAITER_HEARTBEAT_MS
 
 __all__ = ["PATIENCE_MS", "RENEW", "SemaphoreScripts"]
 
@@ -24,13 +23,13 @@ PATIENCE_MS = 2.0
 """Not fair: once the longest waiter has waited this long (ms), newcomers no longer
 barge in ahead of the queue, which bounds every wait."""
 
-_ACQUIRE = LuaScript("semaphore_acquire.lua")
-_RELEASE = LuaScript("semaphore_release.lua")
-_EXTEND = LuaScript("semaphore_extend.lua")
-_LEAVE = LuaScript("queue_leave.lua")
-_RELEASE_OWNER = LuaScript("semaphore_release_owner.lua")
-_INFO = LuaScript("semaphore_info.lua")
-RENEW = LuaScript("semaphore_renew.lua")
+_ACQUIRE = LuaScript("semaphore_acquire.lua", SCRIPT_CONSTANTS)
+_RELEASE = LuaScript("semaphore_release.lua", SCRIPT_CONSTANTS)
+_EXTEND = LuaScript("semaphore_extend.lua", SCRIPT_CONSTANTS)
+_LEAVE = LuaScript("queue_leave.lua", SCRIPT_CONSTANTS)
+_RELEASE_OWNER = LuaScript("semaphore_release_owner.lua", SCRIPT_CONSTANTS)
+_INFO = LuaScript("semaphore_info.lua", SCRIPT_CONSTANTS)
+RENEW = LuaScript("semaphore_renew.lua", SCRIPT_CONSTANTS)
 """The renewer's batch script for semaphore leases (keys: holders, leases)."""
 
 
@@ -51,13 +50,12 @@ class SemaphoreScripts:
                                     keys.alive, keys.meta, keys.asks, keys.channel)
         )  # fmt: skip
         fair_flag = b"1" if fair else b"0"
-        beat, memory = b"%d" % WAITER_HEARTBEAT_MS, b"%d" % FENCE_MEMORY_MS
         self._flags = [channel, b"%d" % limit, fair_flag]
         self._acquire_keys = [holders, leases, fence, queue, alive, meta, asks]
         self._acquire_args = [b"%d" % limit, fair_flag, b"%d" % round(PATIENCE_MS * 1000)]
-        self._tail = [beat, memory, channel]
+        self._tail = [channel]
         self._release_keys = [holders, leases, queue, alive, meta, asks, fence]
-        self._release_tail = [channel, b"%d" % limit, fair_flag, beat, memory]
+        self._release_tail = [channel, b"%d" % limit, fair_flag]
         self._state_keys = [holders, leases, queue, alive, meta, asks]
         self._leave_keys = [holders, queue, alive, asks, leases]
         self._info_keys = [holders, leases, queue, meta]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+from importlib import resources
 from typing import Any
 
 import pytest
@@ -28,15 +30,21 @@ def acquire_call(lock: RedisLock, token: str, wait: str = "0", owner: str = "",
     keys = lock.keys
     return (
         [keys.holders, keys.fence, keys.queue, keys.alive, keys.asks],
-        [token, owner, ttl_ms, wait, WAITER_HEARTBEAT_MS, lock_module.FENCE_MEMORY_MS,
-         keys.channel],
-    )  # fmt: skip
+        [token, owner, ttl_ms, wait, keys.channel],
+    )
 
 
 def release_call(lock: RedisLock, token: str) -> tuple[list[str], list[Any]]:
     keys = lock.keys
-    return ([keys.holders, keys.queue, keys.alive, keys.asks, keys.fence],
-            [token, keys.channel, WAITER_HEARTBEAT_MS, lock_module.FENCE_MEMORY_MS])
+    return [keys.holders, keys.queue, keys.alive, keys.asks, keys.fence], [token, keys.channel]
+
+
+def acquire(r: redis.Redis, lock: RedisLock, token: str, **options: Any) -> list[int]:
+    """lock_acquire.lua's reply, a new lease's bare fence shown as [1, fence, ttl_ms]."""
+    reply = lock_module._ACQUIRE(r, *acquire_call(lock, token, **options))
+    if isinstance(reply, int):
+        return [1, reply, options.get("ttl_ms", 30_000)]
+    return list(reply)
 
 
 def snapshot(r: redis.Redis, lock: RedisLock) -> tuple[Any, ...]:
@@ -52,46 +60,58 @@ def snapshot(r: redis.Redis, lock: RedisLock) -> tuple[Any, ...]:
 
 def test_resent_acquire_is_granted_with_the_same_fence(r: redis.Redis, lock: RedisLock) -> None:
     token = "a" * 32
-    first = lock_module._ACQUIRE(r, *acquire_call(lock, token))
+    first = acquire(r, lock, token)
     state = snapshot(r, lock)
-    again = lock_module._ACQUIRE(r, *acquire_call(lock, token))
+    again = acquire(r, lock, token)
     assert first[0] == 1 and again[:2] == first[:2]
     assert [f for f in r.hkeys(lock.keys.holders) if f.startswith(b"t:")] == [
         b"t:" + token.encode()
     ]
     assert snapshot(r, lock) == state  # the re-send granted nothing new
     # the same holds for a re-sent *queued* attempt that had been granted
-    assert lock_module._ACQUIRE(r, *acquire_call(lock, token, wait="1"))[:2] == first[:2]
+    assert acquire(r, lock, token, wait="1")[:2] == first[:2]
     assert r.zcard(lock.keys.queue) == 0
 
 
+def test_a_new_lease_is_answered_by_its_bare_fence(r: redis.Redis, lock: RedisLock) -> None:
+    # The common reply is the cheapest one to build and parse: an integer, not an array.
+    fresh = lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32, owner="o"))
+    assert isinstance(fresh, int)
+    reentered = lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, owner="o"))
+    assert isinstance(reentered, int) and reentered > fresh
+    resent = lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, owner="o"))
+    assert resent[:2] == [1, reentered] and 29_000 < resent[2] <= 30_000
+    refused = lock_module._ACQUIRE(r, *acquire_call(lock, "c" * 32))
+    assert refused[0] == 0 and refused[2] == b"o"
+
+
 def test_resent_reentrant_acquire_is_one_lease(r: redis.Redis, lock: RedisLock) -> None:
-    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32, owner="o"))
-    second = lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, owner="o"))
-    again = lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, owner="o"))
+    acquire(r, lock, "a" * 32, owner="o")
+    second = acquire(r, lock, "b" * 32, owner="o")
+    again = acquire(r, lock, "b" * 32, owner="o")
     assert second[:2] == again[:2]
     assert len([f for f in r.hkeys(lock.keys.holders) if f.startswith(b"t:")]) == 2
 
 
 def test_resent_release_changes_nothing(r: redis.Redis, lock: RedisLock) -> None:
     mine = "a" * 32
-    lock_module._ACQUIRE(r, *acquire_call(lock, mine))
+    acquire(r, lock, mine)
     assert lock_module._RELEASE(r, *release_call(lock, mine)) == 1
     assert lock_module._RELEASE(r, *release_call(lock, mine)) == 0
     # ... also once someone else holds the lock: the re-send does not free it.
     theirs = "b" * 32
-    assert lock_module._ACQUIRE(r, *acquire_call(lock, theirs))[0] == 1
+    assert acquire(r, lock, theirs)[0] == 1
     state = snapshot(r, lock)
     assert lock_module._RELEASE(r, *release_call(lock, mine)) == 0
     assert snapshot(r, lock) == state
     # ... and a re-sent acquire of the released token does not take it back.
-    assert lock_module._ACQUIRE(r, *acquire_call(lock, mine))[0] == 0
+    assert acquire(r, lock, mine)[0] == 0
     assert snapshot(r, lock)[0] == state[0]
 
 
 def test_resent_extend_is_harmless(r: redis.Redis, lock: RedisLock) -> None:
     token = "a" * 32
-    lock_module._ACQUIRE(r, *acquire_call(lock, token, ttl_ms=1000))
+    acquire(r, lock, token, ttl_ms=1000)
     for _ in range(2):
         assert lock_module._EXTEND(r, [lock.keys.holders], [token, 5000]) == 1
         assert 4900 < r.pttl(lock.keys.holders) <= 5000
@@ -99,16 +119,16 @@ def test_resent_extend_is_harmless(r: redis.Redis, lock: RedisLock) -> None:
 
 
 def test_refused_acquire_reports_the_ttl_left(r: redis.Redis, lock: RedisLock) -> None:
-    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32, ttl_ms=2000))
-    refused = lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32))
+    acquire(r, lock, "a" * 32, ttl_ms=2000)
+    refused = acquire(r, lock, "b" * 32)
     assert refused[0] == 0 and 1900 < refused[1] <= 2000
 
 
 def test_queued_attempt_keeps_one_ticket(r: redis.Redis, lock: RedisLock) -> None:
-    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32))
+    acquire(r, lock, "a" * 32)
     for _ in range(3):
-        lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1"))
-    lock_module._ACQUIRE(r, *acquire_call(lock, "c" * 32, wait="1"))
+        acquire(r, lock, "b" * 32, wait="1")
+    acquire(r, lock, "c" * 32, wait="1")
     queue = r.zrange(lock.keys.queue, 0, -1, withscores=True)
     assert [member for member, _ in queue] == [b"b" * 32, b"c" * 32]
     assert queue[0][1] < queue[1][1]
@@ -118,7 +138,7 @@ def test_queued_attempt_keeps_one_ticket(r: redis.Redis, lock: RedisLock) -> Non
     # A heartbeat refreshes the keys' TTL once it has run down by a second or more.
     for key in (lock.keys.queue, lock.keys.alive, lock.keys.asks):
         r.pexpire(key, 3000)
-    lock_module._ACQUIRE(r, *acquire_call(lock, "c" * 32, wait="1"))
+    acquire(r, lock, "c" * 32, wait="1")
     for key in (lock.keys.queue, lock.keys.alive, lock.keys.asks):
         assert r.pttl(key) > 2 * WAITER_HEARTBEAT_MS - 1000
 
@@ -127,9 +147,9 @@ def test_release_grants_the_lock_to_the_head_and_tells_it(r: redis.Redis, lock: 
     pubsub = r.pubsub()
     pubsub.subscribe(lock.keys.channel)
     assert pubsub.get_message(timeout=2)["type"] == "subscribe"  # type: ignore[index]
-    first = lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32))
-    lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1", owner="B", ttl_ms=7000))
-    lock_module._ACQUIRE(r, *acquire_call(lock, "c" * 32, wait="1"))
+    first = acquire(r, lock, "a" * 32)
+    acquire(r, lock, "b" * 32, wait="1", owner="B", ttl_ms=7000)
+    acquire(r, lock, "c" * 32, wait="1")
     assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1
     message = pubsub.get_message(timeout=2)
     assert message is not None
@@ -145,7 +165,7 @@ def test_release_grants_the_lock_to_the_head_and_tells_it(r: redis.Redis, lock: 
     # has left (its local deadline must not count from this later request); nobody
     # else is told.
     time.sleep(0.3)
-    again = lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1", ttl_ms=7000))
+    again = acquire(r, lock, "b" * 32, wait="1", ttl_ms=7000)
     assert again[:2] == [1, int(fence)] and 6000 < again[2] <= 6750
     assert pubsub.get_message(timeout=0.1) is None
     pubsub.close()
@@ -157,8 +177,8 @@ def test_release_does_not_grant_a_waiter_nobody_listens_for(
     # No subscriber on the waiter's channel (its process is gone, or, on a cluster, it
     # listens through another node): granting it would leave a lease nobody uses, and
     # announcing a grant that was not written would make two holders.
-    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32))
-    lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32 + ".0badcafe", wait="1"))
+    acquire(r, lock, "a" * 32)
+    acquire(r, lock, "b" * 32 + ".0badcafe", wait="1")
     assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1
     assert not lock.locked()
     assert r.zrange(lock.keys.queue, 0, -1) == [b"b" * 32 + b".0badcafe"]
@@ -168,11 +188,11 @@ def test_owner_reentering_while_queued_leaves_the_queue(r: redis.Redis, lock: Re
     pubsub = r.pubsub()
     pubsub.subscribe(lock.keys.channel)  # the waiters' process listens
     assert pubsub.get_message(timeout=2)["type"] == "subscribe"  # type: ignore[index]
-    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32, owner="other"))
+    acquire(r, lock, "a" * 32, owner="other")
     for token in ("h" * 32, "t" * 32):  # two waits of one owner (e.g. a task's retry)
-        lock_module._ACQUIRE(r, *acquire_call(lock, token, wait="1", owner="o"))
+        acquire(r, lock, token, wait="1", owner="o")
     assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1  # granted to "h"
-    reentered = lock_module._ACQUIRE(r, *acquire_call(lock, "t" * 32, wait="1", owner="o"))
+    reentered = acquire(r, lock, "t" * 32, wait="1", owner="o")
     assert reentered[0] == 1
     # Out of the queue: a later release must not grant "t" a second, unused lease.
     assert r.zcard(lock.keys.queue) == 0 and r.hlen(lock.keys.asks) == 0
@@ -188,8 +208,8 @@ def test_release_only_wakes_a_head_that_has_not_checked_in_lately(
     pubsub = r.pubsub()
     pubsub.subscribe(lock.keys.channel)
     assert pubsub.get_message(timeout=2)["type"] == "subscribe"  # type: ignore[index]
-    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32))
-    lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1"))
+    acquire(r, lock, "a" * 32)
+    acquire(r, lock, "b" * 32, wait="1")
     # Its heartbeat deadline is under half a heartbeat away: it may be dead, so it is
     # not handed a lock it might never use; it is woken, and asks itself.
     seconds, micros = r.time()
@@ -199,7 +219,7 @@ def test_release_only_wakes_a_head_that_has_not_checked_in_lately(
     message = pubsub.get_message(timeout=2)
     assert message is not None and message["data"] == b"b" * 32
     assert not lock.locked()
-    assert lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1"))[0] == 1
+    assert acquire(r, lock, "b" * 32, wait="1")[0] == 1
     pubsub.close()
 
 
@@ -211,8 +231,8 @@ def test_wake_up_of_a_tagged_token_goes_to_its_process_channel(
     pubsub.subscribe(lock.keys.channel, f"{lock.keys.channel}:0badcafe")
     for _ in range(2):
         assert pubsub.get_message(timeout=2)["type"] == "subscribe"  # type: ignore[index]
-    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32))
-    lock_module._ACQUIRE(r, *acquire_call(lock, waiter, wait="1"))
+    acquire(r, lock, "a" * 32)
+    acquire(r, lock, waiter, wait="1")
     assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1
     message = pubsub.get_message(timeout=2)
     assert message is not None
@@ -226,8 +246,8 @@ def test_release_of_an_expired_lease_wakes_the_head(r: redis.Redis, lock: RedisL
     pubsub = r.pubsub()
     pubsub.subscribe(lock.keys.channel)
     assert pubsub.get_message(timeout=2)["type"] == "subscribe"  # type: ignore[index]
-    lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32, ttl_ms=50))
-    lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1"))
+    acquire(r, lock, "a" * 32, ttl_ms=50)
+    acquire(r, lock, "b" * 32, wait="1")
     time.sleep(0.08)  # "a" expired: the lock is free, and nobody told "b"
     state = snapshot(r, lock)
     assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 0
@@ -235,7 +255,7 @@ def test_release_of_an_expired_lease_wakes_the_head(r: redis.Redis, lock: RedisL
     assert message is not None and message["data"] == b"b" * 32
     assert snapshot(r, lock) == state  # a wake-up, no change
     # While someone else holds it, a stale release tells nobody anything.
-    assert lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, wait="1"))[0] == 1
+    assert acquire(r, lock, "b" * 32, wait="1")[0] == 1
     assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 0
     assert pubsub.get_message(timeout=0.1) is None
     pubsub.close()
@@ -273,6 +293,22 @@ def test_script_flush_between_operations_breaks_nothing(r: redis.Redis, lock: Re
         assert lease.release()
         r.script_flush()
         assert not lock.locked()
+
+
+@pytest.mark.parametrize(
+    "filename",
+    sorted(entry.name for entry in resources.files("celery_redislock.core.lua").iterdir()
+           if entry.name.endswith(".lua") and not entry.name.startswith("lib_")),
+)  # fmt: skip
+def test_every_script_compiles_as_expanded(r: redis.Redis, filename: str) -> None:
+    # SCRIPT LOAD compiles without running: a pruned helper or a constant left out
+    # would show here as a syntax error (or an undefined name, below).
+    script = LuaScript(filename, lock_module.SCRIPT_CONSTANTS)
+    assert r.script_load(script.text) == script.sha
+    defined = set(re.findall(r"^local function (\w+)\(", script.text, re.MULTILINE))
+    code = re.sub(r"--[^\n]*|'[^'\n]*'", "", script.text)
+    called = set(re.findall(r"(?<![.:\w])([a-z_]+)\(", code))
+    assert called - defined <= {"tonumber", "ipairs", "unpack", "function"}, filename
 
 
 def test_noscript_falls_back_to_eval_once(r: redis.Redis) -> None:
@@ -344,7 +380,7 @@ def test_brace_names_work_and_every_key_shares_one_slot(r: redis.Redis, name: st
     lease = lock.acquire(owner="o")
     assert lease is not None
     assert lock.acquire(owner="o", blocking=False) is not None
-    lock_module._ACQUIRE(r, *acquire_call(lock, "w" * 32, wait="1"))  # a queued waiter
+    acquire(r, lock, "w" * 32, wait="1")  # a queued waiter
     info = lock.info()
     assert info.name == name and info.held and info.waiters == 1
     keys = r.keys("*")

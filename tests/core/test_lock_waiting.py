@@ -22,7 +22,7 @@ from celery_redislock import Lease, RedisLock
 from celery_redislock.core import lock as lock_module
 from celery_redislock.core import primitive as primitive_module
 from celery_redislock.core import waiting as waiting_module
-from celery_redislock.core.waiting import MAX_POLL, WAITER_HEARTBEAT_MS
+from celery_redislock.core.waiting import MAX_POLL
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> None:
@@ -151,8 +151,7 @@ def test_newcomer_does_not_barge_past_a_queued_waiter(r: redis.Redis, lock: Redi
     reply = lock_module._ACQUIRE(
         r, [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive,
          lock.keys.asks],
-        ["a" * 32, "", 30000, "1", WAITER_HEARTBEAT_MS, lock_module.FENCE_MEMORY_MS,
-         lock.keys.channel],
+        ["a" * 32, "", 30000, "1", lock.keys.channel],
     )  # fmt: skip
     assert reply[0] == 0
     holder.release()
@@ -164,8 +163,7 @@ def test_newcomer_does_not_barge_past_a_queued_waiter(r: redis.Redis, lock: Redi
 def test_dead_waiter_is_dropped_after_its_heartbeat(r: redis.Redis, lock: RedisLock) -> None:
     keys = [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive,
          lock.keys.asks]
-    args = ["d" * 32, "", 30000, "1", WAITER_HEARTBEAT_MS, lock_module.FENCE_MEMORY_MS,
-            lock.keys.channel]  # fmt: skip
+    args = ["d" * 32, "", 30000, "1", lock.keys.channel]
     holder = lock.acquire()
     assert holder is not None
     assert lock_module._ACQUIRE(r, keys, args)[0] == 0  # queued; then it "dies"
@@ -221,22 +219,7 @@ def test_leaving_head_of_a_free_lock_wakes_the_next_waiter(
     head = "h" * 32
     holder = lock.acquire()
     assert holder is not None
-    assert (
-        lock_module._ACQUIRE(
-            r,
-            keys,
-            [
-                head,
-                "",
-                30000,
-                "1",
-                WAITER_HEARTBEAT_MS,
-                lock_module.FENCE_MEMORY_MS,
-                lock.keys.channel,
-            ],
-        )[0]
-        == 0
-    )
+    assert lock_module._ACQUIRE(r, keys, [head, "", 30000, "1", lock.keys.channel])[0] == 0
     waiter = start_waiter(r, lock, waiters, queued=2, timeout=10)
     holder.release()  # wakes the head, which never comes ...
     time.sleep(0.1)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import hashlib
 import re
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
-from celery_redislock.core.scripts import LuaScript
+from celery_redislock.core import scripts
+from celery_redislock.core.lock import SCRIPT_CONSTANTS
+from celery_redislock.core.scripts import LuaScript, expand
 
 LUA = resources.files("celery_redislock.core.lua")
 SCRIPTS = sorted(
@@ -42,10 +45,97 @@ def test_header_names_every_key_and_argument(filename: str) -> None:
 
 
 @pytest.mark.parametrize("filename", SCRIPTS)
+def test_header_names_every_constant(filename: str) -> None:
+    header, _ = header_and_body(LUA.joinpath(filename).read_text("utf-8"))
+    for constant in set(re.findall(r"\{\{(\w+)\}\}", expand(filename))):
+        assert re.search(rf"^--.*\b{constant}\b", header, re.MULTILINE), (
+            f"{filename}: constant {constant} undocumented"
+        )
+
+
+@pytest.mark.parametrize("filename", SCRIPTS)
 def test_script_is_loaded_with_its_includes_expanded(filename: str) -> None:
-    script = LuaScript(filename)
+    script = LuaScript(filename, SCRIPT_CONSTANTS)
     assert not re.search(r"^--!include", script.text, re.MULTILINE)
+    assert "{{" not in script.text
     assert script.sha == hashlib.sha1(script.text.encode("utf-8")).hexdigest()
-    for include in re.findall(r"^--!include (\S+)", LUA.joinpath(filename).read_text("utf-8"),
-                              re.MULTILINE):  # fmt: skip
-        assert LUA.joinpath(include).read_text("utf-8").strip() in script.text
+    # Every helper the script calls is defined, each once, and no other.
+    defined = re.findall(r"^local function (\w+)\(", script.text, re.MULTILINE)
+    assert len(defined) == len(set(defined))
+    source = LUA.joinpath(filename).read_text("utf-8")
+    helpers = {name for lib in re.findall(r"^--!include (\S+)", source, re.MULTILINE)
+               for name in helper_names(lib)}  # fmt: skip
+    code = re.sub(r"--[^\n]*|local function \w+\(", "", script.text)
+    called = {name for name in helpers if re.search(rf"\b{name}\(", code)}
+    assert called == set(defined) & helpers
+
+
+def helper_names(lib: str) -> list[str]:
+    return re.findall(r"^local function (\w+)\(", LUA.joinpath(lib).read_text("utf-8"), re.M)
+
+
+def test_only_the_helpers_a_script_calls_are_included() -> None:
+    extend = expand("lock_extend.lua")
+    assert re.findall(r"^local function (\w+)", extend, re.MULTILINE) == [
+        "server_clock", "sweep_leases", "extend_lease"
+    ]  # fmt: skip
+    assert "enqueue_waiter" not in extend and "lib_lock.lua" not in extend
+    # lib_semaphore.lua's helpers call lib_lock.lua's: those come along, in order.
+    release = re.findall(r"^local function (\w+)", expand("semaphore_release.lua"), re.MULTILINE)
+    assert release.index("next_fence") < release.index("hand_over_permits")
+    assert "extend_lease" not in release
+
+
+def test_the_uncontended_paths_run_before_most_helpers_are_made() -> None:
+    # Each helper defined is a closure made on every run: the common case returns
+    # before the include that defines the rest.
+    acquire = expand("lock_acquire.lua")
+    fast, rest = acquire.split("redis.call('EXISTS', holders, queue) == 0", 1)
+    assert re.findall(r"^local function (\w+)", fast, re.MULTILINE) == [
+        "server_clock", "next_fence", "grant_lock"
+    ]  # fmt: skip
+    assert "local function enqueue_waiter" in rest
+    release = expand("lock_release.lua")
+    fast, rest = release.split("if redis.call('EXISTS', queue) == 0 then return 1 end", 1)
+    assert "local function" not in fast and "local function notify" in rest
+
+
+def test_includes_expand_by_the_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = """-- lib_t.lua: a test lib.
+
+-- One.
+local function one()
+  return 1
+end
+
+-- Two calls one.
+local function two()
+  return one() + 1
+end
+
+local function three()
+  return 3
+end
+"""
+    files = {
+        "lib_t.lua": lib,
+        "a.lua": "--!include lib_t.lua\nlocal x = two() -- three()\n"
+                 "--!include lib_t.lua\nreturn x + one() + three() + #'two()'\n",
+        "early.lua": "local x = one()\n--!include lib_t.lua\nreturn x\n",
+        "unknown.lua": "--!include lib_t.lua\nreturn {{NOPE}}\n",
+    }  # fmt: skip
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, "utf-8")
+    monkeypatch.setattr(scripts, "_read", lambda name: (tmp_path / name).read_text("utf-8"))
+    text = scripts.expand("a.lua")
+    # The first group defines what the code up to the next include calls (comments
+    # and strings aside), the second the rest.
+    first, second = text.split("local x = two()")
+    assert re.findall(r"local function (\w+)", first) == ["one", "two"]
+    assert re.findall(r"local function (\w+)", second) == ["three"]
+    assert "-- Two calls one." in first
+    with pytest.raises(ValueError, match="called before an include"):
+        scripts.expand("early.lua")
+    with pytest.raises(ValueError, match="no value for constant NOPE"):
+        LuaScript("unknown.lua", {"OTHER": 1})
+    assert "return 7" in LuaScript("unknown.lua", {"NOPE": 7}).text

@@ -1,6 +1,14 @@
 -- lib_lock.lua: helpers inlined into the lock scripts by "--!include lib_lock.lua".
--- Not a script of its own. Numbers go to Redis through %d: Lua's tostring would
--- print a microsecond clock as 1.7e+15.
+-- Not a script of its own: a script gets only the helpers it calls (scripts.py).
+-- Numbers go to Redis through %d: Lua's tostring would print a microsecond clock as
+-- 1.7e+15.
+--
+-- Constants, written into the text at load (scripts.py) from their Python definitions:
+-- {{FENCE_MEMORY_MS}}      how long the fence key outlives a grant, milliseconds
+--                          (lock.py).
+-- {{WAITER_HEARTBEAT_MS}}  a waiter's heartbeat, milliseconds: it is dropped from the
+--                          queue when it has not called again within this time
+--                          (waiting.py).
 
 -- The server's clock: milliseconds and microseconds since the epoch.
 local function server_clock()
@@ -10,21 +18,21 @@ local function server_clock()
 end
 
 -- Next fence of a name: max(last + 1, now in µs), so fences keep increasing even
--- if the fence key (kept `memory` ms after each grant) is lost. One SET ... GET
+-- if the fence key (kept FENCE_MEMORY_MS after each grant) is lost. One SET ... GET
 -- (Redis >= 6.2) when the clock is ahead of the last fence, as it nearly always is.
-local function next_fence(fence_key, now_us, memory)
+local function next_fence(fence_key, now_us)
   local fence = string.format('%d', now_us)
-  local last = redis.call('SET', fence_key, fence, 'PX', memory, 'GET')
+  local last = redis.call('SET', fence_key, fence, 'PX', {{FENCE_MEMORY_MS}}, 'GET')
   if last and tonumber(last) >= now_us then
     fence = string.format('%d', tonumber(last) + 1)
-    redis.call('SET', fence_key, fence, 'PX', memory)
+    redis.call('SET', fence_key, fence, 'PX', {{FENCE_MEMORY_MS}})
   end
   return fence
 end
 
--- Drop expired leases of a holders hash; fit its PEXPIRE to the longest live lease
+-- Drop expired leases of a holders hash; fit its expiry to the longest live lease
 -- (or delete it). Returns the number of live leases and the longest expiry (ms).
--- With `refit` false the PEXPIRE is fitted only when a lease was dropped: for a
+-- With `refit` false the expiry is fitted only when a lease was dropped: for a
 -- caller that changed no lease (a refused attempt), whose key already follows its
 -- longest lease; a write costs several reads inside a script.
 local function sweep_leases(holders, now, refit)
@@ -46,7 +54,7 @@ local function sweep_leases(holders, now, refit)
   if live == 0 then
     redis.call('DEL', holders)
   elseif dropped or refit then
-    redis.call('PEXPIRE', holders, longest - now)
+    redis.call('PEXPIREAT', holders, string.format('%d', longest))
   end
   return live, longest
 end
@@ -61,14 +69,15 @@ local function live_fence(holders, token, now)
 end
 
 -- Reset the live lease of `token` in a holders hash to expire `ttl` ms after `now`;
--- the key's PEXPIRE follows its longest lease. An expired or unknown lease (or key)
+-- the key's expiry follows its longest lease. An expired or unknown lease (or key)
 -- is never re-created. Returns 1 when the lease was live, else 0.
 local function extend_lease(holders, token, ttl, now)
   local expiry = redis.call('HGET', holders, 't:' .. token)
   if not expiry or tonumber(expiry) <= now then return 0 end
-  redis.call('HSET', holders, 't:' .. token, string.format('%d', now + ttl))
+  expiry = string.format('%d', now + ttl)
+  redis.call('HSET', holders, 't:' .. token, expiry)
   if redis.call('HLEN', holders) <= 5 then
-    redis.call('PEXPIRE', holders, ttl)  -- the only lease: the key follows it
+    redis.call('PEXPIREAT', holders, expiry)  -- the only lease: the key follows it
   else
     sweep_leases(holders, now, true)  -- re-entered: the key follows the longest lease
   end
@@ -90,9 +99,10 @@ end
 
 -- Make `token` a waiter: a ticket the first time (the server's µs clock, bumped past
 -- the tail so the order is strict) with its request ("<ttl ms> <owner>" in the asks
--- hash, so a release can grant it directly), a heartbeat deadline `beat` ms from now
--- each time.
-local function enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us, beat)
+-- hash, so a release can grant it directly), a heartbeat deadline WAITER_HEARTBEAT_MS
+-- from now each time.
+local function enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us)
+  local beat = {{WAITER_HEARTBEAT_MS}}
   if redis.call('ZSCORE', queue, token) == false then
     local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
     local ticket = now_us
@@ -119,9 +129,9 @@ end
 -- The request of waiter `token` if it may be granted directly: it checked in within
 -- the last half heartbeat (live waiters poll every second), so it is almost surely
 -- there to use the grant. Returns its ttl (ms) and owner, or nil.
-local function fresh_ask(alive, asks, token, now, beat)
+local function fresh_ask(alive, asks, token, now)
   local deadline = tonumber(redis.call('ZSCORE', alive, token))
-  if not deadline or deadline - now < beat / 2 then return nil end
+  if not deadline or deadline - now < {{WAITER_HEARTBEAT_MS}} / 2 then return nil end
   local ask = redis.call('HGET', asks, token)
   if not ask then return nil end
   local ttl, owner = string.match(ask, '^(%d+) (.*)$')
@@ -155,9 +165,12 @@ local function reap_waiters(queue, alive, asks, now)
   return before, redis.call('ZRANGE', queue, 0, 0)[1]
 end
 
--- Grant a free lock to `token` as its first lease, with fence `fence`.
+-- Grant a free lock to `token` as its first lease, with fence `fence`. The key
+-- expires at the lease's expiry itself (PEXPIREAT: also cheaper than PEXPIRE, which
+-- Redis rewrites into a PEXPIREAT for replication on every call).
 local function grant_lock(holders, token, owner, ttl, now, fence)
+  local expiry = string.format('%d', now + ttl)
   redis.call('HSET', holders, 'owner', owner, 'since', string.format('%d', now),
-    'fence', fence, 't:' .. token, string.format('%d', now + ttl), 'f:' .. token, fence)
-  redis.call('PEXPIRE', holders, ttl)
+    'fence', fence, 't:' .. token, expiry, 'f:' .. token, fence)
+  redis.call('PEXPIREAT', holders, expiry)
 end

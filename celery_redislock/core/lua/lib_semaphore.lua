@@ -65,15 +65,15 @@ end
 -- here and told "<token> <fence>", so the hand-off costs it no round trip. Stops at
 -- the first waiter not granted so (it is woken, or reaped, as before). Returns the
 -- permits left.
-local function hand_over_permits(keys, free, now, now_us, beat, memory, channel)
+local function hand_over_permits(keys, free, now, now_us, channel)
   while free > 0 do
     local head = redis.call('ZRANGE', keys.queue, 0, 0)[1]
     if not head then break end
-    local ttl, owner = fresh_ask(keys.alive, keys.asks, head, now, beat)
+    local ttl, owner = fresh_ask(keys.alive, keys.asks, head, now)
     if not ttl then break end
     local heard = listening_channel(channel, head)
     if not heard then break end
-    local fence = next_fence(keys.fence, now_us, memory)
+    local fence = next_fence(keys.fence, now_us)
     dequeue_waiter(keys.queue, keys.alive, keys.asks, head)
     grant_permit(keys.holders, keys.leases, head, owner, ttl, now, fence)
     redis.call('PUBLISH', heard, head .. ' ' .. fence)

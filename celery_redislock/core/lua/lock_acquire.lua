@@ -2,8 +2,8 @@
 --
 -- KEYS[1]  holders  hash: owner, since (ms), fence, and per live lease
 --                   "t:<token>" = expiry (server ms) and "f:<token>" = its fence.
---                   PEXPIREs with its longest lease, so it exists iff held.
--- KEYS[2]  fence    string: last fence granted; kept ARGV[6] ms after each grant.
+--                   Expires with its longest lease, so it exists iff held.
+-- KEYS[2]  fence    string: last fence granted; kept FENCE_MEMORY_MS after each grant.
 -- KEYS[3]  queue    zset: waiting tokens scored by ticket (FIFO order).
 -- KEYS[4]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
 -- KEYS[5]  asks     hash: each waiting token's request, "<ttl ms> <owner>", so a
@@ -12,44 +12,51 @@
 -- ARGV[2]  owner    owner id allowing counted re-entry, or "" for none.
 -- ARGV[3]  ttl      lease time, milliseconds (integer > 0).
 -- ARGV[4]  wait     "1": if refused, join (or stay in) the wait queue; "0": do not.
--- ARGV[5]  beat     a waiter's heartbeat, milliseconds: it is dropped from the queue
---                   when it has not called again within this time.
--- ARGV[6]  memory   how long the fence key outlives a grant, milliseconds.
--- ARGV[7]  channel  wake-up channel (told the new head when a dead head is dropped;
+-- ARGV[5]  channel  wake-up channel (told the new head when a dead head is dropped;
 --                   on `channel:<tag>` when its token ends in ".<tag>").
+-- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
 --
--- Returns {1, fence, ms_left} when granted (also when the same token asks again:
--- client retries are idempotent, and a lease a release granted to this waiter is
--- found so; ms_left is the TTL the lease has left), {0, wait_ms, holder} when
--- refused: wait_ms is the holder's TTL left, or 0 when the lock is free but reserved
--- for an earlier waiter; holder is the holding owner id ("" when none or free).
+-- Returns the new lease's fence (a bare integer) when granted a new lease, so the
+-- common reply is the cheapest to build and parse; {1, fence, ms_left} when the
+-- token holds a live lease already (a client's re-sent request: retries are
+-- idempotent; or a lease a release granted to this waiter: ms_left is the TTL it
+-- has left); {0, wait_ms, holder} when refused: wait_ms is the holder's TTL left,
+-- or 0 when the lock is free but reserved for an earlier waiter; holder is the
+-- holding owner id ("" when none or free).
+
+local holders, fence_key, queue = KEYS[1], KEYS[2], KEYS[3]
+local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 --!include lib_lock.lua
 
-local holders, fence_key, queue, alive, asks = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local wait, beat, memory, channel = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local now, now_us = server_clock()
 
-local function grant(first)
-  local fence = next_fence(fence_key, now_us, memory)
-  if first then
-    grant_lock(holders, token, owner, ttl, now, fence)
-    return {1, tonumber(fence), ttl}
-  end
-  redis.call('HSET', holders, 'fence', fence, 't:' .. token, string.format('%d', now + ttl),
-    'f:' .. token, fence)
-  if redis.call('PTTL', holders) < ttl then redis.call('PEXPIRE', holders, ttl) end
-  return {1, tonumber(fence), ttl}
+-- Uncontended: neither held nor anyone queued (one EXISTS for both keys). This
+-- runs before the other helpers are defined: a run that returns here never makes
+-- their closures.
+if redis.call('EXISTS', holders, queue) == 0 then
+  local fence = next_fence(fence_key, now_us)
+  grant_lock(holders, token, owner, ttl, now, fence)
+  return tonumber(fence)
+end
+
+--!include lib_lock.lua
+
+local alive, asks = KEYS[4], KEYS[5]
+local wait, channel = ARGV[4] == '1', ARGV[5]
+
+-- Another lease of the holding owner (re-entry).
+local function reenter()
+  local fence, expiry = next_fence(fence_key, now_us), string.format('%d', now + ttl)
+  redis.call('HSET', holders, 'fence', fence, 't:' .. token, expiry, 'f:' .. token, fence)
+  if redis.call('PTTL', holders) < ttl then redis.call('PEXPIREAT', holders, expiry) end
+  return tonumber(fence)
 end
 
 local function refuse(wait_ms, holder)
-  if wait then enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us, beat) end
+  if wait then enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us) end
   return {0, wait_ms, holder}
 end
-
--- Uncontended: neither held nor anyone queued (one EXISTS for both keys).
-if redis.call('EXISTS', holders, queue) == 0 then return grant(true) end
 
 if redis.call('EXISTS', holders) == 1 then
   local fence, left = live_fence(holders, token, now)
@@ -61,7 +68,7 @@ if redis.call('EXISTS', holders) == 1 then
       -- Re-entered while queued (a poll of an earlier wait): out of the queue, or a
       -- later release would grant this token a second lease nobody would use.
       if redis.call('ZSCORE', queue, token) then dequeue_waiter(queue, alive, asks, token) end
-      return grant(false)
+      return reenter()
     end
     return refuse(longest - now, holder)
   end
@@ -76,4 +83,6 @@ if redis.call('EXISTS', queue) == 1 then
   end
   if head then dequeue_waiter(queue, alive, asks, token) end
 end
-return grant(true)
+local fence = next_fence(fence_key, now_us)
+grant_lock(holders, token, owner, ttl, now, fence)
+return tonumber(fence)

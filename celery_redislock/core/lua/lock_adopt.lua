@@ -5,8 +5,8 @@
 -- ARGV[1]  old      token of the lease handed over (e.g. from a message header).
 -- ARGV[2]  token    the new lease's random token.
 -- ARGV[3]  ttl      the new lease's time, milliseconds (integer > 0).
--- ARGV[4]  memory   how long the fence key outlives a grant, milliseconds.
--- ARGV[5]  owner    new owner id of the lock, or "" to keep the current one.
+-- ARGV[4]  owner    new owner id of the lock, or "" to keep the current one.
+-- Constants (see lib_lock.lua): FENCE_MEMORY_MS.
 --
 -- Returns {1, fence} when the old lease was live: it is gone and the new one holds
 -- the lock with a new fence. Returns {0, 0} when the old lease is not live (handed
@@ -17,7 +17,7 @@
 --!include lib_lock.lua
 
 local holders, fence_key = KEYS[1], KEYS[2]
-local old, token, ttl, memory, owner = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local old, token, ttl, owner = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local now, now_us = server_clock()
 
 -- One read for both leases' expiries: the new token must not be live, the old must.
@@ -25,16 +25,17 @@ local expiries = redis.call('HMGET', holders, 't:' .. token, 't:' .. old)
 local function live(expiry) return expiry and tonumber(expiry) > now end
 if live(expiries[1]) or not live(expiries[2]) then return {0, 0} end
 
-local fence = next_fence(fence_key, now_us, memory)
+local fence = next_fence(fence_key, now_us)
 redis.call('HDEL', holders, 't:' .. old, 'f:' .. old)
-local fields = {'fence', fence, 't:' .. token, string.format('%d', now + ttl), 'f:' .. token, fence}
+local expiry = string.format('%d', now + ttl)
+local fields = {'fence', fence, 't:' .. token, expiry, 'f:' .. token, fence}
 if owner ~= '' then
   fields[#fields + 1] = 'owner'
   fields[#fields + 1] = owner
 end
 redis.call('HSET', holders, unpack(fields))
 if redis.call('HLEN', holders) <= 5 then
-  redis.call('PEXPIRE', holders, ttl)
+  redis.call('PEXPIREAT', holders, expiry)
 else
   sweep_leases(holders, now, true)
 end

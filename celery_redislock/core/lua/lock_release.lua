@@ -9,8 +9,7 @@
 -- ARGV[1]  token    the lease's token.
 -- ARGV[2]  channel  wake-up channel: messages to a waiter whose token ends in ".<tag>"
 --                   go to `channel:<tag>` (its process's own channel).
--- ARGV[3]  beat     a waiter's heartbeat, milliseconds (see lock_acquire.lua).
--- ARGV[4]  memory   how long the fence key outlives a grant, milliseconds.
+-- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
 --
 -- When the lock becomes free and the first live waiter checked in lately and listens
 -- (see listening_channel), the lock is granted to it here (its asked TTL and owner)
@@ -22,12 +21,25 @@
 -- (unknown, expired, already released): a re-sent release changes nothing (it may
 -- only repeat the wake-up message).
 
+local holders, queue, token = KEYS[1], KEYS[2], ARGV[1]
+
+-- Five fields (owner, since, fence and this lease's t: and f:): the only lease. The
+-- key expires with it (every script sets both from one clock reading), so the key
+-- being there means the lease is live: no clock reading needed, the key goes whole.
+-- More fields: other leases of the same owner (re-entry) may keep the lock held.
+-- With nobody queued that is all: this common case runs before any helper is
+-- defined, so it never makes their closures.
+local expiry = redis.call('HGET', holders, 't:' .. token)
+local only = expiry and redis.call('HLEN', holders) <= 5
+if only then
+  redis.call('DEL', holders)
+  if redis.call('EXISTS', queue) == 0 then return 1 end
+end
+
 --!include lib_lock.lua
 
-local holders, queue, alive, asks, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local token, channel, beat, memory = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local alive, asks, fence_key, channel = KEYS[3], KEYS[4], KEYS[5], ARGV[2]
 
-local expiry = redis.call('HGET', holders, 't:' .. token)
 if not expiry then
   -- Not ours (any more). If our lease expired and left the lock free, the head of
   -- the queue may be asleep for a whole poll: wake it. Nothing else changes.
@@ -38,33 +50,25 @@ if not expiry then
   return 0
 end
 
--- Five fields (owner, since, fence and this lease's t: and f:): the only lease. The
--- key expires with it (every script sets both from one clock reading), so the key
--- being there means the lease is live: no clock reading needed, the key goes whole.
--- More fields: other leases of the same owner (re-entry) may keep the lock held.
-local now, now_us, live = nil, nil, 0
-if redis.call('HLEN', holders) > 5 then
-  now, now_us = server_clock()
+local now, now_us = server_clock()
+local live = 0
+if not only then
   redis.call('HDEL', holders, 't:' .. token, 'f:' .. token)
-  live = sweep_leases(holders, now, true)
+  live = sweep_leases(holders, now, true)  -- deletes the key when no lease is left
 end
-if live == 0 then
-  redis.call('DEL', holders)
-  if redis.call('EXISTS', queue) == 1 then
-    if now == nil then now, now_us = server_clock() end
-    local _, head = reap_waiters(queue, alive, asks, now)
-    local ttl, owner
-    if head then ttl, owner = fresh_ask(alive, asks, head, now, beat) end
-    local heard = ttl and listening_channel(channel, head)
-    if heard then
-      local fence = next_fence(fence_key, now_us, memory)
-      dequeue_waiter(queue, alive, asks, head)
-      grant_lock(holders, head, owner, ttl, now, fence)
-      redis.call('PUBLISH', heard, head .. ' ' .. fence)
-    elseif head then
-      notify(channel, head)
-    end
+if live == 0 and (only or redis.call('EXISTS', queue) == 1) then
+  local _, head = reap_waiters(queue, alive, asks, now)
+  local ttl, owner
+  if head then ttl, owner = fresh_ask(alive, asks, head, now) end
+  local heard = ttl and listening_channel(channel, head)
+  if heard then
+    local fence = next_fence(fence_key, now_us)
+    dequeue_waiter(queue, alive, asks, head)
+    grant_lock(holders, head, owner, ttl, now, fence)
+    redis.call('PUBLISH', heard, head .. ' ' .. fence)
+  elseif head then
+    notify(channel, head)
   end
 end
-if now == nil or tonumber(expiry) > now then return 1 end
+if only or tonumber(expiry) > now then return 1 end
 return 0

@@ -3,11 +3,11 @@
 -- KEYS[1]  holders  zset: live leases' tokens scored by expiry (server ms).
 -- KEYS[2]  leases   hash: "f:<token>" fence, "o:<token>" owner, "s:<token>" granted
 --                   at (server ms), for each lease in holders.
--- KEYS[3]  fence    string: last fence granted; kept ARGV[9] ms after each grant.
+-- KEYS[3]  fence    string: last fence granted; kept FENCE_MEMORY_MS after each grant.
 -- KEYS[4]  queue    zset: waiting tokens scored by ticket (server µs at enqueue).
 -- KEYS[5]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
 -- KEYS[6]  meta     hash: "limit", the limit the latest acquire enforced; kept
---                   ARGV[9] ms after each grant or change.
+--                   FENCE_MEMORY_MS after each grant or change.
 -- KEYS[7]  asks     hash: each waiting token's request, "<ttl ms> <owner>", so a
 --                   release can grant it a permit directly (semaphore_release.lua).
 -- ARGV[1]  token    the new lease's random token.
@@ -19,10 +19,8 @@
 --                   (a newcomer barges in) unless the head has waited too long.
 -- ARGV[6]  patience microseconds the head may wait before barging stops (not fair).
 -- ARGV[7]  wait     "1": if refused, join (or stay in) the wait queue; "0": do not.
--- ARGV[8]  beat     a waiter's heartbeat, milliseconds: it is dropped from the queue
---                   when it has not called again within this time.
--- ARGV[9]  memory   how long the fence key and meta outlive a grant, milliseconds.
--- ARGV[10] channel  wake-up channel: waiters that may now take a permit are told.
+-- ARGV[8]  channel  wake-up channel: waiters that may now take a permit are told.
+-- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
 --
 -- Returns {1, fence, previous, ms_left} when granted (also when the same token asks
 -- again while its lease is live: client retries hold one permit, and a permit a
@@ -38,7 +36,7 @@ local holders, leases, fence_key = KEYS[1], KEYS[2], KEYS[3]
 local queue, alive, meta, asks = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local token, owner, ttl, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local fair, patience, wait = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] == '1'
-local beat, memory, channel = tonumber(ARGV[8]), ARGV[9], ARGV[10]
+local channel = ARGV[8]
 local now, now_us = server_clock()
 
 local expiry = redis.call('ZSCORE', holders, token)
@@ -51,7 +49,7 @@ local stored = tonumber(redis.call('HGET', meta, 'limit'))
 local previous = 0
 if stored ~= limit then
   redis.call('HSET', meta, 'limit', ARGV[4])
-  redis.call('PEXPIRE', meta, memory)
+  redis.call('PEXPIRE', meta, {{FENCE_MEMORY_MS}})
   previous = stored or 0
 end
 
@@ -77,16 +75,16 @@ if allowed and queued then
 end
 
 if allowed then
-  local fence = next_fence(fence_key, now_us, memory)
+  local fence = next_fence(fence_key, now_us)
   grant_permit(holders, leases, token, owner, ttl, now, fence)
-  redis.call('PEXPIRE', meta, memory)
+  redis.call('PEXPIRE', meta, {{FENCE_MEMORY_MS}})
   if rank then dequeue_waiter(queue, alive, asks, token) end
   if queued then wake_new(channel, before, eligible(queue, free - 1, fair), token) end
   return {1, tonumber(fence), previous, ttl}
 end
 
 if queued then wake_new(channel, before, eligible(queue, free, fair), token) end
-if wait then enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us, beat) end
+if wait then enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us) end
 local wait_ms = 0
 if free <= 0 then
   local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')

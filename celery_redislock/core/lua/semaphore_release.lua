@@ -12,8 +12,7 @@
 -- ARGV[2]  channel  wake-up channel (see lib_semaphore.lua).
 -- ARGV[3]  limit    the caller's limit, used when meta holds none (integer >= 1).
 -- ARGV[4]  fair     "1": only the queue's head may take a permit (strict FIFO).
--- ARGV[5]  beat     a waiter's heartbeat, milliseconds (see semaphore_acquire.lua).
--- ARGV[6]  memory   how long the fence key outlives a grant, milliseconds.
+-- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
 --
 -- Each permit now free goes, in queue order, to a waiter that checked in lately and
 -- whose process hears the offer "<token> <fence>": it is granted here, so the
@@ -29,7 +28,6 @@
 local k = {holders = KEYS[1], leases = KEYS[2], queue = KEYS[3], alive = KEYS[4],
   asks = KEYS[6], fence = KEYS[7]}
 local meta, token, channel, fair = KEYS[5], ARGV[1], ARGV[2], ARGV[4] == '1'
-local beat, memory = tonumber(ARGV[5]), ARGV[6]
 
 local expiry = redis.call('ZSCORE', k.holders, token)
 if not expiry then return 0 end
@@ -42,7 +40,7 @@ if redis.call('EXISTS', k.queue) == 1 then
   local before = eligible(k.queue, limit - live - 1, fair)
   live = live - reap_holders(k.holders, k.leases, now)
   reap_dead_waiters(k.queue, k.alive, k.asks, now)
-  local free = hand_over_permits(k, limit - live, now, now_us, beat, memory, channel)
+  local free = hand_over_permits(k, limit - live, now, now_us, channel)
   wake_new(channel, before, eligible(k.queue, free, fair), '')
 else
   reap_holders(k.holders, k.leases, now)
