@@ -8,16 +8,20 @@ Run from the repository root (well under a minute)::
 It starts a private ``redis-server`` (``celery_redislock.testing.RedisServer``) that
 holds the broker (db 1), the result backend (db 2) and the locks (db 3), and one
 in-process worker (``celery.contrib.testing.worker.start_worker``) consuming both
-tasks. The two tasks have the same trivial body; one is a plain ``@app.task``, the
-other a ``SingletonTask`` (default mode ``until_done``: lock at enqueue, adoption and
-renewal at start, release before the result is stored), always called with the same
+tasks. The tasks have the same trivial body; one is a plain ``@app.task``, one a
+``SingletonTask`` (default mode ``until_done``: lock at enqueue, adoption and renewal
+at start, release before the result is stored), always called with the same
 argument, as a "refresh X" task is.
 
-Calls are **interleaved** (plain, singleton, plain, ...; the order flips every pair)
-and sequential, so drift and warm-up hit both alike. Reported: p50 / p90 / p99 of
-each, the ratio of the medians (the issue's target: within 1.2x), and the Redis
-commands per call (``INFO commandstats`` delta on the shared server, so it counts the
-broker's and the backend's commands too).
+A third task shows what that lifecycle costs before any locking logic: a plain task
+that makes the singleton's three synchronous round trips to the lock's Redis and
+nothing else (a ``PING`` before publishing, one as the run starts, one as it ends).
+
+Calls are **interleaved** (the order rotating every round) and sequential, so drift
+and warm-up hit all alike. Reported: p50 / p90 / p99 of each, the ratios of the
+medians to the plain task's (the issue's target for the singleton: within 1.2x), and
+the Redis commands per call (``INFO commandstats`` delta on the shared server, so it
+counts the broker's and the backend's commands too).
 
 The figures depend on the machine: run it on an otherwise idle one (the load average
 is printed at the end).
@@ -36,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import redis
 from _common import command_calls, median, percentile, print_table, us
-from celery import Celery
+from celery import Celery, Task
 from celery.contrib.testing.worker import start_worker
 
 from celery_redislock import SingletonTask
@@ -70,32 +74,52 @@ def run(calls: int, pool: str) -> None:
         def single(key: str) -> str:
             return key
 
+        locks = redis.Redis.from_url(f"{base}/3")
+
+        class ThreeTrips(Task):  # type: ignore[type-arg]
+            def apply_async(self, *args: Any, **kwargs: Any) -> Any:
+                locks.ping()  # where the singleton takes its lock
+                return super().apply_async(*args, **kwargs)
+
+        @app.task(name="bench.three-trips", base=ThreeTrips, shared=False)
+        def three_trips(key: str) -> str:
+            locks.ping()  # where the singleton adopts its lock
+            try:
+                return key
+            finally:
+                locks.ping()  # where it releases it
+
         admin = redis.Redis.from_url(f"{base}/0")
         with start_worker(app, pool=pool, concurrency=1, perform_ping_check=False,
                           loglevel="WARNING"):  # fmt: skip
-            for task in (plain, single) * 20:  # warm-up: connections, scripts, renewer
+            for task in (plain, single, three_trips) * 20:  # warm-up: connections, scripts
                 task.delay("user-42").get(timeout=10)
-            times: dict[str, list[float]] = {"plain": [], "singleton": []}
-            commands = {"plain": 0, "singleton": 0}
+            tasks: list[tuple[str, Any]] = [
+                ("plain", plain), ("singleton", single), ("plain + 3 round trips", three_trips)
+            ]  # fmt: skip
+            times: dict[str, list[float]] = {label: [] for label, _ in tasks}
+            commands = dict.fromkeys(times, 0)
             for i in range(calls):
-                pair: list[tuple[str, Any]] = [("plain", plain), ("singleton", single)]
-                for label, task in pair if i % 2 == 0 else pair[::-1]:
+                for label, task in tasks[i % 3 :] + tasks[: i % 3]:
                     before = command_calls(admin)
                     start = time.perf_counter()
                     assert task.delay("user-42").get(timeout=10) == "user-42"
                     times[label].append(time.perf_counter() - start)
                     commands[label] += command_calls(admin) - before - 1  # INFO itself
         admin.close()
+        locks.close()
         app.close()
 
     rows = []
-    for label in ("plain", "singleton"):
-        values = times[label]
+    plain_p50 = median(times["plain"])
+    for label, values in times.items():
         rows.append([label, len(values), us(percentile(values, 50)), us(percentile(values, 90)),
-                     us(percentile(values, 99)), f"{commands[label] / calls:.1f}"])  # fmt: skip
+                     us(percentile(values, 99)), f"{median(values) / plain_p50:.3f}x",
+                     f"{commands[label] / calls:.1f}"])  # fmt: skip
     print(f"delay -> result round trip, {pool} pool, {calls} interleaved calls of each\n")
-    print_table(["task", "calls", "p50 us", "p90 us", "p99 us", "Redis cmds/call"], rows)
-    ratio = median(times["singleton"]) / median(times["plain"])
+    print_table(["task", "calls", "p50 us", "p90 us", "p99 us", "p50 / plain",
+                 "Redis cmds/call"], rows)  # fmt: skip
+    ratio = median(times["singleton"]) / plain_p50
     print(f"\nsingleton / plain, ratio of medians: {ratio:.3f} (target <= 1.2)")
     print(f"python {platform.python_version()}, {platform.machine()}, "
           f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip

@@ -16,6 +16,11 @@ Layout, for prefix ``redislock`` and kind ``lock``::
     redislock:lock:{name}:asks      hash of each waiter's request (TTL, owner)
     redislock:lock:{name}:meta      hash of settings stored with the primitive
     redislock:lock:{name}:wake      pub/sub channel: payload is the token to wake
+
+The scripts are not sent the channel: they derive it from the holders key, their
+``KEYS[1]``, by replacing its last part ``holders`` with ``wake`` (``wake_channel`` in
+``lua/lib_lock.lua``). :attr:`KeySpace.channel` is the same rule on the Python side;
+a test holds the two together.
 """
 
 from __future__ import annotations
@@ -106,5 +111,7 @@ class KeySpace:
 
     @property
     def channel(self) -> str:
-        """Pub/sub channel on which a release names the waiter token to wake."""
+        """Pub/sub channel on which a release names the waiter token to wake: the
+        holders key with its last part ``holders`` replaced by ``wake``, as the scripts
+        derive it (``wake_channel`` in lib_lock.lua)."""
         return self.key("wake")

@@ -54,8 +54,8 @@ _INFO = LuaScript("lock_info.lua", SCRIPT_CONSTANTS)
 _RELEASE_OWNER = LuaScript("lock_release_owner.lua", SCRIPT_CONSTANTS)
 _RENEW = LuaScript("lock_renew.lua", SCRIPT_CONSTANTS)
 
-# Constant script arguments, encoded once (see RedisLock.__init__).
-_NO_WAIT, _WAIT = b"0", b"1"
+# Constant script argument, encoded once (see RedisLock.__init__).
+_WAIT = b"1"
 
 
 class RedisLock(Primitive):
@@ -86,8 +86,9 @@ class RedisLock(Primitive):
         max_hold: float | None = None,
     ) -> None:
         super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold)
-        # The hot path sends these as they are: keys and channel encoded once with the
-        # client's own encoder (what redis-py would send for the str), not per call.
+        # The hot path sends these as they are: keys encoded once with the client's own
+        # encoder (what redis-py would send for the str), not per call. The scripts
+        # derive the wake-up channel from the holders key (KeySpace.channel).
         encode = self._client.get_encoder().encode
         keys = self._keys
         holders, fence, queue, alive, asks = (
@@ -99,7 +100,6 @@ class RedisLock(Primitive):
         self._adopt_keys = [holders, fence]
         self._holders_key = [holders]
         self._channel = keys.channel
-        self._channel_arg: bytes = encode(keys.channel)
 
     def acquire(
         self,
@@ -156,7 +156,6 @@ class RedisLock(Primitive):
     ) -> tuple[Lease | None, str | None]:
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
         token, tag = fresh_token()
-        args: list[Any] = [token, owner or "", ttl_ms, _NO_WAIT, self._channel_arg]
         channel = f"{self._channel}:{tag}"
         reply: list[Any] = [0, 0, b""]
         grant: Grant | None = None
@@ -167,10 +166,11 @@ class RedisLock(Primitive):
         ):
             # Waited here lately: the wake-ups are heard already, so the first
             # attempt may queue at once (one round trip per wait saved).
-            args[3] = _WAIT
-            grant = self._wait(token, channel, args, reply, deadline)
+            grant = self._wait(token, owner, ttl_ms, channel, reply, deadline)
         else:
-            # The first attempt is inline: the uncontended path makes no closure.
+            # The first attempt is inline: the uncontended path makes no closure. The
+            # script's trailing defaults (no owner, no wait) are left out.
+            args: list[Any] = [token, ttl_ms, owner] if owner else [token, ttl_ms]
             sent_at = time.monotonic()
             answer = _ACQUIRE(self._client, self._acquire_keys, args)
             if isinstance(answer, int):
@@ -180,19 +180,19 @@ class RedisLock(Primitive):
             else:
                 reply = answer
                 if deadline is not None and deadline > time.monotonic():
-                    args[3] = _WAIT  # from now on, wait in the queue
-                    grant = self._wait(token, channel, args, reply, deadline)
+                    grant = self._wait(token, owner, ttl_ms, channel, reply, deadline)
         if grant is None:  # refused (blocking=False, timeout=0) or timed out
             return None, as_text(reply[2]) or None
         lease = self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
                                 max_hold)  # fmt: skip
         return lease, None
 
-    def _wait(self, token: str, channel: str, args: list[Any], reply: list[Any],
-              deadline: float) -> Grant | None:  # fmt: skip
+    def _wait(self, token: str, owner: str | None, ttl_ms: int, channel: str,
+              reply: list[Any], deadline: float) -> Grant | None:  # fmt: skip
         """Queue as ``token`` until granted (see :func:`.waiting.wait_until_granted`);
         ``reply`` keeps the last refusal (its holder's owner id)."""
-        client, ttl_ms = self._client, int(args[2])
+        client = self._client
+        args = [token, ttl_ms, owner or "", _WAIT]  # each attempt joins (or stays in) the queue
 
         def attempt() -> Grant | int:
             sent_at = time.monotonic()
@@ -205,7 +205,7 @@ class RedisLock(Primitive):
             return granted_lease(int(answer[1]), sent_at, int(answer[2]), ttl_ms)
 
         def leave() -> int:
-            left = _LEAVE(client, self._queue_keys, [token, self._channel_arg, "lock"])
+            left = _LEAVE(client, self._queue_keys, [token, "lock"])
             return int(left[1])
 
         return wait_until_granted(
@@ -268,7 +268,7 @@ class RedisLock(Primitive):
         return self._release_owner("")
 
     def _release_owner(self, owner: str) -> int:
-        return int(_RELEASE_OWNER(self._client, self._queue_keys, [owner, self._channel_arg]))
+        return int(_RELEASE_OWNER(self._client, self._queue_keys, [owner]))
 
     def locked(self) -> bool:
         """True while any lease holds the lock."""
@@ -304,7 +304,7 @@ class RedisLock(Primitive):
     # -- the lease's side (LeaseHolder) -----------------------------------------------
 
     def _release_token(self, token: str) -> bool:
-        return bool(_RELEASE(self._client, self._release_keys, [token, self._channel_arg]))
+        return bool(_RELEASE(self._client, self._release_keys, [token]))
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
         return bool(_EXTEND(self._client, self._holders_key, [token, ttl_ms]))

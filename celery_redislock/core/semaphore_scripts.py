@@ -3,7 +3,8 @@
 :class:`SemaphoreScripts` builds each script's KEYS and constant ARGV once, so an
 operation costs its one round trip and little else. Wake-ups go to the waiter's own
 process: a token ends in ``.<tag>``, the tag of the process that made it, and the
-scripts publish it on ``<wake channel>:<tag>``, which only that process listens to.
+scripts publish it on ``<wake channel>:<tag>``, which only that process listens to
+(the scripts derive the channel from the holders key: :attr:`.KeySpace.channel`).
 A release grants the permits it frees to the first waiters itself and tells them
 ``<token> <fence>`` (see ``hand_over_permits`` in lib_semaphore.lua).
 """
@@ -34,28 +35,25 @@ RENEW = LuaScript("semaphore_renew.lua", SCRIPT_CONSTANTS)
 
 
 class SemaphoreScripts:
-    """The scripts of one semaphore: its keys, channel, limit and fairness baked in."""
+    """The scripts of one semaphore: its keys, limit and fairness baked in; ``channel``
+    is its wake-up channel (the scripts derive it from the holders key)."""
 
     __slots__ = ("_acquire_args", "_acquire_keys", "_client", "_flags", "_info_keys",
-                 "_leave_keys", "_release_keys", "_release_tail", "_state_keys", "_tail",
-                 "channel")  # fmt: skip
+                 "_leave_keys", "_release_keys", "_state_keys", "channel")  # fmt: skip
 
     def __init__(self, client: Any, keys: KeySpace, limit: int, fair: bool) -> None:
         self._client = client
         self.channel = keys.channel
         # Sent as they are on every call: encoded once, as redis-py would encode them.
         encode = client.get_encoder().encode
-        holders, leases, fence, queue, alive, meta, asks, channel = (
+        holders, leases, fence, queue, alive, meta, asks = (
             encode(key) for key in (keys.holders, keys.leases, keys.fence, keys.queue,
-                                    keys.alive, keys.meta, keys.asks, keys.channel)
+                                    keys.alive, keys.meta, keys.asks)
         )  # fmt: skip
-        fair_flag = b"1" if fair else b"0"
-        self._flags = [channel, b"%d" % limit, fair_flag]
+        self._flags = [b"%d" % limit, b"1" if fair else b"0"]  # limit, fair
         self._acquire_keys = [holders, leases, fence, queue, alive, meta, asks]
-        self._acquire_args = [b"%d" % limit, fair_flag, b"%d" % round(PATIENCE_MS * 1000)]
-        self._tail = [channel]
+        self._acquire_args = [*self._flags, b"%d" % round(PATIENCE_MS * 1000)]
         self._release_keys = [holders, leases, queue, alive, meta, asks, fence]
-        self._release_tail = [channel, b"%d" % limit, fair_flag]
         self._state_keys = [holders, leases, queue, alive, meta, asks]
         self._leave_keys = [holders, queue, alive, asks, leases]
         self._info_keys = [holders, leases, queue, meta]
@@ -69,35 +67,31 @@ class SemaphoreScripts:
         ``ms_left`` the TTL the lease has left (less than ``ttl_ms`` when a release
         had granted it to this waiter already).
         """
-        reply = _ACQUIRE(
-            self._client, self._acquire_keys,
-            [token, owner, ttl_ms, *self._acquire_args, b"1" if wait else b"0", *self._tail],
-        )  # fmt: skip
+        args = [token, ttl_ms, *self._acquire_args, b"1" if wait else b"0"]
+        if owner:  # else left out: the script's default
+            args.append(owner)
+        reply = _ACQUIRE(self._client, self._acquire_keys, args)
         return int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]) if reply[0] else 0
 
     def release(self, token: str) -> bool:
         """Give the permit of ``token`` back; False when it was not live."""
-        return bool(_RELEASE(self._client, self._release_keys, [token, *self._release_tail]))
+        return bool(_RELEASE(self._client, self._release_keys, [token, *self._flags]))
 
     def release_owner(self, owner: str) -> int:
         """Give back every permit whose owner id is ``owner`` ("": every permit);
         the number of live permits released."""
-        channel, limit, fair = self._flags
-        return int(_RELEASE_OWNER(self._client, self._state_keys, [owner, channel, limit, fair]))
+        return int(_RELEASE_OWNER(self._client, self._state_keys, [owner, *self._flags]))
 
     def extend(self, token: str, ttl_ms: int) -> bool:
         """Reset the permit of ``token`` to ``ttl_ms``; False when it was not live."""
-        channel, limit, fair = self._flags
-        args = [token, ttl_ms, channel, limit, fair]
-        return bool(_EXTEND(self._client, self._state_keys, args))
+        return bool(_EXTEND(self._client, self._state_keys, [token, ttl_ms, *self._flags]))
 
     def leave(self, token: str) -> int:
         """Take waiter ``token`` out of the queue, waking the one that takes its place.
 
         Returns the fence of a permit a release granted ``token`` meanwhile, else 0.
         """
-        channel, limit, fair = self._flags
-        args = [token, channel, "semaphore", limit, fair]
+        args = [token, "semaphore", *self._flags]
         return int(_LEAVE(self._client, self._leave_keys, args)[1])
 
     def info(self, name: str, default_limit: int) -> PrimitiveInfo:

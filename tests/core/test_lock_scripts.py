@@ -12,7 +12,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from celery_redislock import RedisLock
+from celery_redislock import RedisLock, RedisSemaphore
 from celery_redislock.core import lock as lock_module
 from celery_redislock.core.scripts import LuaScript
 from celery_redislock.core.waiting import WAITER_HEARTBEAT_MS
@@ -30,13 +30,13 @@ def acquire_call(lock: RedisLock, token: str, wait: str = "0", owner: str = "",
     keys = lock.keys
     return (
         [keys.holders, keys.fence, keys.queue, keys.alive, keys.asks],
-        [token, owner, ttl_ms, wait, keys.channel],
+        [token, ttl_ms, owner, wait],
     )
 
 
 def release_call(lock: RedisLock, token: str) -> tuple[list[str], list[Any]]:
     keys = lock.keys
-    return [keys.holders, keys.queue, keys.alive, keys.asks, keys.fence], [token, keys.channel]
+    return [keys.holders, keys.queue, keys.alive, keys.asks, keys.fence], [token]
 
 
 def acquire(r: redis.Redis, lock: RedisLock, token: str, **options: Any) -> list[int]:
@@ -240,6 +240,48 @@ def test_wake_up_of_a_tagged_token_goes_to_its_process_channel(
     assert message["data"].split()[0] == waiter.encode()  # "<token> <fence>": granted
     assert pubsub.get_message(timeout=0.1) is None  # nothing on the shared channel
     pubsub.close()
+
+
+@pytest.mark.parametrize("name", ["job", "a{b}c", "naïve ☃:holders"])
+def test_scripts_publish_on_the_channel_keys_names(r: redis.Redis, name: str) -> None:
+    # The scripts derive the wake-up channel from the holders key (wake_channel in
+    # lib_lock.lua): a release hands over on exactly `KeySpace.channel:<tag>`, for a
+    # lock and for a semaphore (had Lua derived another name, nobody would listen
+    # there: the waiter would be woken on that other channel, not granted).
+    primitives = (RedisLock(r, name, prefix="p:x"), RedisSemaphore(r, name, limit=1, prefix="p:x"))
+    for primitive in primitives:
+        pubsub = r.pubsub()  # type: ignore[no-untyped-call]
+        pubsub.subscribe(f"{primitive.keys.channel}:0badcafe")
+        assert pubsub.get_message(timeout=2)["type"] == "subscribe"
+        holder = primitive.acquire()
+        assert holder is not None
+        waiter = "w" * 32 + ".0badcafe"
+        if isinstance(primitive, RedisLock):
+            assert acquire(r, primitive, waiter, wait="1")[0] == 0
+        else:
+            assert primitive._attempt(waiter, "", 30_000, True)[0] == 0
+        assert holder.release()
+        message = pubsub.get_message(timeout=2)
+        assert message is not None and message["type"] == "message"
+        assert message["channel"] == f"{primitive.keys.channel}:0badcafe".encode()
+        assert message["data"].decode().startswith(waiter + " ")  # granted to it
+        pubsub.close()
+
+
+def test_trailing_defaults_may_be_left_out(r: redis.Redis, lock: RedisLock) -> None:
+    keys = acquire_call(lock, "a" * 32)[0]
+    # token and ttl only: no owner, and a refusal does not queue.
+    fence = lock_module._ACQUIRE(r, keys, ["a" * 32, 30_000])
+    assert isinstance(fence, int)
+    assert r.hget(lock.keys.holders, "owner") == b""
+    refused = lock_module._ACQUIRE(r, keys, ["b" * 32, 30_000])
+    assert refused[0] == 0 and not r.exists(lock.keys.queue)
+    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1
+    # An owner without the wait flag: re-entry counts, a refusal still does not queue.
+    assert isinstance(lock_module._ACQUIRE(r, keys, ["c" * 32, 30_000, "o"]), int)
+    assert isinstance(lock_module._ACQUIRE(r, keys, ["d" * 32, 30_000, "o"]), int)
+    assert lock_module._ACQUIRE(r, keys, ["e" * 32, 30_000, "x"])[0] == 0
+    assert not r.exists(lock.keys.queue)
 
 
 def test_release_of_an_expired_lease_wakes_the_head(r: redis.Redis, lock: RedisLock) -> None:

@@ -195,3 +195,31 @@ def test_bad_names_clients_and_acquire_arguments(r: redis.Redis) -> None:
     for call in ({"timeout": -1}, {"ttl": 0}, {"owner": ""}):
         with pytest.raises(ConfigurationError):
             sem.acquire(**call)
+
+
+def test_keys_outlive_the_longest_lease_and_are_rewritten_only_when_due(r: redis.Redis) -> None:
+    sem = RedisSemaphore(r, "s", limit=3, ttl=5)
+    leases = [sem.acquire()]
+    keys = (sem.keys.holders, sem.keys.leases)
+    for key in keys:  # a second beyond the lease: the next grants need not write
+        assert 5000 < r.pttl(key) <= 6000
+        r.pexpire(key, 5500)
+    leases.append(sem.acquire())
+    for key in keys:  # long enough for the new lease already: left alone
+        assert 5000 < r.pttl(key) <= 5500
+        r.pexpire(key, 4000)
+    leases.append(sem.acquire())
+    for key in keys:  # too short for the new lease: set past it again
+        assert 5000 < r.pttl(key) <= 6000
+    assert all(leases)
+
+
+def test_a_refusal_after_reaping_answers_the_earliest_live_lease(r: redis.Redis) -> None:
+    wide = RedisSemaphore(r, "s", limit=3)
+    leases = [wide.acquire(ttl=0.05), wide.acquire(ttl=5), wide.acquire(ttl=3)]
+    assert all(leases)
+    time.sleep(0.1)
+    narrow = RedisSemaphore(r, "s", limit=2)  # two live leases: full once reaped
+    granted, wait_ms, _ = narrow._attempt("x" * 32, "", 1000, False)
+    assert granted == 0 and 2700 < wait_ms <= 3000  # the 3 s lease, not the reaped one
+    assert r.zcard(narrow.keys.holders) == 2 and not r.exists(narrow.keys.queue)

@@ -84,6 +84,22 @@ def test_release_grants_each_freed_permit_to_the_next_waiter_only(
     assert sem._scripts.leave("w3") == 0 and woken(sem) == []  # all held: nobody to wake
 
 
+def test_a_dead_head_is_reaped_and_the_permit_granted_to_the_next_waiter(
+    r: redis.Redis, woken: Callable[[RedisSemaphore], list[str]]
+) -> None:
+    sem = RedisSemaphore(r, "s", limit=1)
+    held = sem.acquire()
+    woken(sem)
+    queue_waiters(sem, ["w0", "w1"])
+    r.zadd(sem.keys.alive, {"w0": 0})  # w0's heartbeat lapsed: it died queued
+    assert held and held.release()
+    [message] = woken(sem)
+    assert message.split()[0] == "w1"  # granted past the dead head
+    assert r.zscore(sem.keys.holders, "w1") is not None
+    for key in (sem.keys.queue, sem.keys.alive, sem.keys.asks):
+        assert not r.exists(key)
+
+
 def test_release_wakes_the_waiters_it_cannot_grant(
     r: redis.Redis, woken: Callable[[RedisSemaphore], list[str]]
 ) -> None:

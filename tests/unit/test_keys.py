@@ -50,3 +50,13 @@ def test_lock_and_semaphore_of_one_name_do_not_share_keys() -> None:
     sem = KeySpace.build("redislock", "semaphore", "x")
     assert not set(all_keys(lock)) & set(all_keys(sem))
     assert lock.channel != sem.channel
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+@pytest.mark.parametrize("name", AWKWARD)
+def test_the_channel_is_derived_from_the_holders_key(kind: str, name: str) -> None:
+    # The scripts are not sent the channel: wake_channel (lib_lock.lua) replaces the
+    # holders key's last part "holders" by "wake". The same rule here.
+    space = KeySpace.build("p:x", kind, name)
+    assert space.holders.endswith(":holders")
+    assert space.channel == space.holders[: -len("holders")] + "wake"

@@ -98,6 +98,16 @@ def test_the_uncontended_paths_run_before_most_helpers_are_made() -> None:
     release = expand("lock_release.lua")
     fast, rest = release.split("if redis.call('EXISTS', queue) == 0 then return 1 end", 1)
     assert "local function" not in fast and "local function notify" in rest
+    # A semaphore release with nobody queued; a refused semaphore acquire.
+    release = expand("semaphore_release.lua")
+    fast, rest = release.split("if not head then", 1)
+    assert re.findall(r"^local function (\w+)", fast, re.MULTILINE) == [
+        "server_clock", "reap_holders"
+    ]  # fmt: skip
+    assert "local function hand_over_permits" in rest
+    refused, granted = expand("semaphore_acquire.lua").split("-- Granted:", 1)
+    for helper in ("next_fence", "grant_permit", "keep_keys"):
+        assert f"local function {helper}(" in granted and f"function {helper}(" not in refused
 
 
 def test_includes_expand_by_the_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

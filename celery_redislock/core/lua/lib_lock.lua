@@ -84,6 +84,15 @@ local function extend_lease(holders, token, ttl, now)
   return 1
 end
 
+-- The wake-up channel of a lock or semaphore, derived from its holders key (every
+-- script that wakes waiters has it as KEYS[1]) rather than sent with each call: the
+-- key's name with its last part "holders" replaced by "wake", e.g.
+-- "redislock:lock:{name}:wake". KeySpace.channel (keys.py) is the same rule. A
+-- channel name is not a key: publishing on it touches no key.
+local function wake_channel(holders)
+  return string.sub(holders, 1, -8) .. 'wake'
+end
+
 -- Where waiter `token` listens: `channel`, or `channel:<tag>` when the token ends in
 -- ".<tag>" (its process's own channel, so other processes sleep on).
 local function waiter_channel(channel, token)
@@ -97,25 +106,27 @@ local function notify(channel, token)
   redis.call('PUBLISH', waiter_channel(channel, token), token)
 end
 
--- Make `token` a waiter: a ticket the first time (the server's µs clock, bumped past
--- the tail so the order is strict) with its request ("<ttl ms> <owner>" in the asks
--- hash, so a release can grant it directly), a heartbeat deadline WAITER_HEARTBEAT_MS
--- from now each time.
+-- Make `token` a waiter: a heartbeat deadline WAITER_HEARTBEAT_MS from now each time;
+-- the first time also a ticket (the server's µs clock, bumped past the tail so the
+-- order is strict) and its request ("<ttl ms> <owner>" in the asks hash, so a release
+-- can grant it directly). The three keys always hold the same tokens (a waiter enters
+-- and leaves all three in one script), so the ZADD to alive, which counts the members
+-- it added, tells whether the token is queued already.
 local function enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us)
   local beat = {{WAITER_HEARTBEAT_MS}}
-  if redis.call('ZSCORE', queue, token) == false then
+  if redis.call('ZADD', alive, string.format('%d', now + beat), token) == 1 then
     local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
     local ticket = now_us
     if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end
     redis.call('ZADD', queue, string.format('%d', ticket), token)
     redis.call('HSET', asks, token, string.format('%d', ttl) .. ' ' .. owner)
   end
-  redis.call('ZADD', alive, string.format('%d', now + beat), token)
   -- The keys outlive every heartbeat deadline by a heartbeat, so dead waiters never
   -- leave them behind. Refreshed only when due (a PTTL read is cheaper than a write):
-  -- a key just made has none, else at most once a second.
-  for _, key in ipairs({queue, alive, asks}) do
-    if redis.call('PTTL', key) < beat * 2 - 1000 then redis.call('PEXPIRE', key, beat * 2) end
+  -- a key just made has none, else at most once a second. The three are made and
+  -- refreshed together (same tokens, same expiry), so the queue's TTL stands for all.
+  if redis.call('PTTL', queue) < beat * 2 - 1000 then
+    for _, key in ipairs({queue, alive, asks}) do redis.call('PEXPIRE', key, beat * 2) end
   end
 end
 
@@ -126,12 +137,13 @@ local function dequeue_waiter(queue, alive, asks, token)
   redis.call('HDEL', asks, token)
 end
 
--- The request of waiter `token` if it may be granted directly: it checked in within
--- the last half heartbeat (live waiters poll every second), so it is almost surely
--- there to use the grant. Returns its ttl (ms) and owner, or nil.
-local function fresh_ask(alive, asks, token, now)
-  local deadline = tonumber(redis.call('ZSCORE', alive, token))
-  if not deadline or deadline - now < {{WAITER_HEARTBEAT_MS}} / 2 then return nil end
+-- The request of waiter `token`, a queued token that reap_dead_waiters (same `now`)
+-- left in the queue, if it may be granted directly: it checked in within the last
+-- half heartbeat (live waiters poll every second), so it is almost surely there to
+-- use the grant; `stale` is the set of those that did not (from reap_dead_waiters).
+-- Returns its ttl (ms) and owner, or nil.
+local function fresh_ask(asks, token, stale)
+  if stale[token] then return nil end
   local ask = redis.call('HGET', asks, token)
   if not ask then return nil end
   local ttl, owner = string.match(ask, '^(%d+) (.*)$')
@@ -151,17 +163,30 @@ local function listening_channel(channel, token)
   return nil
 end
 
--- Drop waiters whose heartbeat lapsed (they died without leaving the queue).
+-- Drop waiters whose heartbeat lapsed (they died without leaving the queue). Returns
+-- the set of the waiters left that did not check in within the last half heartbeat
+-- (not fresh, see fresh_ask; nearly always empty: read by the same call), and the
+-- number of waiters dropped.
 local function reap_dead_waiters(queue, alive, asks, now)
-  for _, t in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', string.format('%d', now))) do
-    dequeue_waiter(queue, alive, asks, t)
+  local rows = redis.call('ZRANGEBYSCORE', alive, '-inf',
+    string.format('(%d', now + {{WAITER_HEARTBEAT_MS}} / 2), 'WITHSCORES')
+  local stale, dropped = {}, 0
+  for i = 1, #rows, 2 do
+    if tonumber(rows[i + 1]) <= now then
+      dequeue_waiter(queue, alive, asks, rows[i])
+      dropped = dropped + 1
+    else
+      stale[rows[i]] = true
+    end
   end
+  return stale, dropped
 end
 
 -- reap_dead_waiters, returning the queue's first token before and after.
 local function reap_waiters(queue, alive, asks, now)
   local before = redis.call('ZRANGE', queue, 0, 0)[1]
-  reap_dead_waiters(queue, alive, asks, now)
+  local _, dropped = reap_dead_waiters(queue, alive, asks, now)
+  if dropped == 0 then return before, before end
   return before, redis.call('ZRANGE', queue, 0, 0)[1]
 end
 

@@ -4,7 +4,8 @@
 -- A semaphore's live leases are the members of its holders zset whose score (expiry,
 -- server ms) is in the future; the leases hash keeps "f:<token>" (fence),
 -- "o:<token>" (owner) and "s:<token>" (granted at, server ms) for each of them. Both
--- keys PEXPIRE no earlier than the longest lease, and vanish once emptied.
+-- keys expire no earlier than the longest lease (see keep_keys), and vanish once
+-- emptied.
 --
 -- Wake-ups: the waiters allowed to take a permit are the first `free` tokens of the
 -- queue (free = limit - holders), or only its head when fair (strict FIFO: grants
@@ -44,11 +45,15 @@ local function stored_limit(meta, default)
   return tonumber(redis.call('HGET', meta, 'limit')) or default
 end
 
--- Make the holders zset and leases hash outlive a lease of `ttl` ms from now.
-local function keep_keys(holders, leases, ttl)
+-- Make the holders zset and leases hash outlive a lease of `ttl` ms from `now`. When
+-- due they are set to outlive it by a second more, so the grants of the next second
+-- (of leases no longer) find them long enough and only read a TTL: a write costs
+-- several reads inside a script.
+local function keep_keys(holders, leases, ttl, now)
   if redis.call('PTTL', holders) < ttl then
-    redis.call('PEXPIRE', holders, ttl)
-    redis.call('PEXPIRE', leases, ttl)
+    local at = string.format('%d', now + ttl + 1000)
+    redis.call('PEXPIREAT', holders, at)
+    redis.call('PEXPIREAT', leases, at)
   end
 end
 
@@ -57,19 +62,18 @@ local function grant_permit(holders, leases, token, owner, ttl, now, fence)
   redis.call('ZADD', holders, string.format('%d', now + ttl), token)
   redis.call('HSET', leases, 'f:' .. token, fence, 'o:' .. token, owner,
     's:' .. token, string.format('%d', now))
-  keep_keys(holders, leases, ttl)
+  keep_keys(holders, leases, ttl, now)
 end
 
--- Hand up to `free` permits straight to the first waiters of the queue, in order:
--- each fresh one (see fresh_ask) that listens (see listening_channel) is granted one
--- here and told "<token> <fence>", so the hand-off costs it no round trip. Stops at
--- the first waiter not granted so (it is woken, or reaped, as before). Returns the
--- permits left.
-local function hand_over_permits(keys, free, now, now_us, channel)
-  while free > 0 do
-    local head = redis.call('ZRANGE', keys.queue, 0, 0)[1]
-    if not head then break end
-    local ttl, owner = fresh_ask(keys.alive, keys.asks, head, now)
+-- Hand up to `free` permits straight to the first waiters of the queue, in order,
+-- starting with `head` (the queue's first token, or nil): each fresh one (see
+-- fresh_ask; `stale` from reap_dead_waiters) that listens (see listening_channel) is
+-- granted one here and told "<token> <fence>", so the hand-off costs it no round
+-- trip. Stops at the first waiter not granted so (it is woken, or reaped, as before).
+-- Returns the permits left.
+local function hand_over_permits(keys, free, now, now_us, channel, head, stale)
+  while free > 0 and head do
+    local ttl, owner = fresh_ask(keys.asks, head, stale)
     if not ttl then break end
     local heard = listening_channel(channel, head)
     if not heard then break end
@@ -78,6 +82,7 @@ local function hand_over_permits(keys, free, now, now_us, channel)
     grant_permit(keys.holders, keys.leases, head, owner, ttl, now, fence)
     redis.call('PUBLISH', heard, head .. ' ' .. fence)
     free = free - 1
+    if free > 0 then head = redis.call('ZRANGE', keys.queue, 0, 0)[1] end
   end
   return free
 end

@@ -9,11 +9,14 @@
 -- KEYS[5]  asks     hash: each waiting token's request, "<ttl ms> <owner>", so a
 --                   release can grant the lock to it directly (lock_release.lua).
 -- ARGV[1]  token    the new lease's random token.
--- ARGV[2]  owner    owner id allowing counted re-entry, or "" for none.
--- ARGV[3]  ttl      lease time, milliseconds (integer > 0).
--- ARGV[4]  wait     "1": if refused, join (or stay in) the wait queue; "0": do not.
--- ARGV[5]  channel  wake-up channel (told the new head when a dead head is dropped;
---                   on `channel:<tag>` when its token ends in ".<tag>").
+-- ARGV[2]  ttl      lease time, milliseconds (integer > 0).
+-- ARGV[3]  owner    optional, default "" (none): owner id allowing counted re-entry.
+-- ARGV[4]  wait     optional, default "0": "1": if refused, join (or stay in) the
+--                   wait queue; "0": do not.
+-- (A caller leaves trailing defaults out: each argument costs client CPU.)
+-- The wake-up channel (told the new head when a dead head is dropped; on
+-- `channel:<tag>` when its token ends in ".<tag>") is derived from KEYS[1] (see
+-- wake_channel in lib_lock.lua).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
 --
 -- Returns the new lease's fence (a bare integer) when granted a new lease, so the
@@ -25,7 +28,7 @@
 -- holding owner id ("" when none or free).
 
 local holders, fence_key, queue = KEYS[1], KEYS[2], KEYS[3]
-local token, owner, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local token, ttl, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3] or ''
 
 --!include lib_lock.lua
 
@@ -43,7 +46,7 @@ end
 --!include lib_lock.lua
 
 local alive, asks = KEYS[4], KEYS[5]
-local wait, channel = ARGV[4] == '1', ARGV[5]
+local wait = ARGV[4] == '1'
 
 -- Another lease of the holding owner (re-entry).
 local function reenter()
@@ -78,7 +81,7 @@ end
 if redis.call('EXISTS', queue) == 1 then
   local before, head = reap_waiters(queue, alive, asks, now)
   if head and head ~= token then
-    if head ~= before then notify(channel, head) end
+    if head ~= before then notify(wake_channel(holders), head) end
     return refuse(0, '')
   end
   if head then dequeue_waiter(queue, alive, asks, token) end

@@ -7,8 +7,9 @@
 -- KEYS[4]  asks     hash: each waiting token's request, "<ttl ms> <owner>".
 -- KEYS[5]  fence    string: last fence granted (see lock_acquire.lua).
 -- ARGV[1]  token    the lease's token.
--- ARGV[2]  channel  wake-up channel: messages to a waiter whose token ends in ".<tag>"
---                   go to `channel:<tag>` (its process's own channel).
+-- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua):
+-- messages to a waiter whose token ends in ".<tag>" go to `channel:<tag>` (its
+-- process's own channel).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
 --
 -- When the lock becomes free and the first live waiter checked in lately and listens
@@ -38,7 +39,8 @@ end
 
 --!include lib_lock.lua
 
-local alive, asks, fence_key, channel = KEYS[3], KEYS[4], KEYS[5], ARGV[2]
+local alive, asks, fence_key = KEYS[3], KEYS[4], KEYS[5]
+local channel = wake_channel(holders)
 
 if not expiry then
   -- Not ours (any more). If our lease expired and left the lock free, the head of
@@ -57,9 +59,10 @@ if not only then
   live = sweep_leases(holders, now, true)  -- deletes the key when no lease is left
 end
 if live == 0 and (only or redis.call('EXISTS', queue) == 1) then
-  local _, head = reap_waiters(queue, alive, asks, now)
+  local stale = reap_dead_waiters(queue, alive, asks, now)
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
   local ttl, owner
-  if head then ttl, owner = fresh_ask(alive, asks, head, now) end
+  if head then ttl, owner = fresh_ask(asks, head, stale) end
   local heard = ttl and listening_channel(channel, head)
   if heard then
     local fence = next_fence(fence_key, now_us)

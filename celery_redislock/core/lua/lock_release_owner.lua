@@ -6,15 +6,17 @@
 -- KEYS[3]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
 -- KEYS[4]  asks     hash: each waiting token's request (see lock_acquire.lua).
 -- ARGV[1]  owner    release only if the lock's owner id is this; "" for any owner.
--- ARGV[2]  channel  wake-up channel: the first live waiter's token is published
---                   (on `channel:<tag>` when the token ends in ".<tag>").
+-- The first live waiter's token is published on the wake-up channel, derived from
+-- KEYS[1] (see wake_channel in lib_lock.lua; on `channel:<tag>` when the token ends
+-- in ".<tag>").
+-- Constants (see lib_lock.lua): WAITER_HEARTBEAT_MS.
 --
 -- Returns the number of live leases released (0 when free or held by another owner).
 
 --!include lib_lock.lua
 
 local holders, queue, alive, asks = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local owner, channel = ARGV[1], ARGV[2]
+local owner = ARGV[1]
 
 if redis.call('EXISTS', holders) == 0 then return 0 end
 if owner ~= '' and redis.call('HGET', holders, 'owner') ~= owner then return 0 end
@@ -23,6 +25,6 @@ local live = sweep_leases(holders, now, true)
 redis.call('DEL', holders)
 if live > 0 and redis.call('EXISTS', queue) == 1 then
   local _, head = reap_waiters(queue, alive, asks, now)
-  if head then notify(channel, head) end
+  if head then notify(wake_channel(holders), head) end
 end
 return live

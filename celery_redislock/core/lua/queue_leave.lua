@@ -6,16 +6,16 @@
 -- KEYS[4]  asks     hash: each waiting token's request, "<ttl ms> <owner>".
 -- KEYS[5]  leases   with rule "semaphore": hash of each lease's fence ("f:<token>").
 -- ARGV[1]  token    the waiter's token.
--- ARGV[2]  channel  wake-up channel; a token ending in ".<tag>" is told on
---                   `channel:<tag>` (its process's own channel) instead.
--- ARGV[3]  rule     "lock": KEYS[1] is a lock's hash (see lock_acquire.lua); wake the
+-- ARGV[2]  rule     "lock": KEYS[1] is a lock's hash (see lock_acquire.lua); wake the
 --                   new head only when the lock is free.
 --                   "semaphore": KEYS[1] is a zset scored by expiry (server ms); if
---                   the token was among the first `ARGV[4] - live leases` waiters
---                   (those allowed a permit; only the head if ARGV[5] is "1"), wake
+--                   the token was among the first `ARGV[3] - live leases` waiters
+--                   (those allowed a permit; only the head if ARGV[4] is "1"), wake
 --                   the one that takes its place (see lib_semaphore.lua).
--- ARGV[4]  limit    with rule "semaphore": the semaphore's limit (integer >= 1).
--- ARGV[5]  fair     with rule "semaphore": "1" when only the head may take a permit.
+-- ARGV[3]  limit    with rule "semaphore": the semaphore's limit (integer >= 1).
+-- ARGV[4]  fair     with rule "semaphore": "1" when only the head may take a permit.
+-- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua); a
+-- token ending in ".<tag>" is told on `channel:<tag>` (its process's own channel).
 --
 -- Returns {queued, fence}: queued is 1 when the token was queued, else 0; fence is
 -- the fence of a live lease the token holds (a release granted it one while it was
@@ -24,7 +24,7 @@
 --!include lib_lock.lua
 
 local holders, queue, alive, asks = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, channel, rule = ARGV[1], ARGV[2], ARGV[3]
+local token, rule = ARGV[1], ARGV[2]
 local now = server_clock()
 
 local rank = redis.call('ZRANK', queue, token)
@@ -39,8 +39,8 @@ if rule == 'semaphore' then
     fence = tonumber(redis.call('HGET', KEYS[5], 'f:' .. token))
   end
   local live = redis.call('ZCOUNT', holders, string.format('(%d', now), '+inf')
-  local free = tonumber(ARGV[4]) - live
-  if ARGV[5] == '1' and free > 1 then free = 1 end
+  local free = tonumber(ARGV[3]) - live
+  if ARGV[4] == '1' and free > 1 then free = 1 end
   if rank and rank < free then next = redis.call('ZRANGE', queue, free - 1, free - 1)[1] end
 else
   fence = live_fence(holders, token, now) or 0
@@ -48,5 +48,5 @@ else
     next = redis.call('ZRANGE', queue, 0, 0)[1]
   end
 end
-if next then notify(channel, next) end
+if next then notify(wake_channel(holders), next) end
 return {removed, fence}

@@ -11,32 +11,34 @@
 -- KEYS[7]  asks     hash: each waiting token's request, "<ttl ms> <owner>", so a
 --                   release can grant it a permit directly (semaphore_release.lua).
 -- ARGV[1]  token    the new lease's random token.
--- ARGV[2]  owner    owner id recorded for inspection, or "".
--- ARGV[3]  ttl      lease time, milliseconds (integer > 0).
--- ARGV[4]  limit    the caller's limit (integer >= 1): enforced, and stored in meta.
--- ARGV[5]  fair     "1": only the queue's head may take a permit (strict FIFO).
+-- ARGV[2]  ttl      lease time, milliseconds (integer > 0).
+-- ARGV[3]  limit    the caller's limit (integer >= 1): enforced, and stored in meta.
+-- ARGV[4]  fair     "1": only the queue's head may take a permit (strict FIFO).
 --                   "0": the first `free` waiters may, and so may anyone else
 --                   (a newcomer barges in) unless the head has waited too long.
--- ARGV[6]  patience microseconds the head may wait before barging stops (not fair).
--- ARGV[7]  wait     "1": if refused, join (or stay in) the wait queue; "0": do not.
--- ARGV[8]  channel  wake-up channel: waiters that may now take a permit are told.
+-- ARGV[5]  patience microseconds the head may wait before barging stops (not fair).
+-- ARGV[6]  wait     "1": if refused, join (or stay in) the wait queue; "0": do not.
+-- ARGV[7]  owner    optional, default "": owner id recorded for inspection.
+-- The wake-up channel (waiters that may now take a permit are told) is derived from
+-- KEYS[1] (see wake_channel in lib_lock.lua).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
 --
 -- Returns {1, fence, previous, ms_left} when granted (also when the same token asks
 -- again while its lease is live: client retries hold one permit, and a permit a
 -- release granted to this waiter is found so; ms_left is the TTL the lease has
--- left), {0, wait_ms, previous} when refused: wait_ms is the time until the earliest lease expires when all
--- permits are held, 0 when a permit is free but due to an earlier waiter.
--- previous is the stored limit when this call changed it, else 0.
+-- left), {0, wait_ms, previous} when refused: wait_ms is the time until the earliest
+-- lease expires when all permits are held, 0 when a permit is free but due to an
+-- earlier waiter. previous is the stored limit when this call changed it, else 0.
+
+local holders, leases, fence_key = KEYS[1], KEYS[2], KEYS[3]
+local queue, alive, meta, asks = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local token, ttl, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local fair, patience, wait = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6] == '1'
+local owner = ARGV[7] or ''
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
 
-local holders, leases, fence_key = KEYS[1], KEYS[2], KEYS[3]
-local queue, alive, meta, asks = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local token, owner, ttl, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local fair, patience, wait = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] == '1'
-local channel = ARGV[8]
 local now, now_us = server_clock()
 
 local expiry = redis.call('ZSCORE', holders, token)
@@ -48,46 +50,64 @@ end
 local stored = tonumber(redis.call('HGET', meta, 'limit'))
 local previous = 0
 if stored ~= limit then
-  redis.call('HSET', meta, 'limit', ARGV[4])
+  redis.call('HSET', meta, 'limit', ARGV[3])
   redis.call('PEXPIRE', meta, {{FENCE_MEMORY_MS}})
   previous = stored or 0
 end
 
-local queued = redis.call('EXISTS', queue) == 1
+local waiting = redis.call('ZCARD', queue)
+local queued = waiting > 0
 local live = redis.call('ZCARD', holders)
 local before = {}
 if queued then before = eligible(queue, (stored or limit) - live, fair) end
-live = live - reap_holders(holders, leases, now)
-if queued then reap_dead_waiters(queue, alive, asks, now) end
+-- The earliest lease: reaping is due only when it expired, and a refusal answers
+-- with its expiry.
+local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
+if first[2] and tonumber(first[2]) <= now then
+  live = live - reap_holders(holders, leases, now)
+  first = nil
+end
+if queued then
+  local _, dropped = reap_dead_waiters(queue, alive, asks, now)
+  waiting = waiting - dropped
+end
 local free = limit - live
 
 local allowed, rank = free > 0, false
 if allowed and queued then
   rank = redis.call('ZRANK', queue, token)
   if fair then
-    allowed = rank == 0 or (not rank and redis.call('ZCARD', queue) == 0)
+    allowed = rank == 0 or (not rank and waiting == 0)
   elseif not (rank and rank < free) then
     local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
     if head[2] and now_us - tonumber(head[2]) > patience then
-      allowed = redis.call('ZCARD', queue) < free  -- the head starves: no barging
+      allowed = waiting < free  -- the head starves: no barging
     end
   end
 end
 
-if allowed then
-  local fence = next_fence(fence_key, now_us)
-  grant_permit(holders, leases, token, owner, ttl, now, fence)
-  redis.call('PEXPIRE', meta, {{FENCE_MEMORY_MS}})
-  if rank then dequeue_waiter(queue, alive, asks, token) end
-  if queued then wake_new(channel, before, eligible(queue, free - 1, fair), token) end
-  return {1, tonumber(fence), previous, ttl}
+if not allowed then
+  if queued then
+    wake_new(wake_channel(holders), before, eligible(queue, free, fair), token)
+  end
+  if wait then enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us) end
+  local wait_ms = 0
+  if free <= 0 then
+    first = first or redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
+    if first[2] then wait_ms = tonumber(first[2]) - now end
+  end
+  return {0, wait_ms, previous}
 end
 
-if queued then wake_new(channel, before, eligible(queue, free, fair), token) end
-if wait then enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us) end
-local wait_ms = 0
-if free <= 0 then
-  local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
-  if first[2] then wait_ms = tonumber(first[2]) - now end
+-- Granted: the helpers only this case needs are defined here (see scripts.py).
+--!include lib_lock.lua
+--!include lib_semaphore.lua
+
+local fence = next_fence(fence_key, now_us)
+grant_permit(holders, leases, token, owner, ttl, now, fence)
+redis.call('PEXPIREAT', meta, string.format('%d', now + {{FENCE_MEMORY_MS}}))
+if rank then dequeue_waiter(queue, alive, asks, token) end
+if queued then
+  wake_new(wake_channel(holders), before, eligible(queue, free - 1, fair), token)
 end
-return {0, wait_ms, previous}
+return {1, tonumber(fence), previous, ttl}

@@ -8,10 +8,11 @@
 -- KEYS[6]  asks     hash: each waiting token's request (see semaphore_acquire.lua).
 -- ARGV[1]  token    the lease's token.
 -- ARGV[2]  ttl      new lease time from now, milliseconds (integer > 0).
--- ARGV[3]  channel  wake-up channel (told the waiters that may take a permit freed
---                   by other, expired leases reaped here).
--- ARGV[4]  limit    the caller's limit, used when meta holds none (integer >= 1).
--- ARGV[5]  fair     "1": only the queue's head may take a permit (strict FIFO).
+-- ARGV[3]  limit    the caller's limit, used when meta holds none (integer >= 1).
+-- ARGV[4]  fair     "1": only the queue's head may take a permit (strict FIFO).
+-- The waiters that may take a permit freed by other, expired leases reaped here are
+-- told on the wake-up channel derived from KEYS[1] (see wake_channel in lib_lock.lua).
+-- Constants (see lib_lock.lua): WAITER_HEARTBEAT_MS.
 --
 -- Returns 1 when the lease was live and now expires ttl ms from now, 0 when it was
 -- not ours (unknown, expired or released).
@@ -21,23 +22,23 @@
 
 local holders, leases, queue, alive, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local asks = KEYS[6]
-local token, ttl, channel, fair = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[5] == '1'
+local token, ttl, fair = ARGV[1], tonumber(ARGV[2]), ARGV[4] == '1'
 local now = server_clock()
 
 local expiry = redis.call('ZSCORE', holders, token)
 local live = expiry and tonumber(expiry) > now
 if live then
   redis.call('ZADD', holders, 'XX', string.format('%d', now + ttl), token)
-  keep_keys(holders, leases, ttl)
+  keep_keys(holders, leases, ttl, now)
 end
 
 if redis.call('EXISTS', queue) == 1 then
-  local limit = stored_limit(meta, tonumber(ARGV[4]))
+  local limit = stored_limit(meta, tonumber(ARGV[3]))
   local live = redis.call('ZCARD', holders)
   local before = eligible(queue, limit - live, fair)
   live = live - reap_holders(holders, leases, now)
   reap_dead_waiters(queue, alive, asks, now)
-  wake_new(channel, before, eligible(queue, limit - live, fair), token)
+  wake_new(wake_channel(holders), before, eligible(queue, limit - live, fair), token)
 else
   reap_holders(holders, leases, now)
 end

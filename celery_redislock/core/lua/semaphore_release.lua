@@ -9,9 +9,9 @@
 -- KEYS[6]  asks     hash: each waiting token's request, "<ttl ms> <owner>".
 -- KEYS[7]  fence    string: last fence granted (see semaphore_acquire.lua).
 -- ARGV[1]  token    the lease's token.
--- ARGV[2]  channel  wake-up channel (see lib_semaphore.lua).
--- ARGV[3]  limit    the caller's limit, used when meta holds none (integer >= 1).
--- ARGV[4]  fair     "1": only the queue's head may take a permit (strict FIFO).
+-- ARGV[2]  limit    the caller's limit, used when meta holds none (integer >= 1).
+-- ARGV[3]  fair     "1": only the queue's head may take a permit (strict FIFO).
+-- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
 --
 -- Each permit now free goes, in queue order, to a waiter that checked in lately and
@@ -22,28 +22,39 @@
 -- Returns 1 when the lease was live and is now released, 0 when it was not ours
 -- (unknown, expired, already released): a re-sent release changes nothing.
 
+local holders, leases, queue, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+
 --!include lib_lock.lua
 --!include lib_semaphore.lua
 
-local k = {holders = KEYS[1], leases = KEYS[2], queue = KEYS[3], alive = KEYS[4],
-  asks = KEYS[6], fence = KEYS[7]}
-local meta, token, channel, fair = KEYS[5], ARGV[1], ARGV[2], ARGV[4] == '1'
-
-local expiry = redis.call('ZSCORE', k.holders, token)
+local expiry = redis.call('ZSCORE', holders, token)
 if not expiry then return 0 end
 local now, now_us = server_clock()
-redis.call('ZREM', k.holders, token)
-redis.call('HDEL', k.leases, 'f:' .. token, 'o:' .. token, 's:' .. token)
-if redis.call('EXISTS', k.queue) == 1 then
-  local limit = stored_limit(meta, tonumber(ARGV[3]))
-  local live = redis.call('ZCARD', k.holders)
-  local before = eligible(k.queue, limit - live - 1, fair)
-  live = live - reap_holders(k.holders, k.leases, now)
-  reap_dead_waiters(k.queue, k.alive, k.asks, now)
-  local free = hand_over_permits(k, limit - live, now, now_us, channel)
-  wake_new(channel, before, eligible(k.queue, free, fair), '')
-else
-  reap_holders(k.holders, k.leases, now)
+local released = 0
+if tonumber(expiry) > now then released = 1 end
+redis.call('ZREM', holders, token)
+redis.call('HDEL', leases, 'f:' .. token, 'o:' .. token, 's:' .. token)
+-- The queue's head, read at once: nobody queued is the whole of the common
+-- uncontended case, which then needs no other helper (see scripts.py).
+local head = redis.call('ZRANGE', queue, 0, 0)[1]
+if not head then
+  reap_holders(holders, leases, now)
+  return released
 end
-if tonumber(expiry) > now then return 1 end
-return 0
+
+--!include lib_lock.lua
+--!include lib_semaphore.lua
+
+local k = {holders = holders, leases = leases, queue = queue, alive = KEYS[4],
+  asks = KEYS[6], fence = KEYS[7]}
+local fair = ARGV[3] == '1'
+local limit = stored_limit(KEYS[5], tonumber(ARGV[2]))
+local live = redis.call('ZCARD', holders)
+local before = eligible(queue, limit - live - 1, fair)
+live = live - reap_holders(holders, leases, now)
+local stale, dropped = reap_dead_waiters(queue, k.alive, k.asks, now)
+if dropped > 0 then head = redis.call('ZRANGE', queue, 0, 0)[1] end
+local channel = wake_channel(holders)
+local free = hand_over_permits(k, limit - live, now, now_us, channel, head, stale)
+wake_new(channel, before, eligible(queue, free, fair), '')
+return released

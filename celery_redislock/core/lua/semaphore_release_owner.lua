@@ -9,10 +9,12 @@
 -- KEYS[5]  meta     hash: "limit", the limit the latest acquire enforced.
 -- KEYS[6]  asks     hash: each waiting token's request (see semaphore_acquire.lua).
 -- ARGV[1]  owner    release the leases whose owner id is exactly this; "" for all.
--- ARGV[2]  channel  wake-up channel: the waiters that may now take a permit (see
---                   lib_semaphore.lua) are told, and only those.
--- ARGV[3]  limit    the caller's limit, used when meta holds none (integer >= 1).
--- ARGV[4]  fair     "1": only the queue's head may take a permit (strict FIFO).
+-- ARGV[2]  limit    the caller's limit, used when meta holds none (integer >= 1).
+-- ARGV[3]  fair     "1": only the queue's head may take a permit (strict FIFO).
+-- The waiters that may now take a permit (see lib_semaphore.lua) are told, and only
+-- those, on the wake-up channel derived from KEYS[1] (see wake_channel in
+-- lib_lock.lua).
+-- Constants (see lib_lock.lua): WAITER_HEARTBEAT_MS.
 --
 -- Returns the number of live leases released (0 when none matched).
 
@@ -21,12 +23,12 @@
 
 local holders, leases, queue, alive, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local asks = KEYS[6]
-local owner, channel, fair = ARGV[1], ARGV[2], ARGV[4] == '1'
+local owner, fair = ARGV[1], ARGV[3] == '1'
 
 if redis.call('EXISTS', holders) == 0 then return 0 end
 local now = server_clock()
 local queued = redis.call('EXISTS', queue) == 1
-local limit = stored_limit(meta, tonumber(ARGV[3]))
+local limit = stored_limit(meta, tonumber(ARGV[2]))
 local before = {}
 if queued then before = eligible(queue, limit - redis.call('ZCARD', holders), fair) end
 
@@ -45,6 +47,6 @@ end
 local live = redis.call('ZCARD', holders) - reap_holders(holders, leases, now)
 if queued then
   reap_dead_waiters(queue, alive, asks, now)
-  wake_new(channel, before, eligible(queue, limit - live, fair), '')
+  wake_new(wake_channel(holders), before, eligible(queue, limit - live, fair), '')
 end
 return released

@@ -28,7 +28,7 @@ for i = 1, n do
   renewed[i] = 0
   if expiry and tonumber(expiry) > now then
     redis.call('ZADD', holders, 'XX', string.format('%d', now + ttl), token)
-    keep_keys(holders, leases, ttl)
+    keep_keys(holders, leases, ttl, now)
     renewed[i] = 1
   end
 end
