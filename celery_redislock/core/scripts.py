@@ -10,7 +10,9 @@ self-contained source:
   calls (directly or through other helpers) and that no earlier group defined. So a
   script can put its common case first, under an include of the few helpers it
   needs, and include again before the rest: a call that returns early never makes
-  the other closures.
+  the other closures. Code that calls a helper before its include, and a helper
+  that calls one not defined above it (a lib not included yet), are errors at
+  import: Lua would read the name as a global, nil when that path runs.
 * ``{{NAME}}`` is replaced by the constant ``NAME`` the script was built with (an
   int), so settings that never vary are not sent as arguments on every call while
   their one definition stays in Python.
@@ -38,6 +40,16 @@ _INCLUDE = "--!include "
 _HELPER = re.compile(r"local function (\w+)\(")
 _CONSTANT = re.compile(r"\{\{(\w+)\}\}")
 _NAME = re.compile(r"[A-Za-z_]\w*")
+# A name called as a function (not a field: ``string.format(``), and the names a
+# helper may call besides the helpers above it: Lua's keywords and base functions.
+_CALL = re.compile(r"(?<![\w.:])([A-Za-z_]\w*)\s*\(")
+_NOT_HELPERS = frozenset((
+    "and", "elseif", "function", "if", "in", "local", "not", "or", "return", "until",
+    "while",  # keywords
+    "assert", "error", "getmetatable", "ipairs", "next", "pairs", "pcall", "rawequal",
+    "rawget", "rawset", "select", "setmetatable", "tonumber", "tostring", "type",
+    "unpack", "xpcall",  # base functions
+))  # fmt: skip
 # A Lua string literal, or a comment (to the end of the line).
 _STRING_OR_COMMENT = re.compile(r"""'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"|--[^\n]*""")
 
@@ -104,8 +116,18 @@ def expand(filename: str) -> str:
         code = segments[index + 1] if index + 1 < len(segments) else ""
         assert isinstance(code, str)  # adjacent include lines make one group
         wanted = _needed(code, available) - defined
-        text.extend(definition for name, definition in available.items() if name in wanted)
-        defined |= wanted
+        for name, definition in available.items():
+            if name not in wanted:
+                continue
+            # A helper sees only the helpers defined above it (any other name is a
+            # global, nil in Redis): one of a lib not included yet, or defined later
+            # in the text, would fail only when that path runs.
+            called = set(_CALL.findall(_STRING_OR_COMMENT.sub(" ", definition)))
+            if late := called - _NOT_HELPERS - defined - {name}:
+                raise ValueError(f"{filename}: helper {name} calls {sorted(late)} "
+                                 "before they are defined")  # fmt: skip
+            text.append(definition)
+            defined.add(name)
     return "".join(text)
 
 
