@@ -58,6 +58,16 @@ _RENEW = LuaScript("lock_renew.lua", SCRIPT_CONSTANTS)
 _WAIT = b"1"
 
 
+def _grant_of(answer: Any, sent_at: float, ttl_ms: int) -> Grant | None:
+    """The grant in a ``lock_acquire.lua`` reply to an attempt sent at ``sent_at``, or
+    None when it was refused (``{0, wait_ms, holder}``)."""
+    if isinstance(answer, int):
+        return answer, sent_at  # a new lease: its fence, its full TTL left
+    if answer[0] == 1:  # a lease this token holds already (a re-sent request, a grant)
+        return granted_lease(int(answer[1]), sent_at, int(answer[2]), ttl_ms)
+    return None
+
+
 class RedisLock(Primitive):
     """A named lock shared by every process that uses the same Redis.
 
@@ -173,11 +183,8 @@ class RedisLock(Primitive):
             args: list[Any] = [token, ttl_ms, owner] if owner else [token, ttl_ms]
             sent_at = time.monotonic()
             answer = _ACQUIRE(self._client, self._acquire_keys, args)
-            if isinstance(answer, int):
-                grant = (answer, sent_at)  # a new lease: its fence, its full TTL left
-            elif answer[0] == 1:  # a re-sent request found its lease
-                grant = granted_lease(int(answer[1]), sent_at, int(answer[2]), ttl_ms)
-            else:
+            grant = _grant_of(answer, sent_at, ttl_ms)
+            if grant is None:
                 reply = answer
                 if deadline is not None and deadline > time.monotonic():
                     grant = self._wait(token, owner, ttl_ms, channel, reply, deadline)
@@ -197,12 +204,11 @@ class RedisLock(Primitive):
         def attempt() -> Grant | int:
             sent_at = time.monotonic()
             answer = _ACQUIRE(client, self._acquire_keys, args)
-            if isinstance(answer, int):
-                return answer, sent_at  # a new lease: its fence, its full TTL left
+            grant = _grant_of(answer, sent_at, ttl_ms)
+            if grant is not None:
+                return grant
             reply[:] = answer
-            if answer[0] != 1:
-                return int(answer[1])
-            return granted_lease(int(answer[1]), sent_at, int(answer[2]), ttl_ms)
+            return int(answer[1])  # refused: the holder's TTL left, ms
 
         def leave() -> int:
             left = _LEAVE(client, self._queue_keys, [token, "lock"])
