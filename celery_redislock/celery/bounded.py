@@ -50,6 +50,7 @@ from ..core import Lease, RedisSemaphore
 from .binding import AnyTask
 from .bounded_options import BoundedOptions, bounded_options
 from .client import get_redis
+from .config import task_option
 from .execution import Cleanup, Guard, Hold, RunState
 from .options import singleton_options
 from .signals import lease_lost, permit_acquired, permit_released, permit_rescheduled
@@ -169,9 +170,9 @@ class ConcurrencyGuard(Guard):
     ) -> Hold | None:
         """Take a permit, or wait for one (``concurrency_wait``, eager runs), or
         re-schedule the run and raise ``Ignore``."""
+        if task_option(task, "concurrency_limit") is None:
+            return None  # not bounded (BoundedOptions.enabled), read without the memo
         options = bounded_options(task)
-        if not options.enabled:
-            return None
         pool = options.pool(task, args, kwargs)
         limit = options.limit_of(pool)
         lock_options = singleton_options(task)

@@ -77,7 +77,10 @@ def apply_async(
     headers = dict(options.get("headers") or {})
     # retry() copies the running request's headers: ours are never trusted as given.
     inherited = {name: headers.pop(name) for name in HEADERS if name in headers}
-    key = call_key(task, args, kwargs, options) if opts.enabled else None
+    key = None
+    if opts.enabled:
+        memo = None if opts.custom_key else opts.call_keys
+        key = call_key(task, args, kwargs, options, memo)
     delay = delay_of(task, options)
     if not task_id:  # a new call: never a retry, which reuses the running id
         task_id = uuid()

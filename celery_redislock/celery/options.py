@@ -25,7 +25,8 @@ the class).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Hashable
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..errors import ConfigurationError
@@ -65,6 +66,13 @@ class SingletonOptions:
     reschedule_countdown: float
     interval: float | None
     prefix: str
+    custom_key: bool = False
+    """True when the task gives ``lock_key`` (its keys are never remembered)."""
+    call_keys: dict[Hashable, str] = field(default_factory=dict, compare=False, repr=False)
+    """Keys of recent calls made of short plain scalars (see
+    :func:`.signature.call_key`), kept while these options stand: a "refresh X" task
+    is called with the same arguments over and over, and its key costs more to work
+    out than the rest of ``apply_async``'s own work."""
 
     @property
     def lock_at_enqueue(self) -> bool:
@@ -153,7 +161,7 @@ def check_class_options(task: Any) -> None:
 
 _OPTIONS: Final = ("singleton", "singleton_mode", "lock_ttl", "lock_queued_ttl",
                    "singleton_interval", "reschedule_countdown", "on_duplicate",
-                   "on_running_duplicate", "lock_key")  # fmt: skip
+                   "on_running_duplicate", "lock_key", "unique_on")  # fmt: skip
 _memo: OptionsMemo[SingletonOptions] = OptionsMemo(_OPTIONS)
 
 
@@ -175,4 +183,5 @@ def _merge(task: Any, settings: Settings) -> SingletonOptions:
         reschedule_countdown=values["reschedule_countdown"],
         interval=values["singleton_interval"],
         prefix=settings.prefix,
+        custom_key=task_option(task, "lock_key") is not None,
     )

@@ -13,8 +13,8 @@ worker receives them, returning the whole key string).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, Final
 
 from kombu.exceptions import KombuError, SerializerNotInstalled
 from kombu.serialization import dumps, loads
@@ -29,6 +29,12 @@ __all__ = ["call_key", "received_key", "serializer_for"]
 
 _IDENTITY_SERIALIZERS = frozenset({"json", "pickle"})
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+
+# Calls whose keys are remembered (call_key's memo): no floats (0.0 == -0.0, yet they
+# encode apart), strings no longer than this, at most this many calls per memo.
+_MEMO_TYPES = frozenset({str, int, bool, type(None)})
+_MEMO_STR_MAX: Final = 256
+_MEMO_SIZE: Final = 512
 
 
 def serializer_for(task: AnyTask, options: Mapping[str, Any] | None = None) -> str:
@@ -115,15 +121,56 @@ def _custom_key(
     return key
 
 
+def _call_image(serializer: str, args: Any, kwargs: Any) -> Hashable | None:
+    """What decides the key of a call made of short plain scalars (each value with
+    its type: ``True == 1``, yet they encode apart); None for any other call."""
+    args = () if args is None else args
+    kwargs = {} if kwargs is None else kwargs
+    if type(args) not in (tuple, list) or type(kwargs) is not dict:
+        return None
+    values = (*args, *kwargs.values())
+    if not all(type(value) in _MEMO_TYPES for value in values) or any(
+        type(value) is str and len(value) > _MEMO_STR_MAX for value in values
+    ):
+        return None
+    if not all(type(name) is str for name in kwargs):
+        return None
+    named = sorted(kwargs.items())  # names are unique: values are never compared
+    return (serializer, tuple(args), tuple(map(type, args)), tuple(named),
+            tuple(type(value) for _, value in named))  # fmt: skip
+
+
 def call_key(
-    task: AnyTask, args: Any = None, kwargs: Any = None, options: Mapping[str, Any] | None = None
+    task: AnyTask,
+    args: Any = None,
+    kwargs: Any = None,
+    options: Mapping[str, Any] | None = None,
+    memo: dict[Hashable, str] | None = None,
 ) -> str:
-    """The key of ``task.apply_async(args, kwargs, **options)``, on the producer."""
+    """The key of ``task.apply_async(args, kwargs, **options)``, on the producer.
+
+    ``memo``: keys of earlier calls, kept by the caller while the task's options stand
+    (:attr:`.SingletonOptions.call_keys`; never for a ``lock_key`` task, whose keys
+    may change from call to call). A call of short plain scalars is looked up there
+    first and remembered.
+    """
     serializer = serializer_for(task, options)
+    image = None if memo is None else _call_image(serializer, args, kwargs)
+    if image is not None:
+        assert memo is not None
+        key = memo.get(image)
+        if key is not None:
+            return key
     dump_models = getattr(task, "_dump_pydantic_arguments", None)
     if dump_models is not None and serializer != "pickle":  # as apply_async does
         args, kwargs = dump_models(args, kwargs)
-    return _key(task, args, kwargs, serializer)
+    key = _key(task, args, kwargs, serializer)
+    if image is not None:
+        assert memo is not None
+        if len(memo) >= _MEMO_SIZE:
+            memo.clear()  # one C call, safe beside other threads; refilled as calls come
+        memo[image] = key
+    return key
 
 
 def received_key(task: AnyTask, args: Any, kwargs: Any, serializer: str | None = None) -> str:

@@ -176,3 +176,59 @@ def test_a_lease_due_later_than_the_scheduler_wakes_does_not_wake_it() -> None:
     for stop in entries:
         stop()
     assert renewer.tracked == 0 and isinstance(renewer._thread, threading.Thread)
+
+
+def _memo_calls() -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    # Equal in Python (and so in a dict) but not one job: each must keep its own key.
+    return [
+        ((1,), {}), ((True,), {}), ((1.0,), {}), ((-0.0,), {}), ((0.0,), {}),
+        (("1",), {}), ((None,), {}), ((), {"a": 1}), ((), {"a": True}),
+        ((1, 2), {}), ((1,), {"b": 2}), ((2,), {}), (("x" * 300,), {}),
+        (([1],), {}), (((1,),), {}),
+    ]  # fmt: skip
+
+
+def test_remembered_keys_are_the_keys_of_the_slow_path(app: Celery) -> None:
+    from celery_redislock.celery.signature import call_key
+
+    @app.task(shared=False)
+    def f(a: Any, b: int = 2) -> None: ...
+
+    memo: dict[Any, str] = {}
+    for _ in range(2):  # the second pass is answered from the memo
+        for args, kwargs in _memo_calls():
+            assert call_key(f, args, kwargs, None, memo) == call_key(f, args, kwargs)
+    # Only short plain scalars are remembered: no floats, no long strings, no lists.
+    assert len(memo) == 9
+    assert call_key(f, (1,), {}, None, memo) != call_key(f, (True,), {}, None, memo)
+
+
+def test_memo_is_bounded(app: Celery) -> None:
+    from celery_redislock.celery.signature import _MEMO_SIZE, call_key
+
+    @app.task(shared=False)
+    def f(a: int) -> None: ...
+
+    memo: dict[Any, str] = {}
+    for i in range(_MEMO_SIZE * 2 + 1):
+        call_key(f, (i,), {}, None, memo)
+        assert len(memo) <= _MEMO_SIZE
+
+
+def test_apply_async_memo_follows_the_task_options(app: Celery) -> None:
+    from celery_redislock import SingletonTask
+    from celery_redislock.celery.signature import call_key
+
+    @app.task(shared=False, base=SingletonTask)
+    def lazy(a: int, b: int) -> None: ...
+
+    job = app.tasks[lazy.name]  # the task itself, not @app.task's proxy
+    before = singleton_options(job)
+    before.call_keys[("sentinel",)] = "x"
+    type(job).unique_on = ["a"]  # as task_annotations would, after the first calls
+    after = singleton_options(job)
+    assert after is not before and not after.call_keys
+    assert call_key(job, (1, 2), {}, None, after.call_keys) == call_key(job, (1, 3))
+    type(job).unique_on = None
+    type(job).lock_key = staticmethod(lambda a, b: f"k{a}")
+    assert singleton_options(job).custom_key
