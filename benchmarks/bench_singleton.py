@@ -13,9 +13,14 @@ tasks. The tasks have the same trivial body; one is a plain ``@app.task``, one a
 at start, release before the result is stored), always called with the same
 argument, as a "refresh X" task is.
 
-A third task shows what that lifecycle costs before any locking logic: a plain task
-that makes the singleton's three synchronous round trips to the lock's Redis and
-nothing else (a ``PING`` before publishing, one as the run starts, one as it ends).
+Two more tasks split the singleton's cost. One is a plain task that makes the
+lifecycle's three synchronous round trips to the lock's Redis and nothing else (a
+``PING`` before publishing, one as the run starts, one as it ends): what no design
+with a lock taken at enqueue and checked at start can avoid. The other runs the
+singleton's own three scripts through the core API with no Celery glue around them
+(``RedisLock.try_acquire`` before publishing, ``adopt`` with renewal as the run
+starts, ``release`` as it ends): the scripts' cost; the singleton's remainder is the
+glue (keys, options, headers, signals, guards).
 
 Calls are **interleaved** (the order rotating every round) and sequential, so drift
 and warm-up hit all alike. Reported: p50 / p90 / p99 of each, the ratios of the
@@ -43,7 +48,7 @@ from _common import command_calls, median, percentile, print_table, us
 from celery import Celery, Task
 from celery.contrib.testing.worker import start_worker
 
-from celery_redislock import SingletonTask
+from celery_redislock import RedisLock, SingletonTask
 from celery_redislock.testing import RedisServer
 
 
@@ -89,18 +94,41 @@ def run(calls: int, pool: str) -> None:
             finally:
                 locks.ping()  # where it releases it
 
+        bare_lock = RedisLock(locks, "bench.bare-scripts:user-42", ttl=30)
+
+        class BareScripts(Task):  # type: ignore[type-arg]
+            def apply_async(self, *args: Any, **kwargs: Any) -> Any:
+                lease, _ = bare_lock.try_acquire(owner="queued", ttl=3600)
+                assert lease is not None
+                return super().apply_async(*args, headers={"token": lease.token}, **kwargs)
+
+            def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
+                lease = bare_lock.adopt(self.request.token, new_token=f"{task_id}.run",
+                                        owner="running", ttl=30, renew=True)  # fmt: skip
+                assert lease is not None
+                self.request.bare_lease = lease
+
+        @app.task(name="bench.bare-scripts", base=BareScripts, shared=False)
+        def bare_scripts(key: str) -> str:
+            try:
+                return key
+            finally:
+                bare_scripts.request.bare_lease.release()
+
         admin = redis.Redis.from_url(f"{base}/0")
         with start_worker(app, pool=pool, concurrency=1, perform_ping_check=False,
                           loglevel="WARNING"):  # fmt: skip
-            for task in (plain, single, three_trips) * 20:  # warm-up: connections, scripts
-                task.delay("user-42").get(timeout=10)
             tasks: list[tuple[str, Any]] = [
-                ("plain", plain), ("singleton", single), ("plain + 3 round trips", three_trips)
+                ("plain", plain), ("singleton", single), ("plain + 3 round trips", three_trips),
+                ("plain + the 3 scripts, bare", bare_scripts),
             ]  # fmt: skip
+            for _, task in tasks * 20:  # warm-up: connections, scripts
+                task.delay("user-42").get(timeout=10)
             times: dict[str, list[float]] = {label: [] for label, _ in tasks}
             commands = dict.fromkeys(times, 0)
             for i in range(calls):
-                for label, task in tasks[i % 3 :] + tasks[: i % 3]:
+                turn = i % len(tasks)
+                for label, task in tasks[turn:] + tasks[:turn]:
                     before = command_calls(admin)
                     start = time.perf_counter()
                     assert task.delay("user-42").get(timeout=10) == "user-42"

@@ -23,7 +23,7 @@ from redis.cluster import RedisCluster
 
 from ..core.validate import check_bool
 from ..errors import ConfigurationError
-from .config import conf_fingerprint
+from .config import CLIENT_KEYS, conf_fingerprint
 from .identity import IdentityCache
 
 __all__ = ["get_redis", "redis_url"]
@@ -36,9 +36,6 @@ _clients: IdentityCache[tuple[int, str, dict[str, Any], Any, Hashable | None]] =
     IdentityCache()
 )
 
-# What the client depends on (broker_url and broker_write_url feed the default URL).
-_CLIENT_KEYS: Final = ("redislock_url", "redislock_client_options", "redislock_cluster",
-                       "broker_url", "broker_write_url", "broker_use_ssl")  # fmt: skip
 
 
 def redis_url(app: Celery) -> str:
@@ -106,7 +103,7 @@ def get_redis(app: Celery) -> Any:
     pid = os.getpid()
     cached = _clients.get(app)
     # Fast path, taken on every task call: the settings did not change since.
-    fingerprint = conf_fingerprint(app, _CLIENT_KEYS)
+    fingerprint = conf_fingerprint(app, CLIENT_KEYS)
     if (cached is not None and fingerprint is not None and cached[0] == pid
             and cached[4] == fingerprint):  # fmt: skip
         return cached[3]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Final, Generic, TypeVar
 
 from celery import Celery
@@ -83,8 +84,15 @@ class Settings:
         )
 
 
+CLIENT_KEYS: Final = ("redislock_url", "redislock_client_options", "redislock_cluster",
+                      "broker_url", "broker_write_url", "broker_use_ssl")  # fmt: skip
+"""The settings the app's Redis client is made from (:func:`.client.get_redis`;
+``broker_url`` and ``broker_write_url`` feed the default URL)."""
+
+# The client's settings count too: options made under one Settings object may keep
+# lock objects on the client of that moment (SingletonOptions.locks).
 _SETTINGS_KEYS: Final = ("redislock_prefix", "redislock_lock_ttl", "redislock_queued_ttl",
-                         "redislock_on_duplicate")  # fmt: skip
+                         "redislock_on_duplicate", *CLIENT_KEYS)  # fmt: skip
 _settings: IdentityCache[tuple[Hashable, Settings]] = IdentityCache()
 
 
@@ -103,14 +111,13 @@ def conf_fingerprint(app: Celery, keys: tuple[str, ...]) -> Hashable | None:
     if not isinstance(maps, list) or not maps or not isinstance(maps[0], dict):
         return None
     changes = maps[0]
-    fingerprint: list[object] = [id(conf), len(changes), *map(id, maps)]
-    for key in keys:
-        value = changes.get(key, _NOTHING)
-        # A scalar stands for itself, with its type (1, 1.0 and True pass different
-        # checks); anything else by its repr, which also sees a dict changed in place.
-        scalar = value is _NOTHING or type(value) in _SCALARS
-        fingerprint += (value if scalar else repr(value), type(value))
-    return tuple(fingerprint)
+    values = tuple(map(changes.get, keys, repeat(_NOTHING)))
+    kinds = tuple(map(type, values))
+    # A scalar stands for itself, with its type (1, 1.0 and True pass different
+    # checks); anything else by its repr, which also sees a dict changed in place.
+    if not _PLAIN.issuperset(kinds):
+        values = tuple(v if type(v) in _PLAIN else repr(v) for v in values)
+    return (id(conf), len(changes), *map(id, maps), values, kinds)
 
 
 def settings_for(app: Celery) -> Settings:
@@ -149,6 +156,7 @@ def check_on_duplicate(value: object, argument: str = "on_duplicate") -> str:
 
 _NOTHING: Final = object()
 _SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+_PLAIN: Final = _SCALARS | {type(_NOTHING)}  # values a fingerprint holds as they are
 
 
 def task_option(task: object, name: str, default: Any = None) -> Any:

@@ -9,12 +9,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections import OrderedDict
 from typing import Final
 
 from ..core import Lease, RedisLock
+from ..core.lease import current_pid
 from .binding import AnyTask
 from .client import get_redis
 from .options import SingletonOptions
@@ -23,28 +21,24 @@ __all__ = ["extend_token", "hand_over", "lock_for", "release_token"]
 
 
 _LOCKS_KEPT: Final = 1024
-_locks: OrderedDict[tuple[int, str, str, float], RedisLock] = OrderedDict()
-_locks_guard = threading.Lock()
 
 
 def lock_for(task: AnyTask, key: str, options: SingletonOptions) -> RedisLock:
     """The singleton lock named ``key`` on the app's Redis.
 
-    Lock objects are stateless between calls (a lease holds the state), so the most
-    recently used ones are kept: building one costs more than the call it makes.
+    Lock objects are stateless between calls (a lease holds the state), so the recent
+    ones are kept with the options they were made under (``options.locks``): building
+    one costs more than the call it makes. A forked child makes its own (its client is
+    not the parent's).
     """
-    client = get_redis(task.app)
-    cache_key = (id(client), options.prefix, key, options.lock_ttl)
-    lock = _locks.get(cache_key)  # one C call each, atomic under the GIL: no lock taken
-    if lock is not None and lock.client is client:
-        with contextlib.suppress(KeyError):  # evicted by another thread meanwhile
-            _locks.move_to_end(cache_key)
-        return lock
-    lock = RedisLock(client, key, ttl=options.lock_ttl, prefix=options.prefix)
-    with _locks_guard:
-        _locks[cache_key] = lock
-        while len(_locks) > _LOCKS_KEPT:
-            _locks.popitem(last=False)
+    pid = current_pid()
+    cached = options.locks.get(key)
+    if cached is not None and cached[0] == pid:
+        return cached[1]
+    lock = RedisLock(get_redis(task.app), key, ttl=options.lock_ttl, prefix=options.prefix)
+    if len(options.locks) >= _LOCKS_KEPT:
+        options.locks.clear()  # one C call, safe beside other threads; refilled on use
+    options.locks[key] = (pid, lock)
     return lock
 
 

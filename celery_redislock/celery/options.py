@@ -29,6 +29,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..core import RedisLock
 from ..errors import ConfigurationError
 from .bounded_options import check_bounded_options
 from .config import OptionsMemo, Settings, check_on_duplicate, check_ttl, settings_for, task_option
@@ -73,6 +74,12 @@ class SingletonOptions:
     :func:`.signature.call_key`), kept while these options stand: a "refresh X" task
     is called with the same arguments over and over, and its key costs more to work
     out than the rest of ``apply_async``'s own work."""
+    locks: dict[str, tuple[int, RedisLock]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Lock objects by key, each with the process that made it (see
+    :func:`.leases.lock_for`); these options are replaced whenever the task's options
+    or the app's settings change, its Redis client's included."""
 
     @property
     def lock_at_enqueue(self) -> bool:

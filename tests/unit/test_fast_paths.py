@@ -232,3 +232,24 @@ def test_apply_async_memo_follows_the_task_options(app: Celery) -> None:
     type(job).unique_on = None
     type(job).lock_key = staticmethod(lambda a, b: f"k{a}")
     assert singleton_options(job).custom_key
+
+
+def test_kept_locks_follow_the_client_settings(app: Celery) -> None:
+    from celery_redislock import SingletonTask
+    from celery_redislock.celery.client import get_redis
+    from celery_redislock.celery.leases import lock_for
+
+    @app.task(base=SingletonTask, shared=False)
+    def lazy() -> None: ...
+
+    job = app.tasks[lazy.name]
+    app.conf.redislock_url = "redis://h1:6379/0"
+    first = lock_for(job, "k", singleton_options(job))
+    assert lock_for(job, "k", singleton_options(job)) is first
+    assert first.client is get_redis(app)
+    app.conf.redislock_url = "redis://h2:6379/0"
+    second = lock_for(job, "k", singleton_options(job))
+    assert second is not first and second.client is get_redis(app)
+    assert second.client.connection_pool.connection_kwargs["host"] == "h2"
+    app.conf.redislock_prefix = "other"
+    assert lock_for(job, "k", singleton_options(job)) is not second
