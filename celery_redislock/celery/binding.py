@@ -20,7 +20,9 @@ from ..errors import ConfigurationError
 from .canonical import UNSET
 from .config import task_option
 
-__all__ = ["AnyTask", "bind_arguments", "check_unique_on", "select_arguments"]
+__all__ = [
+    "AnyTask", "bind_arguments", "check_unique_on", "has_immutable_defaults", "select_arguments",
+]  # fmt: skip
 
 AnyTask = Task[Any, Any]
 """Any Celery task, whatever its parameters and result."""
@@ -102,6 +104,22 @@ def _bind_simple(
         else:
             return None  # a required argument is missing
     return bound, frozenset(defaulted)
+
+
+_IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+def has_immutable_defaults(task: AnyTask) -> bool:
+    """True when every default of the task's parameters is a plain immutable scalar,
+    so a call's key cannot change while its arguments stay the same (a list default
+    appended to later would change it)."""
+    signature = _signature(task)
+    if signature is None:
+        return True  # keyed on the arguments as given: no defaults take part
+    return all(
+        p.default is p.empty or type(p.default) in _IMMUTABLE
+        for p in signature.parameters.values()
+    )
 
 
 def bind_arguments(

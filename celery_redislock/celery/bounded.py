@@ -162,6 +162,17 @@ class PermitHold(Hold):
         return f"<PermitHold {self.pool!r} of {self.task_id}>"
 
 
+def _unbounded(task: AnyTask) -> bool:
+    """True for a task that sets neither ``concurrency_limit`` nor ``concurrency_key``:
+    it takes no permit (``BoundedOptions.enabled``), known without the options memo
+    (two attribute reads). A key without a limit goes on to ``bounded_options``,
+    which refuses it; the other options and the ``redislock_concurrency_*`` settings
+    are not used by such a task, so they are checked where a bounded task reads
+    them (and, set on the class, when the task is bound)."""
+    return (task_option(task, "concurrency_limit") is None
+            and task_option(task, "concurrency_key") is None)  # fmt: skip
+
+
 class ConcurrencyGuard(Guard):
     """Takes a permit of the task's pool when a run starts; see the module docs."""
 
@@ -170,8 +181,8 @@ class ConcurrencyGuard(Guard):
     ) -> Hold | None:
         """Take a permit, or wait for one (``concurrency_wait``, eager runs), or
         re-schedule the run and raise ``Ignore``."""
-        if task_option(task, "concurrency_limit") is None:
-            return None  # not bounded (BoundedOptions.enabled), read without the memo
+        if _unbounded(task):
+            return None
         options = bounded_options(task)
         pool = options.pool(task, args, kwargs)
         limit = options.limit_of(pool)
@@ -203,11 +214,9 @@ class ConcurrencyGuard(Guard):
         """Give back, from the worker's main process, the permit of a run that died
         (killed child, hard time limit, terminated). A run revoked before it started
         held none."""
-        if not event.started:
+        if not event.started or _unbounded(task):
             return
         options = bounded_options(task)
-        if not options.enabled:
-            return
         if callable(options.key) and event.args is None and event.kwargs is None:
             return  # its pool is unknown here: the permit expires after lock_ttl
         pool = options.pool(task, event.args, event.kwargs)

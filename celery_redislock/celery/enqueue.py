@@ -79,7 +79,7 @@ def apply_async(
     inherited = {name: headers.pop(name) for name in HEADERS if name in headers}
     key = None
     if opts.enabled:
-        memo = None if opts.custom_key else opts.call_keys
+        memo = opts.call_keys if opts.remember_keys else None
         key = call_key(task, args, kwargs, options, memo)
     delay = delay_of(task, options)
     if not task_id:  # a new call: never a retry, which reuses the running id

@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from ..core import RedisLock
 from ..errors import ConfigurationError
+from .binding import has_immutable_defaults
 from .bounded_options import check_bounded_options
 from .config import OptionsMemo, Settings, check_on_duplicate, check_ttl, settings_for, task_option
 
@@ -67,8 +68,11 @@ class SingletonOptions:
     reschedule_countdown: float
     interval: float | None
     prefix: str
-    custom_key: bool = False
-    """True when the task gives ``lock_key`` (its keys are never remembered)."""
+    remember_keys: bool = False
+    """True when the keys of calls may be remembered (:attr:`call_keys`): the task
+    gives no ``lock_key`` (whose keys may change from call to call), its ``unique_on``
+    cannot change in place (None, a string or a tuple) and its parameters' defaults
+    are plain immutable scalars."""
     call_keys: dict[Hashable, str] = field(default_factory=dict, compare=False, repr=False)
     """Keys of recent calls made of short plain scalars (see
     :func:`.signature.call_key`), kept while these options stand: a "refresh X" task
@@ -190,5 +194,9 @@ def _merge(task: Any, settings: Settings) -> SingletonOptions:
         reschedule_countdown=values["reschedule_countdown"],
         interval=values["singleton_interval"],
         prefix=settings.prefix,
-        custom_key=task_option(task, "lock_key") is not None,
+        remember_keys=(
+            task_option(task, "lock_key") is None
+            and isinstance(task_option(task, "unique_on"), (str, tuple, type(None)))
+            and has_immutable_defaults(task)
+        ),
     )

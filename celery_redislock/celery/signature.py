@@ -150,9 +150,9 @@ def call_key(
     """The key of ``task.apply_async(args, kwargs, **options)``, on the producer.
 
     ``memo``: keys of earlier calls, kept by the caller while the task's options stand
-    (:attr:`.SingletonOptions.call_keys`; never for a ``lock_key`` task, whose keys
-    may change from call to call). A call of short plain scalars is looked up there
-    first and remembered.
+    and only where a call's key depends on its arguments alone (see
+    :attr:`.SingletonOptions.remember_keys`). A call of short plain scalars is looked
+    up there first and remembered.
     """
     serializer = serializer_for(task, options)
     image = None if memo is None else _call_image(serializer, args, kwargs)
@@ -162,7 +162,8 @@ def call_key(
         if key is not None:
             return key
     dump_models = getattr(task, "_dump_pydantic_arguments", None)
-    if dump_models is not None and serializer != "pickle":  # as apply_async does
+    # As Task.apply_async does: only a call that asks for pickle keeps its models.
+    if dump_models is not None and (options or {}).get("serializer") != "pickle":
         args, kwargs = dump_models(args, kwargs)
     key = _key(task, args, kwargs, serializer)
     if image is not None:

@@ -231,7 +231,44 @@ def test_apply_async_memo_follows_the_task_options(app: Celery) -> None:
     assert call_key(job, (1, 2), {}, None, after.call_keys) == call_key(job, (1, 3))
     type(job).unique_on = None
     type(job).lock_key = staticmethod(lambda a, b: f"k{a}")
-    assert singleton_options(job).custom_key
+    assert not singleton_options(job).remember_keys
+
+
+def test_keys_are_not_remembered_where_they_may_change_in_place(app: Celery) -> None:
+    from celery_redislock import SingletonTask
+
+    regions = ["eu"]
+
+    @app.task(base=SingletonTask, shared=False)
+    def report(a: int, b: int = 0, where: list[str] = regions) -> None: ...
+
+    @app.task(base=SingletonTask, shared=False)
+    def plain(a: int, b: int = 0, c: float = 0.5, d: str = "x") -> None: ...
+
+    job, other = app.tasks[report.name], app.tasks[plain.name]
+    assert not singleton_options(job).remember_keys  # a list default: appended to later
+    assert singleton_options(other).remember_keys
+    type(other).unique_on = ["a"]  # a list can change in place, unseen by the memo
+    assert not singleton_options(other).remember_keys
+    type(other).unique_on = ("a",)
+    assert singleton_options(other).remember_keys
+
+
+def test_an_unbounded_run_still_refuses_a_key_without_a_limit(app: Celery) -> None:
+    from celery_redislock import RedisLockTask
+    from celery_redislock.celery.bounded import CONCURRENCY
+    from celery_redislock.celery.execution import RunState
+    from celery_redislock.errors import ConfigurationError
+
+    @app.task(base=RedisLockTask, shared=False)
+    def lazy() -> None: ...
+
+    job = app.tasks[lazy.name]
+    run = RunState(job, "id-1")
+    assert CONCURRENCY.enter(job, run, (), {}) is None
+    job.concurrency_key = "pool"  # set on the instance, after the task was bound
+    with pytest.raises(ConfigurationError, match="needs concurrency_limit"):
+        CONCURRENCY.enter(job, run, (), {})
 
 
 def test_kept_locks_follow_the_client_settings(app: Celery) -> None:

@@ -290,3 +290,22 @@ def test_eager_apply_async_computes_the_producers_key(app: Celery) -> None:
 
     for args, kwargs in CALLS[:3]:
         assert echo.apply_async(args, kwargs).get() == call_key(echo, args, kwargs)
+
+
+def test_models_are_dumped_as_apply_async_does(app: Celery) -> None:
+    # pydantic=True tasks dump their models before sending unless the *call* asks for
+    # pickle (celery's Task.apply_async); the task's own serializer does not matter.
+    class Point:
+        def __init__(self, x: int) -> None:
+            self.x = x
+
+    @app.task(shared=False, serializer="pickle")
+    def f(p: Any) -> None: ...
+
+    job = app.tasks[f.name]
+    job._dump_pydantic_arguments = staticmethod(  # what pydantic=True installs
+        lambda args, kwargs: ([{"x": a.x} if isinstance(a, Point) else a for a in args], kwargs)
+    )
+    assert call_key(job, (Point(1),)) == received_key(job, ({"x": 1},), {})
+    with pytest.raises(ConfigurationError, match="argument 'p'"):
+        call_key(job, (Point(1),), {}, {"serializer": "pickle"})  # sent as the object
