@@ -37,7 +37,6 @@ _clients: IdentityCache[tuple[int, str, dict[str, Any], Any, Hashable | None]] =
 )
 
 
-
 def redis_url(app: Celery) -> str:
     """``redislock_url``, else the broker URL when the broker is Redis, else raise.
 

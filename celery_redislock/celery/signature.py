@@ -156,22 +156,25 @@ def call_key(
     """
     serializer = serializer_for(task, options)
     image = None if memo is None else _call_image(serializer, args, kwargs)
-    if image is not None:
-        assert memo is not None
-        key = memo.get(image)
-        if key is not None:
-            return key
-    dump_models = getattr(task, "_dump_pydantic_arguments", None)
-    # As Task.apply_async does: only a call that asks for pickle keeps its models.
-    if dump_models is not None and (options or {}).get("serializer") != "pickle":
-        args, kwargs = dump_models(args, kwargs)
-    key = _key(task, args, kwargs, serializer)
-    if image is not None:
-        assert memo is not None
+    if memo is None or image is None:
+        return _fresh_key(task, args, kwargs, options, serializer)
+    key = memo.get(image)
+    if key is None:
+        key = _fresh_key(task, args, kwargs, options, serializer)
         if len(memo) >= _MEMO_SIZE:
             memo.clear()  # one C call, safe beside other threads; refilled as calls come
         memo[image] = key
     return key
+
+
+def _fresh_key(
+    task: AnyTask, args: Any, kwargs: Any, options: Mapping[str, Any] | None, serializer: str
+) -> str:
+    dump_models = getattr(task, "_dump_pydantic_arguments", None)
+    # As Task.apply_async does: only a call that asks for pickle keeps its models.
+    if dump_models is not None and (options or {}).get("serializer") != "pickle":
+        args, kwargs = dump_models(args, kwargs)
+    return _key(task, args, kwargs, serializer)
 
 
 def received_key(task: AnyTask, args: Any, kwargs: Any, serializer: str | None = None) -> str:
