@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from urllib.parse import urlparse
 
 import pytest
 import redis
 
 from celery_redislock.testing import RedisServer
+from tests.faults import FaultProxy
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +41,12 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
     client.flushdb()
     yield client
     client.close()
+
+
+@pytest.fixture
+def fault_proxy(redis_url: str) -> Iterator[FaultProxy]:
+    """A :class:`tests.faults.FaultProxy` in front of the test Redis, stopped after the test."""
+    parsed = urlparse(redis_url)
+    db = int((parsed.path or "/0").lstrip("/") or 0)
+    with FaultProxy(parsed.hostname or "127.0.0.1", parsed.port or 6379, db=db) as proxy:
+        yield proxy
