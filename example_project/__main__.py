@@ -187,7 +187,7 @@ class Example:
 
     def _drain(self, tasks: ModuleType, timeout: float = 30.0) -> None:
         """Stop beat, then wait until no lock or permit is held (the last report)."""
-        from celery_redislock.celery.inventory import snapshot
+        from celery_redislock.core.inventory import snapshot
 
         beat = next(s for s in self.services if s.name == "beat")
         self.say(f"stopping beat ({beat.stop()}); waiting for the last runs to end ...")

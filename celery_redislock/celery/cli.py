@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from .inventory import Entry
+    from ..core.inventory import Entry
 
 __all__ = [
     "EXIT_NOT_FOUND",
@@ -161,9 +161,10 @@ def _kinds(kind: str | None) -> tuple[str, ...]:
 
 def _resolve(conn: _Connection, name: str, kind: str | None) -> Entry:
     """The one primitive called ``name``, else a not-found or ambiguity error."""
-    from .inventory import find
+    from ..core.inventory import find
+    from .tokens import parse_owner
 
-    entries = find(conn.client, conn.prefix, name, _kinds(kind))
+    entries = find(conn.client, conn.prefix, name, _kinds(kind), parse_owner)
     if not entries:
         what = kind or "lock or semaphore"
         raise NotFound(
@@ -248,12 +249,13 @@ def list_command(ctx: click.Context, kind: str | None, as_json: bool) -> None:
     Times are seconds; "since" and "server_time" are epoch seconds of the
     Redis server's clock; "limit"/"available" are null for locks.
     """
+    from ..core.inventory import snapshot
     from .cli_render import render_list
-    from .inventory import snapshot
+    from .tokens import parse_owner
 
     conn = _connect(ctx)
     with _redis_errors(conn.url):
-        entries = snapshot(conn.client, conn.prefix, _kinds(kind))
+        entries = snapshot(conn.client, conn.prefix, _kinds(kind), parse_owner)
         now = _server_time(conn.client) if as_json else None
     if as_json:
         _emit_json(_list_document(conn, entries, now))
@@ -357,7 +359,7 @@ def release_command(
     JSON (--json): {"kind": str, "name": str, "released": int (leases),
                     "owners": [str, ...] (owner ids released)}
     """
-    from .inventory import UnsupportedOperation, check_release, matching_owners
+    from ..core.inventory import UnsupportedOperation, check_release, matching_owners
 
     if owner is not None and force:
         raise click.UsageError("--owner and --force exclude each other")
@@ -398,13 +400,13 @@ def release_command(
 
 
 def _release_owners(conn: _Connection, entry: Entry, owners: list[str]) -> int:
-    from .inventory import release_owner
+    from ..core.inventory import release_owner
 
     return sum(release_owner(conn.client, conn.prefix, entry, o) for o in owners)
 
 
 def _force(conn: _Connection, entry: Entry) -> int:
-    from .inventory import force_release
+    from ..core.inventory import force_release
 
     return force_release(conn.client, conn.prefix, entry)
 
@@ -484,11 +486,12 @@ def watch_command(
 
 def _refresh(conn: _Connection, kind: str | None) -> tuple[bool, list[Entry], float | None, str]:
     """One read for `watch`: ``(failed, entries, server time, error message)``."""
-    from .inventory import snapshot
+    from ..core.inventory import snapshot
+    from .tokens import parse_owner
 
     try:
         with _redis_errors(conn.url):
-            entries = snapshot(conn.client, conn.prefix, _kinds(kind))
+            entries = snapshot(conn.client, conn.prefix, _kinds(kind), parse_owner)
             return False, entries, _server_time(conn.client), ""
     except CommandError as exc:
         return True, [], None, exc.message

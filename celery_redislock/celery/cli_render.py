@@ -1,7 +1,7 @@
 """Plain-text rendering for the ``celery redislock`` command: aligned columns, no colours.
 
-Pure functions of :class:`~.inventory.Entry` values, standard library only, so the
-output is easy to test and to read in any terminal or log.
+Pure functions of :class:`~celery_redislock.core.inventory.Entry` values, standard
+library only, so the output is easy to test and to read in any terminal or log.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from .inventory import Entry, Holder
+from ..core.inventory import Entry, Holder
 
 __all__ = ["format_duration", "render_entry", "render_list", "table"]
 

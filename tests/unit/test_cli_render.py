@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from celery_redislock.celery.cli_render import format_duration, render_entry, render_list, table
-from celery_redislock.celery.inventory import (
+from celery_redislock.core.inventory import (
     Entry,
     Holder,
     _glob_escape,
@@ -83,9 +83,9 @@ def test_render_list_and_entry() -> None:
     assert "owner     (none given)" in lock_view and "1 lease; 1 waiter" in lock_view
 
 
-@pytest.mark.parametrize("name", ["cli", "cli_render", "inventory"])
+@pytest.mark.parametrize("name", ["celery.cli", "celery.cli_render", "core.inventory"])
 def test_public_objects_are_documented(name: str) -> None:
-    module = importlib.import_module(f"celery_redislock.celery.{name}")
+    module = importlib.import_module(f"celery_redislock.{name}")
     assert (module.__doc__ or "").strip()
     for public in module.__all__:
         obj = getattr(module, public)

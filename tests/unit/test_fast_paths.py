@@ -17,7 +17,7 @@ from celery_redislock.celery.binding import bind_arguments
 from celery_redislock.celery.config import conf_fingerprint, settings_for
 from celery_redislock.celery.identity import IdentityCache
 from celery_redislock.celery.options import singleton_options
-from celery_redislock.core.renew_scheduler import Renewer
+from celery_redislock.core.renewal.scheduler import Renewer
 
 
 @pytest.fixture

@@ -40,41 +40,16 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Protocol, cast
+from typing import cast
 
-from ..errors import ConfigurationError
-from .lease import Lease, current_pid
-from .renew_scheduler import MAX_BATCH, Renewer
-from .scripts import LuaScript
-from .validate import ttl_to_ms
+from ...errors import ConfigurationError
+from ..lease import Lease, current_pid
+from ..scripts import LuaScript
+from ..validate import ttl_to_ms
+from .entry import Renewable
+from .scheduler import MAX_BATCH, Renewer
 
 __all__ = ["MAX_BATCH", "Renewable", "Renewer", "keep_alive", "renewer"]
-
-
-class Renewable(Protocol):
-    """What a lock or semaphore provides so that the renewer can renew its leases.
-
-    ``_renew_script`` is a batch script: with N leases of k keys each, ``KEYS`` holds
-    lease i's keys at ``KEYS[(i-1)*k+1 .. i*k]``, ``ARGV[1..N]`` the tokens and
-    ``ARGV[N+1..2N]`` the new TTLs in milliseconds; it returns N integers, 1 when
-    lease i was live and now expires TTL ms from the server's now, else 0. It never
-    re-creates an expired lease, and running it twice is harmless.
-    """
-
-    @property
-    def client(self) -> Any:
-        """The ``redis.Redis`` or ``RedisCluster`` the holder's keys live on."""
-        ...
-
-    @property
-    def _renew_script(self) -> LuaScript:
-        """The batch renewal script (see the class docs for its KEYS/ARGV)."""
-        ...
-
-    @property
-    def _renew_keys(self) -> tuple[str, ...]:
-        """The k keys of one lease, all in one hash slot; k is the same for a script."""
-        ...
 
 
 _lock = threading.Lock()

@@ -1,8 +1,8 @@
 """The renewer's scheduler: one thread that decides which leases to renew, and when.
 
-Leases wait in a heap ordered by the time they are due; see :mod:`.renewal` for the
-tick, batching and loss rules. The scheduler never talks to Redis itself: it hands
-each tick's batch to the client's :class:`~.renew_sender.Sender` and wakes at every
+Leases wait in a heap ordered by the time they are due; see the package's docstring
+for the tick, batching and loss rules. The scheduler never talks to Redis itself: it hands
+each tick's batch to the client's :class:`~.sender.Sender` and wakes at every
 lease's local deadline, so a Redis that does not answer cannot delay a loss report.
 """
 
@@ -13,23 +13,20 @@ import itertools
 import math
 import threading
 import time
-from typing import TYPE_CHECKING
 
-from .lease import Lease
-from .renew_entry import (
+from ..lease import Lease
+from .entry import (
     NOT_HELD,
     Entry,
     HeapItem,
+    Renewable,
     Reply,
     current,
     loss_reason,
     pop_superseded,
     report,
 )
-from .renew_sender import MAX_BATCH, Sender
-
-if TYPE_CHECKING:
-    from .renewal import Renewable
+from .sender import MAX_BATCH, Sender
 
 __all__ = ["IDLE_EXIT", "MAX_BATCH", "Renewer"]
 

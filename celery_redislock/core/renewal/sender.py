@@ -1,6 +1,6 @@
 """The renewer's network side: one thread per Redis client sends the batched renewals.
 
-The scheduler (:mod:`.renew_scheduler`) submits ``(entry, ttl_ms)`` pairs; the sender
+The scheduler (:mod:`.scheduler`) submits ``(entry, ttl_ms)`` pairs; the sender
 groups whatever is pending by script and hash slot (one group on a standalone
 server; in Redis Cluster all keys of one script call must share a slot), and sends
 each group as one call of at most :data:`MAX_BATCH` leases. A call may block for as
@@ -17,8 +17,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from .renew_entry import Entry, Reply
-from .scripts import LuaScript
+from ..scripts import LuaScript
+from .entry import Entry, Reply
 
 __all__ = ["MAX_BATCH", "Sender"]
 

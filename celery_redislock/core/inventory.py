@@ -6,30 +6,31 @@ while something holds them, and on their ``queue`` keys, which exist while somet
 waits; it then reads each one with the core's own read-only ``info()`` script. A free
 primitive with no waiter leaves no key behind, so it is not listed.
 
-Owner ids set by the Celery layer (see :mod:`.tokens`) are split into the task id and
-the state of its lease: ``queued`` (taken when the task was sent) or ``running``
-(adopted by the worker running it). Any other owner id (a lock taken with the core API)
-is shown whole, with no state.
+Owner ids are shown whole unless the caller passes ``parse_owner``: the Celery layer
+passes ``parse_owner`` of its tokens module, which
+splits its owner ids into the task id and the state of the lease, ``queued`` (taken
+when the task was sent) or ``running`` (adopted by the worker running it). Core knowledge
+only: this module never imports the Celery layer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..core.info import PrimitiveInfo
-from ..core.keys import decode_name
-from ..core.lock import RedisLock
-from ..core.scripts import as_text
-from ..core.semaphore import RedisSemaphore
 from ..errors import RedisLockError
-from .tokens import parse_owner
+from .info import PrimitiveInfo
+from .keys import decode_name
+from .lock import RedisLock
+from .scripts import as_text
+from .semaphore import RedisSemaphore
 
 __all__ = [
     "KINDS",
     "Entry",
     "Holder",
+    "OwnerParser",
     "UnsupportedOperation",
     "check_release",
     "describe",
@@ -39,6 +40,7 @@ __all__ = [
     "release_owner",
     "scan",
     "snapshot",
+    "whole_owner",
 ]
 
 KINDS: Final = ("lock", "semaphore")
@@ -50,6 +52,15 @@ _UNKNOWN_LIMIT: Final = 2**62
 
 _SCAN_COUNT: Final = 1000
 _GLOB_SPECIAL: Final = frozenset("*?[]\\")
+
+
+OwnerParser = Callable[[str | None], tuple[str | None, bool | None]]
+"""Splits an owner id into ``(task id, running?)``; ``running`` None when unknown."""
+
+
+def whole_owner(owner: str | None) -> tuple[str | None, bool | None]:
+    """The default :data:`OwnerParser`: the owner id whole, its state unknown."""
+    return owner, None
 
 
 class UnsupportedOperation(RedisLockError):
@@ -170,7 +181,7 @@ def scan(client: Any, prefix: str, kinds: Iterable[str] = KINDS) -> list[tuple[s
     return sorted(found)
 
 
-def _holders(info: PrimitiveInfo) -> tuple[Holder, ...]:
+def _holders(info: PrimitiveInfo, parse_owner: OwnerParser) -> tuple[Holder, ...]:
     holders = []
     for h in info.holders:
         task_id, running = parse_owner(h.owner)
@@ -187,22 +198,34 @@ def _primitive(client: Any, prefix: str, kind: str, name: str, limit: int) -> An
     raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
 
 
-def describe(client: Any, prefix: str, kind: str, name: str) -> Entry:
+def describe(
+    client: Any, prefix: str, kind: str, name: str, parse_owner: OwnerParser = whole_owner
+) -> Entry:
     """Read one primitive (one round trip); a free one has no holders and no waiters."""
     info: PrimitiveInfo = _primitive(client, prefix, kind, name, _UNKNOWN_LIMIT).info()
     limit = info.limit if info.limit != _UNKNOWN_LIMIT else None
-    return Entry(kind, name, _holders(info), info.waiters, limit, info.since, info.fence)
+    holders = _holders(info, parse_owner)
+    return Entry(kind, name, holders, info.waiters, limit, info.since, info.fence)
 
 
-def snapshot(client: Any, prefix: str, kinds: Iterable[str] = KINDS) -> list[Entry]:
+def snapshot(
+    client: Any, prefix: str, kinds: Iterable[str] = KINDS, parse_owner: OwnerParser = whole_owner
+) -> list[Entry]:
     """Every primitive held or waited for under ``prefix``, sorted by kind and name."""
-    entries = (describe(client, prefix, kind, name) for kind, name in scan(client, prefix, kinds))
+    found = scan(client, prefix, kinds)
+    entries = (describe(client, prefix, kind, name, parse_owner) for kind, name in found)
     return [entry for entry in entries if entry.exists]  # skip any freed since the scan
 
 
-def find(client: Any, prefix: str, name: str, kinds: Iterable[str] = KINDS) -> list[Entry]:
+def find(
+    client: Any,
+    prefix: str,
+    name: str,
+    kinds: Iterable[str] = KINDS,
+    parse_owner: OwnerParser = whole_owner,
+) -> list[Entry]:
     """The primitives named ``name`` (of the given kinds) held or waited for now."""
-    entries = (describe(client, prefix, kind, name) for kind in kinds)
+    entries = (describe(client, prefix, kind, name, parse_owner) for kind in kinds)
     return [entry for entry in entries if entry.exists]
 
 

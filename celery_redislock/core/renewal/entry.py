@@ -12,16 +12,16 @@ import heapq
 import logging
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from redis.cluster import RedisCluster
 
-from .lease import Lease
+from ..lease import Lease
+from ..scripts import LuaScript
 
-if TYPE_CHECKING:
-    from .renewal import Renewable
-
-__all__ = ["Entry", "HeapItem", "Reply", "current", "loss_reason", "pop_superseded", "report"]
+__all__ = [
+    "Entry", "HeapItem", "Renewable", "Reply", "current", "loss_reason", "pop_superseded", "report",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,32 @@ NOT_HELD = "renewal found the lease no longer held: expired, released elsewhere 
 """Loss reason when Redis answers that the lease is not live."""
 
 _NO_REPLY = "no renewal reply confirmed the lease before its deadline"
+
+
+class Renewable(Protocol):
+    """What a lock or semaphore provides so that the renewer can renew its leases.
+
+    ``_renew_script`` is a batch script: with N leases of k keys each, ``KEYS`` holds
+    lease i's keys at ``KEYS[(i-1)*k+1 .. i*k]``, ``ARGV[1..N]`` the tokens and
+    ``ARGV[N+1..2N]`` the new TTLs in milliseconds; it returns N integers, 1 when
+    lease i was live and now expires TTL ms from the server's now, else 0. It never
+    re-creates an expired lease, and running it twice is harmless.
+    """
+
+    @property
+    def client(self) -> Any:
+        """The ``redis.Redis`` or ``RedisCluster`` the holder's keys live on."""
+        ...
+
+    @property
+    def _renew_script(self) -> LuaScript:
+        """The batch renewal script (see the class docs for its KEYS/ARGV)."""
+        ...
+
+    @property
+    def _renew_keys(self) -> tuple[str, ...]:
+        """The k keys of one lease, all in one hash slot; k is the same for a script."""
+        ...
 
 
 class Entry:
