@@ -10,7 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .core import Lease, RedisLock, RedisSemaphore
-from .errors import ConfigurationError, DuplicateTask, LockNotOwned, RedisLockError
+from .errors import (
+    ConfigurationError,
+    DuplicateTask,
+    LockNotOwned,
+    LockTimeout,
+    RedisLockError,
+)
 
 if TYPE_CHECKING:
     from .celery import (
@@ -36,6 +42,7 @@ __all__ = [
     "ConfigurationError",
     "DuplicateTask",
     "LockNotOwned",
+    "LockTimeout",
     "RedisLockError",
 ]
 

@@ -10,6 +10,7 @@ __all__ = [
     "ConfigurationError",
     "DuplicateTask",
     "LockNotOwned",
+    "LockTimeout",
     "RedisLockError",
 ]
 
@@ -41,16 +42,53 @@ class LockNotOwned(RedisLockError):
         return str(self.args[0])
 
 
+class LockTimeout(RedisLockError, TimeoutError):
+    """``hold()`` was not granted the lock or a permit in time.
+
+    Raised at once by ``hold(blocking=False)`` (or ``timeout=0``) when it is held
+    elsewhere, else when ``timeout`` seconds passed. ``name`` is the lock or semaphore
+    name, ``timeout`` the seconds waited (None: did not wait), ``holder`` the owner id
+    of the lease that held it when that is known (None otherwise). Also a builtin
+    ``TimeoutError``, so ``except TimeoutError`` catches it too.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        name: str = "",
+        timeout: float | None = None,
+        holder: str | None = None,
+    ) -> None:
+        super().__init__(message, name, timeout, holder)
+        self.name = name
+        self.timeout = timeout
+        self.holder = holder
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class DuplicateTask(RedisLockError):
     """A task with the same signature is already queued or running.
 
-    ``task_id`` is the id of the existing copy, ``key`` the lock key it holds.
+    ``task_id`` is the id of the existing copy, ``key`` the lock key it holds, and
+    ``ttl_left`` the seconds left on its lock when the duplicate was refused (None when
+    unknown): what celery-once calls ``countdown``, the time after which a retry may
+    succeed if the copy stopped renewing its lock. A copy that is still running renews
+    its lock, so it may hold it for longer.
     """
 
-    def __init__(self, message: str, task_id: str | None = None, key: str = "") -> None:
-        super().__init__(message, task_id, key)
+    def __init__(
+        self,
+        message: str,
+        task_id: str | None = None,
+        key: str = "",
+        ttl_left: float | None = None,
+    ) -> None:
+        super().__init__(message, task_id, key, ttl_left)
         self.task_id = task_id
         self.key = key
+        self.ttl_left = ttl_left
 
     def __str__(self) -> str:
         return str(self.args[0])

@@ -6,9 +6,10 @@ its own. Each operation is one Lua script in ``lua/``, run with EVALSHA.
 
 from __future__ import annotations
 
+from .clear import release_all
 from .keys import DEFAULT_PREFIX, KeySpace
 from .lease import Lease
 from .lock import RedisLock
 from .semaphore import RedisSemaphore
 
-__all__ = ["DEFAULT_PREFIX", "KeySpace", "Lease", "RedisLock", "RedisSemaphore"]
+__all__ = ["DEFAULT_PREFIX", "KeySpace", "Lease", "RedisLock", "RedisSemaphore", "release_all"]

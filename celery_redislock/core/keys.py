@@ -15,6 +15,7 @@ Layout, for prefix ``redislock`` and kind ``lock``::
     redislock:lock:{name}:alive     zset of waiters by heartbeat deadline
     redislock:lock:{name}:asks      hash of each waiter's request (TTL, owner)
     redislock:lock:{name}:meta      hash of settings stored with the primitive
+    redislock:lock:{name}:added     hash of each lease's last ``extend(add=True)``
     redislock:lock:{name}:wake      pub/sub channel: payload is the token to wake
 
 The scripts are not sent the channel: they derive it from the holders key, their
@@ -108,6 +109,12 @@ class KeySpace:
     def meta(self) -> str:
         """Key of the settings stored with the primitive (e.g. a semaphore's limit)."""
         return self.key("meta")
+
+    @property
+    def added(self) -> str:
+        """Key of each lease's last ``extend(ttl, add=True)`` (its request id), so a
+        re-sent request is recognised rather than adding twice."""
+        return self.key("added")
 
     @property
     def channel(self) -> str:

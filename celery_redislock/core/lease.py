@@ -13,13 +13,14 @@ Redis, so a child can neither release nor extend its parent's lock.
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Protocol
 
-from ..errors import LockNotOwned
+from ..errors import ConfigurationError, LockNotOwned
 
 __all__ = ["Lease", "LeaseHolder", "OnLost", "current_pid"]
 
@@ -59,6 +60,14 @@ class LeaseHolder(Protocol):
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
         """Set ``token``'s TTL in one round trip; False when it was no longer held."""
+        ...
+
+    def _held_token(self, token: str) -> int:
+        """The ms ``token`` has left on the server, 0 when not live (read-only)."""
+        ...
+
+    def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
+        """Add ``ttl_ms`` to ``token``'s time left; the ms left after, 0 when not live."""
         ...
 
 
@@ -187,14 +196,23 @@ class Lease:
             self._mark_lost("release found the lease no longer held")
         return ok
 
-    def extend(self, ttl: float | None = None) -> bool:
-        """Reset the lease to ``ttl`` seconds (default: its current TTL) from now.
+    def extend(self, ttl: float | None = None, *, add: bool = False) -> bool:
+        """Reset the lease to ``ttl`` seconds (default: its current TTL) from now, or,
+        with ``add=True``, add ``ttl`` seconds to the time it has left.
 
-        Returns False, and sets :attr:`lost`, when the lease is no longer ours; an
-        expired lease is never brought back.
+        Without ``add`` the TTL is *replaced*: ``extend(5)`` on a lease with 20 s left
+        leaves it 5 s (redis-py's ``Lock.extend(5)`` would leave 25 s; its
+        ``replace_ttl=True`` is this default). ``add=True`` is redis-py's behaviour, in
+        one script on the server's clock; a request re-sent after a lost reply adds
+        once. Returns False, and sets :attr:`lost`, when the lease is no longer ours;
+        an expired lease is never brought back.
         """
-        from .validate import ttl_to_ms
+        from .validate import check_bool, ttl_to_ms
 
+        if check_bool(add, "add"):
+            if ttl is None:
+                raise ConfigurationError("extend(add=True) needs ttl, the seconds to add; got None")
+            return self._extend_add(ttl_to_ms(ttl))
         if self._released or self._pid != _PID:
             return False
         new_ttl = self.ttl if ttl is None else ttl
@@ -205,6 +223,37 @@ class Lease:
             self._confirm(sent_at + self.ttl)
             return True
         self._mark_lost("extend found the lease no longer held")
+        return False
+
+    def _extend_add(self, ttl_ms: int) -> bool:
+        if self._released or self._pid != _PID:
+            return False
+        sent_at = time.monotonic()
+        left_ms = self._holder._add_to_token(self.token, ttl_ms, secrets.token_hex(8))
+        if left_ms > 0:
+            # Renewal goes on at the new length (the renewer renews to ``ttl``).
+            self.ttl = left_ms / 1000.0
+            self._confirm(sent_at + self.ttl)
+            return True
+        self._mark_lost("extend found the lease no longer held")
+        return False
+
+    def held(self) -> bool:
+        """True while the lease is live on Redis (redis-py's ``Lock.owned()``).
+
+        One read-only round trip, on the server's clock. Unlike :attr:`lost`, which
+        answers from what this process last heard, it asks Redis; when the answer is
+        no, the lease is marked lost (``on_lost`` runs). A released lease, or one
+        inherited by a forked child, answers False without asking.
+        """
+        if self._released or self.lost:
+            return False
+        sent_at = time.monotonic()
+        left_ms = self._holder._held_token(self.token)
+        if left_ms > 0:
+            self._confirm(sent_at + left_ms / 1000.0)
+            return True
+        self._mark_lost("held() found the lease no longer held")
         return False
 
     def hand_over(self, ttl: float) -> bool:

@@ -53,6 +53,8 @@ _LEAVE = LuaScript("queue_leave.lua", SCRIPT_CONSTANTS)
 _INFO = LuaScript("lock_info.lua", SCRIPT_CONSTANTS)
 _RELEASE_OWNER = LuaScript("lock_release_owner.lua", SCRIPT_CONSTANTS)
 _RENEW = LuaScript("lock_renew.lua", SCRIPT_CONSTANTS)
+_HELD = LuaScript("lock_held.lua", SCRIPT_CONSTANTS)
+_EXTEND_ADD = LuaScript("lock_extend_add.lua", SCRIPT_CONSTANTS)
 
 # Constant script argument, encoded once (see RedisLock.__init__).
 _WAIT = b"1"
@@ -314,6 +316,20 @@ class RedisLock(Primitive):
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
         return bool(_EXTEND(self._client, self._holders_key, [token, ttl_ms]))
+
+    def _held_token(self, token: str) -> int:
+        return int(_HELD(self._client, self._holders_key, [token]))
+
+    def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
+        keys = [self._keys.holders, self._keys.added]
+        return int(_EXTEND_ADD(self._client, keys, [token, ttl_ms, nonce]))
+
+    def _hold_attempt(
+        self, blocking: bool, timeout: float | None, owner: str | None, ttl: float | None,
+        renew: bool | None, on_lost: OnLost | None, max_hold: float | None,
+    ) -> tuple[Lease | None, str | None]:  # fmt: skip
+        deadline = acquire_deadline(blocking, timeout)
+        return self._acquire(deadline, owner, ttl, renew, on_lost, max_hold)
 
     # -- the renewer's side (renewal.Renewable) ---------------------------------------
 

@@ -4,12 +4,14 @@ statement, lease terms and creation, and the process-tagged tokens their waiters
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, ClassVar
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, LockTimeout
 from .keys import KeySpace
 from .lease import Lease, OnLost, current_pid
 from .validate import capped_ttl_ms, check_bool, check_client, check_max_hold, ttl_to_ms
@@ -62,9 +64,53 @@ class Primitive:
         """Default lease time in seconds."""
         return self._ttl_ms / 1000.0
 
-    def acquire(self, blocking: bool = True, timeout: float | None = None) -> Lease | None:
+    def acquire(
+        self,
+        blocking: bool = True,
+        timeout: float | None = None,
+        owner: str | None = None,
+        *,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: OnLost | None = None,
+        max_hold: float | None = None,
+    ) -> Lease | None:
         """Take a lease (see the subclass)."""
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def hold(
+        self,
+        *,
+        timeout: float | None = None,
+        blocking: bool = True,
+        owner: str | None = None,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: OnLost | None = None,
+        max_hold: float | None = None,
+    ) -> Iterator[Lease]:
+        """``with lock.hold(timeout=5) as lease:`` -- acquire with options, release on exit.
+
+        Takes the arguments of ``acquire`` (keyword-only; the wait starts when the
+        ``with`` block is entered). Raises :class:`~celery_redislock.errors.LockTimeout`
+        when not granted within ``timeout`` seconds, or at once with
+        ``blocking=False`` (or ``timeout=0``) when held elsewhere: the block never
+        runs without the lease. Leaving the block releases the lease; if it was lost
+        meanwhile, :class:`~celery_redislock.errors.LockNotOwned` is raised (chained to
+        any exception from the block), as for ``with lock as lease:``.
+        """
+        check_bool(blocking, "blocking")
+        lease, holder = self._hold_attempt(blocking, timeout, owner, ttl, renew, on_lost,
+                                           max_hold)  # fmt: skip
+        if lease is None:
+            waited = timeout if blocking and timeout else None
+            by = f" (held by owner {holder!r})" if holder else ""
+            how = f"within {timeout:g} s" if waited is not None else "without waiting"
+            raise LockTimeout(f"{self.kind} {self.name!r} was not granted {how}{by}",
+                              self.name, waited, holder)  # fmt: skip
+        with lease:
+            yield lease
 
     def __enter__(self) -> Lease:
         lease = self.acquire()
@@ -81,6 +127,25 @@ class Primitive:
         self._local.stack.pop().__exit__(exc_type, exc, tb)
 
     # -- for the subclasses -----------------------------------------------------------
+
+    def _hold_attempt(
+        self, blocking: bool, timeout: float | None, owner: str | None, ttl: float | None,
+        renew: bool | None, on_lost: OnLost | None, max_hold: float | None,
+    ) -> tuple[Lease | None, str | None]:  # fmt: skip
+        """``hold``'s acquire: the lease (or None) and the holder's owner id if known."""
+        lease = self.acquire(blocking, timeout, owner, ttl=ttl, renew=renew, on_lost=on_lost,
+                             max_hold=max_hold)  # fmt: skip
+        return lease, None
+
+    def _held_token(self, token: str) -> int:
+        """The ms ``token``'s lease has left on the server, 0 when not live (read-only,
+        one round trip; the lease's side, see :meth:`.Lease.held`)."""
+        raise NotImplementedError
+
+    def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
+        """Add ``ttl_ms`` to what ``token``'s lease has left, in one round trip; the ms
+        it has left afterwards, 0 when not live (see :meth:`.Lease.extend`)."""
+        raise NotImplementedError
 
     def _release_token(self, token: str) -> bool:
         """Give up ``token`` in one round trip (the lease's side; see the subclass)."""

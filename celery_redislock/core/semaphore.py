@@ -197,6 +197,12 @@ class RedisSemaphore(Primitive):
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
         return self._scripts.extend(token, ttl_ms)
 
+    def _held_token(self, token: str) -> int:
+        return self._scripts.held(token)
+
+    def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
+        return self._scripts.extend_add(token, ttl_ms, nonce)
+
     # -- the renewer's side (renewal.Renewable) ---------------------------------------
 
     _renew_script: LuaScript = RENEW

@@ -30,6 +30,8 @@ _EXTEND = LuaScript("semaphore_extend.lua", SCRIPT_CONSTANTS)
 _LEAVE = LuaScript("queue_leave.lua", SCRIPT_CONSTANTS)
 _RELEASE_OWNER = LuaScript("semaphore_release_owner.lua", SCRIPT_CONSTANTS)
 _INFO = LuaScript("semaphore_info.lua", SCRIPT_CONSTANTS)
+_HELD = LuaScript("semaphore_held.lua", SCRIPT_CONSTANTS)
+_EXTEND_ADD = LuaScript("semaphore_extend_add.lua", SCRIPT_CONSTANTS)
 RENEW = LuaScript("semaphore_renew.lua", SCRIPT_CONSTANTS)
 """The renewer's batch script for semaphore leases (keys: holders, leases)."""
 
@@ -38,8 +40,9 @@ class SemaphoreScripts:
     """The scripts of one semaphore: its keys, limit and fairness baked in; ``channel``
     is its wake-up channel (the scripts derive it from the holders key)."""
 
-    __slots__ = ("_acquire_args", "_acquire_keys", "_client", "_flags", "_info_keys",
-                 "_leave_keys", "_release_keys", "_state_keys", "channel")  # fmt: skip
+    __slots__ = ("_acquire_args", "_acquire_keys", "_add_keys", "_client", "_flags",
+                 "_info_keys", "_leave_keys", "_release_keys", "_state_keys",
+                 "channel")  # fmt: skip
 
     def __init__(self, client: Any, keys: KeySpace, limit: int, fair: bool) -> None:
         self._client = client
@@ -57,6 +60,7 @@ class SemaphoreScripts:
         self._state_keys = [holders, leases, queue, alive, meta, asks]
         self._leave_keys = [holders, queue, alive, asks, leases]
         self._info_keys = [holders, leases, queue, meta]
+        self._add_keys = [holders, leases, encode(keys.added)]
 
     def acquire(
         self, token: str, owner: str, ttl_ms: int, wait: bool
@@ -85,6 +89,15 @@ class SemaphoreScripts:
     def extend(self, token: str, ttl_ms: int) -> bool:
         """Reset the permit of ``token`` to ``ttl_ms``; False when it was not live."""
         return bool(_EXTEND(self._client, self._state_keys, [token, ttl_ms, *self._flags]))
+
+    def held(self, token: str) -> int:
+        """The ms the permit of ``token`` has left; 0 when it is not live (read-only)."""
+        return int(_HELD(self._client, self._add_keys[:1], [token]))
+
+    def extend_add(self, token: str, ttl_ms: int, nonce: str) -> int:
+        """Add ``ttl_ms`` to the permit of ``token``; the ms it has left afterwards,
+        0 when it was not live. ``nonce`` identifies the request (see the script)."""
+        return int(_EXTEND_ADD(self._client, self._add_keys, [token, ttl_ms, nonce]))
 
     def leave(self, token: str) -> int:
         """Take waiter ``token`` out of the queue, waking the one that takes its place.

@@ -1,0 +1,31 @@
+-- lock_extend_add.lua: add time to what one live lease has left; never re-creates an
+-- expired lock.
+--
+-- KEYS[1]  holders  hash of the lock's live leases (see lock_acquire.lua).
+-- KEYS[2]  added    hash: token -> "<nonce> <expiry ms>" of the token's last addition.
+--                   A request re-sent after its reply was lost (redis-py retries on
+--                   ConnectionError/TimeoutError) carries the same nonce and is
+--                   answered as the first one was instead of adding twice.
+-- ARGV[1]  token    the lease's token.
+-- ARGV[2]  ttl      milliseconds to add to the lease's time left (integer > 0).
+-- ARGV[3]  nonce    this request's id (fresh for each call, the same when re-sent).
+--
+-- Returns the milliseconds the lease has left afterwards (> 0) when it was live, 0
+-- when it was not ours (unknown, expired or released).
+
+--!include lib_lock.lua
+
+local holders, added, token, nonce = KEYS[1], KEYS[2], ARGV[1], ARGV[3]
+local now = server_clock()
+local expiry = redis.call('HGET', holders, 't:' .. token)
+if not expiry or tonumber(expiry) <= now then return 0 end
+expiry = tonumber(expiry)
+local last = redis.call('HGET', added, token)
+if last and string.match(last, '^(%S+) ') == nonce then return expiry - now end
+local target = expiry + tonumber(ARGV[2])
+extend_lease(holders, token, target - now, now)
+redis.call('HSET', added, token, nonce .. ' ' .. string.format('%d', target))
+if redis.call('PTTL', added) < target - now then
+  redis.call('PEXPIREAT', added, string.format('%d', target))
+end
+return target - now

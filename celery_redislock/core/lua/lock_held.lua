@@ -1,0 +1,14 @@
+-- lock_held.lua: is one lease of a lock live? Read-only.
+--
+-- KEYS[1]  holders  hash of the lock's live leases (see lock_acquire.lua).
+-- ARGV[1]  token    the lease's token.
+--
+-- Returns the milliseconds the lease has left (an integer > 0) while it is live, else
+-- 0 (unknown, expired, released or taken over).
+
+--!include lib_lock.lua
+
+local now = server_clock()
+local expiry = redis.call('HGET', KEYS[1], 't:' .. ARGV[1])
+if expiry and tonumber(expiry) > now then return tonumber(expiry) - now end
+return 0

@@ -1,0 +1,14 @@
+-- semaphore_held.lua: is one lease of a semaphore live? Read-only.
+--
+-- KEYS[1]  holders  zset: live leases' tokens scored by expiry (server ms).
+-- ARGV[1]  token    the lease's token.
+--
+-- Returns the milliseconds the lease has left (an integer > 0) while it is live, else
+-- 0 (unknown, expired, released or taken over).
+
+--!include lib_lock.lua
+
+local now = server_clock()
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if expiry and tonumber(expiry) > now then return tonumber(expiry) - now end
+return 0
