@@ -14,6 +14,7 @@ import redis
 
 from celery_redislock.core import scripts
 from celery_redislock.core.lock import SCRIPT_CONSTANTS
+from celery_redislock.core.parking import PARKING_CONSTANTS
 
 # wake_new (lib_semaphore.lua) calls notify (lib_lock.lua), which is not included.
 _ONLY_SEMAPHORE_LIB = """--!include lib_semaphore.lua
@@ -57,4 +58,4 @@ def test_such_a_script_fails_only_at_run_time_in_redis(r: redis.Redis) -> None:
     ),
 )
 def test_every_shipped_script_defines_each_helper_before_its_use(filename: str) -> None:
-    scripts.LuaScript(filename, SCRIPT_CONSTANTS)  # raises if not
+    scripts.LuaScript(filename, PARKING_CONSTANTS)  # raises if not

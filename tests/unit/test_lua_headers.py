@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from celery_redislock.core import scripts
-from celery_redislock.core.lock import SCRIPT_CONSTANTS
+from celery_redislock.core.parking import PARKING_CONSTANTS
 from celery_redislock.core.scripts import LuaScript, expand
 
 LUA = resources.files("celery_redislock.core.lua")
@@ -55,7 +55,7 @@ def test_header_names_every_constant(filename: str) -> None:
 
 @pytest.mark.parametrize("filename", SCRIPTS)
 def test_script_is_loaded_with_its_includes_expanded(filename: str) -> None:
-    script = LuaScript(filename, SCRIPT_CONSTANTS)
+    script = LuaScript(filename, PARKING_CONSTANTS)
     assert not re.search(r"^--!include", script.text, re.MULTILINE)
     assert "{{" not in script.text
     assert script.sha == hashlib.sha1(script.text.encode("utf-8")).hexdigest()

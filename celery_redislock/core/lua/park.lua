@@ -1,0 +1,50 @@
+-- park.lua: park a run refused a permit at the tail of its pool's FIFO queue; if a
+-- permit is free meanwhile (a lapsed lease, a raised limit), claim the queue's head
+-- entries for it at once (see lib_parking.lua for the entry states).
+--
+-- KEYS[1]  holders   zset: live leases' tokens scored by expiry (server ms).
+-- KEYS[2]  leases    hash: fence, owner and grant time of each lease in holders.
+-- KEYS[3]  fence     string: last fence granted.
+-- KEYS[4]  meta      hash: "limit", the limit the latest acquire enforced.
+-- KEYS[5]  queue     zset: runs waiting in place (semaphore waiters), read only.
+-- KEYS[6]  parked    zset: parked entry ids scored by ticket (server µs).
+-- KEYS[7]  payloads  hash: "p:<id>" payload, "o:<id>" owner, "t:<id>" ticket.
+-- KEYS[8]  claimed   zset: claimed entry ids scored by reservation expiry (ms).
+-- ARGV[1]  id        the new entry's id (its park token: random, unguessable).
+-- ARGV[2]  payload   opaque bytes: what to publish when the entry is claimed.
+-- ARGV[3]  owner     owner id of the reserved permit (e.g. the task id).
+-- ARGV[4]  limit     the caller's limit, used when meta holds none (integer >= 1).
+-- ARGV[5]  reserve   milliseconds a claimed entry's permit is reserved for it.
+-- ARGV[6]  keep      milliseconds the parking keys outlive the latest park.
+-- Constants (see lib_lock.lua): FENCE_MEMORY_MS.
+--
+-- Returns {position, id, payload, ...}: the entry's 1-based place in the queue (0
+-- when it was claimed at once, or when `id` is parked already: a re-sent park), then
+-- the entries claimed, to be published by the caller.
+
+--!include lib_lock.lua
+--!include lib_semaphore.lua
+--!include lib_parking.lua
+
+local k = parking_keys(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8])
+local id, payload, owner = ARGV[1], ARGV[2], ARGV[3]
+local reserve, keep = tonumber(ARGV[5]), tonumber(ARGV[6])
+local now, now_us = server_clock()
+
+if redis.call('HEXISTS', k.payloads, 'p:' .. id) == 1 then return {0} end
+local tail = redis.call('ZRANGE', k.parked, -1, -1, 'WITHSCORES')
+local ticket = now_us
+if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end
+ticket = string.format('%d', ticket)
+redis.call('ZADD', k.parked, ticket, id)
+redis.call('HSET', k.payloads, 'p:' .. id, payload, 'o:' .. id, owner, 't:' .. id, ticket)
+for _, key in ipairs({k.parked, k.payloads}) do redis.call('PEXPIRE', key, keep) end
+
+unclaim_lapsed(k, now)
+local limit = stored_limit(k.meta, tonumber(ARGV[4]))
+local claimed = claim_heads(k, free_for_parked(k, KEYS[5], limit, now), now, now_us, reserve)
+local position = redis.call('ZRANK', k.parked, id)
+local reply = {0}
+if position then reply[1] = position + 1 end
+for _, v in ipairs(claimed) do reply[#reply + 1] = v end
+return reply

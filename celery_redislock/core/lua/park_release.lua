@@ -1,0 +1,66 @@
+-- park_release.lua: give back one permit of a pool that parks runs, checked by
+-- token, then hand the permits now free on: first to runs waiting in place (as
+-- semaphore_release.lua does), then to the head of the parked queue, reserving a
+-- permit for each entry claimed (see lib_parking.lua).
+--
+-- KEYS[1]  holders   zset: live leases' tokens scored by expiry (server ms).
+-- KEYS[2]  leases    hash: fence, owner and grant time of each lease in holders.
+-- KEYS[3]  queue     zset: waiting tokens scored by ticket (FIFO order).
+-- KEYS[4]  alive     zset: waiting tokens scored by heartbeat deadline (server ms).
+-- KEYS[5]  meta      hash: "limit", the limit the latest acquire enforced.
+-- KEYS[6]  asks      hash: each waiting token's request, "<ttl ms> <owner>".
+-- KEYS[7]  fence     string: last fence granted.
+-- KEYS[8]  parked    zset: parked entry ids scored by ticket (server µs).
+-- KEYS[9]  payloads  hash: "p:<id>" payload, "o:<id>" owner, "t:<id>" ticket.
+-- KEYS[10] claimed   zset: claimed entry ids scored by reservation expiry (ms).
+-- ARGV[1]  token     the lease's token; "" releases nothing (a pump).
+-- ARGV[2]  limit     the caller's limit, used when meta holds none (integer >= 1).
+-- ARGV[3]  fair      "1": only the queue's head may take a permit (strict FIFO).
+-- ARGV[4]  reserve   milliseconds a claimed entry's permit is reserved for it.
+-- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua).
+-- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
+--
+-- Returns {released, parked, id, payload, ...}: released is 1 when the lease was
+-- live and is now released, else 0 (a re-sent release changes nothing more);
+-- parked the entries still queued; then the entries claimed, in queue order, to be
+-- published by the caller. A limit lowered meanwhile is obeyed: only permits free
+-- under the stored limit are handed on.
+
+local holders, leases, queue, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+
+--!include lib_lock.lua
+--!include lib_semaphore.lua
+--!include lib_parking.lua
+
+local now, now_us = server_clock()
+local released, removed = 0, 0
+if token ~= '' then
+  local expiry = redis.call('ZSCORE', holders, token)
+  if expiry then
+    removed = 1
+    if tonumber(expiry) > now then released = 1 end
+    redis.call('ZREM', holders, token)
+    redis.call('HDEL', leases, 'f:' .. token, 'o:' .. token, 's:' .. token)
+  end
+end
+local k = parking_keys(holders, leases, KEYS[7], KEYS[5], KEYS[8], KEYS[9], KEYS[10])
+k.queue, k.alive, k.asks = queue, KEYS[4], KEYS[6]
+local fair = ARGV[3] == '1'
+local limit = stored_limit(KEYS[5], tonumber(ARGV[2]))
+unclaim_lapsed(k, now)
+local live = redis.call('ZCARD', holders)
+local before = eligible(queue, limit - live - removed, fair)
+live = live - reap_holders(holders, leases, now)
+local head = redis.call('ZRANGE', queue, 0, 0)[1]
+if head then
+  local stale, dropped = reap_dead_waiters(queue, k.alive, k.asks, now)
+  if dropped > 0 then head = redis.call('ZRANGE', queue, 0, 0)[1] end
+  local channel = wake_channel(holders)
+  local free = hand_over_permits(k, limit - live, now, now_us, channel, head, stale)
+  wake_new(channel, before, eligible(queue, free, fair), '')
+end
+local claimed = claim_heads(k, free_for_parked(k, queue, limit, now), now, now_us,
+  tonumber(ARGV[4]))
+local reply = {released, redis.call('ZCARD', k.parked)}
+for _, v in ipairs(claimed) do reply[#reply + 1] = v end
+return reply

@@ -1,0 +1,59 @@
+-- park_take.lua: a published parked run starts: consume its park token (once only)
+-- and take the permit reserved for it, or a free one.
+--
+-- KEYS[1]  holders   zset: live leases' tokens scored by expiry (server ms).
+-- KEYS[2]  leases    hash: fence, owner and grant time of each lease in holders.
+-- KEYS[3]  fence     string: last fence granted.
+-- KEYS[4]  meta      hash: "limit", the limit the latest acquire enforced.
+-- KEYS[5]  queue     zset: runs waiting in place (semaphore waiters), read only.
+-- KEYS[6]  parked    zset: parked entry ids scored by ticket (server µs).
+-- KEYS[7]  payloads  hash: "p:<id>" payload, "o:<id>" owner, "t:<id>" ticket.
+-- KEYS[8]  claimed   zset: claimed entry ids scored by reservation expiry (ms).
+-- KEYS[9]  taken     zset: consumed ids scored by when they are forgotten (ms).
+-- ARGV[1]  id        the run's park token (its message header).
+-- ARGV[2]  ttl       the run's lease time, milliseconds (integer > 0).
+-- ARGV[3]  owner     owner id recorded with the run's permit.
+-- ARGV[4]  limit     the caller's limit (integer >= 1), used when meta holds none.
+-- Constants (see lib_lock.lua, lib_parking.lua): FENCE_MEMORY_MS, TAKEN_MEMORY_MS.
+--
+-- Returns {1, fence, ttl}: the permit is the run's, its lease token is `id` (the
+-- reserved one, or a free one when the reservation lapsed or Redis lost the entry);
+-- {0}: the id is consumed but no permit is free (the caller parks the run again);
+-- {-1}: the id was consumed before: this message is a duplicate and must not run.
+
+--!include lib_lock.lua
+--!include lib_semaphore.lua
+--!include lib_parking.lua
+
+local k = parking_keys(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8])
+local taken, id, ttl, owner = KEYS[9], ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local now, now_us = server_clock()
+
+if redis.call('ZSCORE', taken, id) then return {-1} end
+redis.call('ZREMRANGEBYSCORE', taken, '-inf', string.format('%d', now))
+redis.call('ZADD', taken, string.format('%d', now + {{TAKEN_MEMORY_MS}}), id)
+redis.call('PEXPIRE', taken, {{TAKEN_MEMORY_MS}})
+redis.call('ZREM', k.claimed, id)
+redis.call('ZREM', k.parked, id)
+redis.call('HDEL', k.payloads, 'p:' .. id, 'o:' .. id, 't:' .. id)
+
+local expiry = redis.call('ZSCORE', k.holders, id)
+if expiry and tonumber(expiry) > now then  -- the reserved permit becomes the run's
+  redis.call('ZADD', k.holders, string.format('%d', now + ttl), id)
+  redis.call('HSET', k.leases, 'o:' .. id, owner)
+  keep_keys(k.holders, k.leases, ttl, now)
+  return {1, tonumber(redis.call('HGET', k.leases, 'f:' .. id)), ttl}
+end
+if expiry then
+  redis.call('ZREM', k.holders, id)
+  redis.call('HDEL', k.leases, 'f:' .. id, 'o:' .. id, 's:' .. id)
+end
+-- No reservation (it lapsed, or Redis lost it): a free permit, unless runs are
+-- parked ahead (then this one parks again, behind them).
+local limit = stored_limit(k.meta, tonumber(ARGV[4]))
+if redis.call('ZCARD', k.parked) > 0 or free_for_parked(k, KEYS[5], limit, now) <= 0 then
+  return {0}
+end
+local fence = next_fence(k.fence, now_us)
+grant_permit(k.holders, k.leases, id, owner, ttl, now, fence)
+return {1, tonumber(fence), ttl}

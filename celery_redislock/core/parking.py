@@ -1,0 +1,299 @@
+"""Parking: a FIFO queue of refused runs next to a semaphore, handed permits on release.
+
+A run refused a permit need not poll. It is **parked**: an opaque payload (whatever
+the caller needs to start the run again, e.g. a serialized message) is queued in
+Redis next to the semaphore, under the same hash tag. The release that frees a permit
+**claims** the queue's head in the same script: it reserves the permit for that entry
+(a lease whose token is the entry's id, for ``reserve_ttl``) and returns the payload,
+which the caller publishes at once (:data:`OnClaimed`). When the run starts it
+**takes** its id (:meth:`ParkingSemaphore.take`): the reserved permit becomes its own
+lease, and the id is remembered, so a second message of the same entry is known as a
+duplicate and never runs.
+
+Nothing is lost to a process that dies half-way: a claimed entry keeps its payload
+until its run takes it; if that does not happen within ``reserve_ttl`` (the publisher
+died, the message was lost) the entry goes back to its old place in the queue and its
+permit to the next claim (:meth:`ParkingSemaphore.pump`, which a sweeper calls now and
+then for every pool in :func:`parking_pools`). A payload that cannot be used is moved
+to a dead-letter list (:meth:`ParkingSemaphore.give_back`). Every script obeys the
+semaphore's stored limit, so a lowered limit drains the queue at the new limit.
+
+Keys, beside the semaphore's (``…:{name}:…``): ``parked`` (ids by ticket),
+``payloads`` (payload, owner and ticket of each), ``claimed`` (ids by reservation
+expiry), ``taken`` (consumed ids, remembered :data:`TAKEN_MEMORY_MS`), ``dead``
+(dead letters); and ``<prefix>:parking:pools``, the set of pools that may hold parked
+runs. See ``lua/lib_parking.lua`` for the states of an entry.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..errors import ConfigurationError
+from .keys import DEFAULT_PREFIX, decode_name, encode_name
+from .lease import Lease, OnLost
+from .lock import SCRIPT_CONSTANTS
+from .scripts import LuaScript, as_text
+from .semaphore import RedisSemaphore
+from .validate import ttl_to_ms
+
+__all__ = [
+    "DEAD_LETTERS",
+    "PARKING_CONSTANTS",
+    "TAKEN_MEMORY_MS",
+    "OnClaimed",
+    "Parked",
+    "ParkingInfo",
+    "ParkingSemaphore",
+    "new_entry_id",
+    "parking_pools",
+    "pools_key",
+]
+
+TAKEN_MEMORY_MS: Final = 3_600_000
+"""How long a consumed park token is remembered (a duplicate message of the entry
+arriving later than this would run again)."""
+
+DEAD_LETTERS: Final = 1000
+"""Dead-lettered entries kept per pool (the oldest are dropped first)."""
+
+PARKING_CONSTANTS: Final = {
+    **SCRIPT_CONSTANTS, "TAKEN_MEMORY_MS": TAKEN_MEMORY_MS, "DEAD_LETTERS": DEAD_LETTERS,
+}  # fmt: skip
+"""The ``{{NAME}}`` constants of the parking scripts."""
+
+_PARK = LuaScript("park.lua", PARKING_CONSTANTS)
+_RELEASE = LuaScript("park_release.lua", PARKING_CONSTANTS)
+_TAKE = LuaScript("park_take.lua", PARKING_CONSTANTS)
+_RETURN = LuaScript("park_return.lua", PARKING_CONSTANTS)
+_INFO = LuaScript("park_info.lua", PARKING_CONSTANTS)
+
+TAKEN: Final = "granted"
+REFUSED: Final = "refused"
+DUPLICATE: Final = "duplicate"
+
+
+@dataclass(frozen=True)
+class Parked:
+    """An entry a release (or a pump) claimed: publish ``payload``, whose run then
+    calls :meth:`ParkingSemaphore.take` with ``id``."""
+
+    id: str
+    payload: bytes
+
+
+OnClaimed = Callable[["ParkingSemaphore", list[Parked]], None]
+"""Called with the entries an operation claimed; it publishes them (and hands any it
+cannot to :meth:`ParkingSemaphore.give_back`)."""
+
+
+@dataclass(frozen=True)
+class ParkingInfo:
+    """A pool's parked runs: how many are queued, the oldest's age (seconds), how many
+    are claimed (published, not started yet), how many were dead-lettered, and the
+    first few queued as ``(id, age, owner)``."""
+
+    parked: int
+    oldest_age: float | None
+    claimed: int
+    dead: int
+    head: tuple[tuple[str, float, str], ...] = ()
+
+
+def new_entry_id() -> str:
+    """A fresh park token: 128 random bits."""
+    return secrets.token_hex(16)
+
+
+def pools_key(prefix: str) -> str:
+    """The set of pool names that may hold parked runs (for sweepers)."""
+    return f"{prefix}:parking:pools"
+
+
+def parking_pools(client: Any, prefix: str = DEFAULT_PREFIX) -> list[str]:
+    """The names of the pools that may hold parked runs."""
+    return sorted(decode_name(as_text(name)) for name in client.smembers(pools_key(prefix)))
+
+
+def _entries(flat: Iterable[Any]) -> list[Parked]:
+    items = list(flat)
+    return [Parked(as_text(items[i]), _bytes(items[i + 1])) for i in range(0, len(items), 2)]
+
+
+def _bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode("utf-8")
+
+
+class ParkingSemaphore(RedisSemaphore):
+    """A :class:`RedisSemaphore` whose refused runs can park in a FIFO queue.
+
+    Args (besides the semaphore's):
+        reserve_ttl: seconds a permit stays reserved for a claimed entry whose run has
+            not started (default: ``ttl``); then it goes back to the queue.
+        keep: seconds the parking keys outlive the latest park (payloads included).
+        on_claimed: publishes the entries an operation claimed (see :data:`OnClaimed`);
+            without it claimed entries wait for their reservation to lapse.
+
+    A lease released through this object (``lease.release()``) hands the permit to a
+    run waiting in place, else to the head of the parked queue.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        limit: int,
+        ttl: float = 30.0,
+        fair: bool = False,
+        prefix: str = DEFAULT_PREFIX,
+        renew: bool = False,
+        max_hold: float | None = None,
+        reserve_ttl: float | None = None,
+        keep: float = 86400.0,
+        on_claimed: OnClaimed | None = None,
+    ) -> None:
+        super().__init__(client, name, limit=limit, ttl=ttl, fair=fair, prefix=prefix,
+                         renew=renew, max_hold=max_hold)  # fmt: skip
+        self._reserve_ms = self._ttl_ms if reserve_ttl is None else ttl_to_ms(
+            reserve_ttl, "reserve_ttl")  # fmt: skip
+        self._keep_ms = ttl_to_ms(keep, "keep")
+        self.on_claimed = on_claimed
+        self._prefix = prefix
+        k = self._keys
+        self.parked_key, self.payloads_key = k.key("parked"), k.key("payloads")
+        self.claimed_key, self.taken_key, self.dead_key = (
+            k.key("claimed"), k.key("taken"), k.key("dead"))  # fmt: skip
+        self._flags_args = [b"%d" % self.limit, b"1" if fair else b"0"]
+
+    # -- parking -------------------------------------------------------------------
+
+    def park(self, entry_id: str, payload: bytes, owner: str = "") -> int:
+        """Queue ``payload`` under ``entry_id`` (see :func:`new_entry_id`) at the tail.
+
+        Returns its 1-based place in the queue, 0 when it was claimed at once (a
+        permit was free: :attr:`on_claimed` publishes it, like every entry claimed
+        here). A re-sent park of the same id changes nothing.
+        """
+        if not isinstance(payload, bytes):
+            raise ConfigurationError(f"payload must be bytes, got {type(payload).__name__}")
+        k = self._keys
+        reply = _PARK(self._client,
+                      [k.holders, k.leases, k.fence, k.meta, k.queue, self.parked_key,
+                       self.payloads_key, self.claimed_key],
+                      [entry_id, payload, owner, self.limit, self._reserve_ms,
+                       self._keep_ms])  # fmt: skip
+        # After the script: a sweeper that dropped the pool from the set before this
+        # park finds the entry when it pumps, and then adds the pool back.
+        self._client.sadd(pools_key(self._prefix), encode_name(self.name))
+        self._deliver(_entries(reply[1:]))
+        return int(reply[0])
+
+    def pump(self) -> tuple[int, list[Parked]]:
+        """Hand every free permit to the queue's head (lapsed reservations go back to
+        the queue first). Returns the entries still parked and those claimed (already
+        given to :attr:`on_claimed`)."""
+        released, parked, claimed = self._release_and_claim("")
+        del released
+        return parked, claimed
+
+    def take(
+        self,
+        entry_id: str,
+        owner: str | None = None,
+        *,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: OnLost | None = None,
+    ) -> tuple[str, Lease | None]:
+        """The run of a claimed entry starts: consume ``entry_id``, once.
+
+        Returns ``("granted", lease)`` -- the permit reserved for it, or a free one
+        when the reservation lapsed and nobody is parked ahead; ``("refused", None)``
+        -- the id is consumed but no permit is free (park the run again, under a new
+        id); ``("duplicate", None)`` -- the id was consumed before: do not run.
+        """
+        ttl_ms, max_hold = self._lease_terms(ttl, None, owner)
+        k = self._keys
+        sent_at = time.monotonic()
+        reply = _TAKE(self._client,
+                      [k.holders, k.leases, k.fence, k.meta, k.queue, self.parked_key,
+                       self.payloads_key, self.claimed_key, self.taken_key],
+                      [entry_id, ttl_ms, owner or "", self.limit])  # fmt: skip
+        status = int(reply[0])
+        if status < 0:
+            return DUPLICATE, None
+        if status == 0:
+            return REFUSED, None
+        lease = self._new_lease(entry_id, int(reply[1]), ttl_ms, owner, sent_at, renew,
+                                on_lost, max_hold)  # fmt: skip
+        return TAKEN, lease
+
+    def give_back(self, entry_id: str, *, dead: str | None = None) -> bool:
+        """Return a claimed entry that could not be published: to its old place in
+        the queue, or (``dead`` = the reason) to the dead-letter list. Its reserved
+        permit is freed (call :meth:`pump` to hand it on). False when the entry was
+        no longer claimed."""
+        mode, reason = ("dead", " ".join(dead.split())) if dead is not None else ("park", "")
+        k = self._keys
+        return bool(_RETURN(self._client,
+                            [k.holders, k.leases, self.parked_key, self.payloads_key,
+                             self.claimed_key, self.dead_key],
+                            [entry_id, mode, reason, self._keep_ms]))  # fmt: skip
+
+    def dead_letters(self, count: int = 100) -> list[tuple[str, float, str, bytes]]:
+        """The newest ``count`` dead letters: ``(id, epoch seconds, reason, payload)``."""
+        rows = []
+        for raw in self._client.lrange(self.dead_key, -count, -1):
+            head, _, payload = _bytes(raw).partition(b"\n")
+            entry_id, at, reason = [*head.decode("utf-8", "replace").split(" ", 2), "", ""][:3]
+            rows.append((entry_id, int(at or 0) / 1000.0, reason, payload))
+        return rows
+
+    def parking_info(self, count: int = 0) -> ParkingInfo:
+        """The parked queue (read-only); ``count`` of its oldest entries listed."""
+        now_us, parked, oldest, claimed, dead, rows = _INFO(
+            self._client, [self.parked_key, self.claimed_key, self.dead_key,
+                           self.payloads_key], [count])  # fmt: skip
+        now = int(now_us)
+        head = tuple(
+            (as_text(rows[i]), (now - int(rows[i + 1])) / 1e6, as_text(rows[i + 2]))
+            for i in range(0, len(rows), 3)
+        )
+        oldest_text = as_text(oldest)
+        return ParkingInfo(int(parked), (now - int(oldest_text)) / 1e6 if oldest_text else None,
+                           int(claimed), int(dead), head)  # fmt: skip
+
+    def release_owner(self, owner: str) -> int:
+        """As :meth:`RedisSemaphore.release_owner`, then hand the freed permits on."""
+        released = super().release_owner(owner)
+        if released:
+            self.pump()
+        return released
+
+    # -- the lease's side ------------------------------------------------------------
+
+    def _release_token(self, token: str) -> bool:
+        released, _, _ = self._release_and_claim(token)
+        return bool(released)
+
+    def _release_and_claim(self, token: str) -> tuple[int, int, list[Parked]]:
+        k = self._keys
+        reply = _RELEASE(self._client,
+                         [k.holders, k.leases, k.queue, k.alive, k.meta, k.asks, k.fence,
+                          self.parked_key, self.payloads_key, self.claimed_key],
+                         [token, *self._flags_args, self._reserve_ms])  # fmt: skip
+        claimed = _entries(reply[2:])
+        self._deliver(claimed)
+        return int(reply[0]), int(reply[1]), claimed
+
+    def _deliver(self, claimed: list[Parked]) -> None:
+        if claimed and self.on_claimed is not None:
+            self.on_claimed(self, claimed)
+
+    def __repr__(self) -> str:
+        return f"<ParkingSemaphore {self.name!r} limit={self.limit} ttl={self.ttl}>"
