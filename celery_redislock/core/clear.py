@@ -2,7 +2,7 @@
 
 For crash recovery and maintenance windows: after every worker using the prefix has
 stopped, a lock left by a killed process need not wait out its TTL. It finds the
-primitives by ``SCAN`` (never ``KEYS``) on their ``holders`` keys and releases each
+primitives as the inventory does (``SCAN``, never ``KEYS``) and releases each
 live lease by its exact token through the lease's own release script, so it is
 owner-checked like a single release: a lease granted after it was read is never
 touched, waiters are woken as by a normal release, and only leases that were live
@@ -21,7 +21,7 @@ import fnmatch
 from typing import Any, Literal
 
 from ..errors import ConfigurationError
-from .keys import decode_name
+from .inventory import scan
 from .lock import RedisLock
 from .scripts import as_text
 from .semaphore import RedisSemaphore
@@ -33,8 +33,6 @@ Kind = Literal["lock", "semaphore"]
 """The kinds of primitive, as spelled in their keys."""
 
 _KINDS: tuple[Kind, ...] = ("lock", "semaphore")
-_SCAN_COUNT = 1000
-_GLOB_SPECIAL = frozenset("*?[]\\")
 
 
 def release_all(
@@ -64,28 +62,14 @@ def release_all(
     if kind is not None and kind not in _KINDS:
         raise ConfigurationError(f"kind must be 'lock', 'semaphore' or None, got {kind!r}")
     released = 0
-    for found_kind, name in _scan(client, prefix, _KINDS if kind is None else (kind,)):
+    for found_kind, name in scan(client, prefix, _KINDS if kind is None else (kind,)):
         if match is not None and not fnmatch.fnmatchcase(name, match):
             continue
         released += _release_primitive(client, prefix, found_kind, name)
     return released
 
 
-def _scan(client: Any, prefix: str, kinds: tuple[Kind, ...]) -> list[tuple[Kind, str]]:
-    """``(kind, name)`` of every primitive with a holders key under ``prefix``."""
-    escaped = "".join("\\" + c if c in _GLOB_SPECIAL else c for c in prefix)
-    found: set[tuple[Kind, str]] = set()
-    for kind in kinds:
-        head, tail = f"{prefix}:{kind}:{{", "}:holders"
-        for raw in client.scan_iter(match=f"{escaped}:{kind}:{{*}}:holders", count=_SCAN_COUNT):
-            key = as_text(raw)
-            encoded = key[len(head) : -len(tail)]
-            if key.startswith(head) and key.endswith(tail) and "{" not in encoded:
-                found.add((kind, decode_name(encoded)))
-    return sorted(found)
-
-
-def _release_primitive(client: Any, prefix: str, kind: Kind, name: str) -> int:
+def _release_primitive(client: Any, prefix: str, kind: str, name: str) -> int:
     """Release each lease of one primitive by its token; the number that were live."""
     if kind == "lock":
         lock = RedisLock(client, name, prefix=prefix)
