@@ -217,3 +217,25 @@ def test_release_all_checks_its_arguments(r: redis.Redis) -> None:
         release_all(r, prefix="")
     with pytest.raises(TypeError):
         release_all(r, "redislock")  # type: ignore[misc]
+
+
+# -- one event, one log line -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("watched", [False, True])
+def test_a_lost_lease_is_logged_once(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture, watched: bool
+) -> None:
+    """The core logs a lost lease at WARNING only when nobody watches it: a lease with
+    ``on_lost`` is reported by its owner (the Celery layer logs one ERROR)."""
+    lost: list[Any] = []
+    lock = RedisLock(r, "watched" if watched else "unwatched", ttl=0.3)
+    caplog.set_level("DEBUG", logger="celery_redislock")
+    lease = lock.acquire(renew=True, on_lost=lost.append if watched else None)
+    assert lease is not None
+    lock.force_release()
+    assert lease.wait_lost(3)
+    records = [rec for rec in caplog.records if "lost" in rec.getMessage()]
+    assert len(records) == 1
+    assert records[0].levelname == ("DEBUG" if watched else "WARNING")
+    assert lost == ([lease] if watched else [])

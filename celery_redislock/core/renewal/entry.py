@@ -142,7 +142,11 @@ def loss_reason(entry: Entry) -> str:
 def report(lost: list[tuple[Lease, str]]) -> None:
     """Mark each lease lost (event, ``on_lost``); call without the renewer's lock."""
     for lease, reason in lost:
-        log.warning("celery_redislock: lease on %r lost: %s", lease.name, reason)
+        # One event, one log line: a lease with an on_lost callback is reported by
+        # its owner (the Celery layer logs an ERROR naming the task); only an
+        # unwatched lease is logged here.
+        level = logging.DEBUG if lease.on_lost is not None else logging.WARNING
+        log.log(level, "celery_redislock: lease on %r lost: %s", lease.name, reason)
         try:
             lease._mark_lost(reason)
         except Exception:
