@@ -84,6 +84,7 @@ class Parked:
 
     id: str
     payload: bytes
+    owner: str = ""
 
 
 OnClaimed = Callable[["ParkingSemaphore", list[Parked]], None]
@@ -121,7 +122,8 @@ def parking_pools(client: Any, prefix: str = DEFAULT_PREFIX) -> list[str]:
 
 def _entries(flat: Iterable[Any]) -> list[Parked]:
     items = list(flat)
-    return [Parked(as_text(items[i]), _bytes(items[i + 1])) for i in range(0, len(items), 2)]
+    return [Parked(as_text(items[i]), _bytes(items[i + 1]), as_text(items[i + 2]))
+            for i in range(0, len(items), 3)]  # fmt: skip
 
 
 def _bytes(value: Any) -> bytes:

@@ -41,7 +41,7 @@ end
 
 -- Claim up to `free` entries from the head of the queue: each gets a permit reserved
 -- for `reserve` ms (a lease whose token is its id) and joins the claimed zset.
--- Returns {id, payload, ...} of the entries claimed, in queue order.
+-- Returns {id, payload, owner, ...} of the entries claimed, in queue order.
 local function claim_heads(k, free, now, now_us, reserve)
   local out = {}
   while free > 0 do
@@ -55,6 +55,7 @@ local function claim_heads(k, free, now, now_us, reserve)
       redis.call('ZADD', k.claimed, string.format('%d', now + reserve), head)
       out[#out + 1] = head
       out[#out + 1] = row[1]
+      out[#out + 1] = row[2] or ''
       free = free - 1
     end
   end

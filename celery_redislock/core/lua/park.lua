@@ -13,14 +13,15 @@
 -- ARGV[1]  id        the new entry's id (its park token: random, unguessable).
 -- ARGV[2]  payload   opaque bytes: what to publish when the entry is claimed.
 -- ARGV[3]  owner     owner id of the reserved permit (e.g. the task id).
--- ARGV[4]  limit     the caller's limit, used when meta holds none (integer >= 1).
+-- ARGV[4]  limit     the caller's limit (integer >= 1): obeyed, and stored in meta
+--                    for the releases and the sweepers, as an acquire stores it.
 -- ARGV[5]  reserve   milliseconds a claimed entry's permit is reserved for it.
 -- ARGV[6]  keep      milliseconds the parking keys outlive the latest park.
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS.
 --
 -- Returns {position, id, payload, ...}: the entry's 1-based place in the queue (0
 -- when it was claimed at once, or when `id` is parked already: a re-sent park), then
--- the entries claimed, to be published by the caller.
+-- {id, payload, owner} of each entry claimed, to be published by the caller.
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
@@ -40,8 +41,10 @@ redis.call('ZADD', k.parked, ticket, id)
 redis.call('HSET', k.payloads, 'p:' .. id, payload, 'o:' .. id, owner, 't:' .. id, ticket)
 for _, key in ipairs({k.parked, k.payloads}) do redis.call('PEXPIRE', key, keep) end
 
+redis.call('HSET', k.meta, 'limit', ARGV[4])
+redis.call('PEXPIRE', k.meta, {{FENCE_MEMORY_MS}})
 unclaim_lapsed(k, now)
-local limit = stored_limit(k.meta, tonumber(ARGV[4]))
+local limit = tonumber(ARGV[4])
 local claimed = claim_heads(k, free_for_parked(k, KEYS[5], limit, now), now, now_us, reserve)
 local position = redis.call('ZRANK', k.parked, id)
 local reply = {0}

@@ -22,9 +22,9 @@
 --
 -- Returns {released, parked, id, payload, ...}: released is 1 when the lease was
 -- live and is now released, else 0 (a re-sent release changes nothing more);
--- parked the entries still queued; then the entries claimed, in queue order, to be
--- published by the caller. A limit lowered meanwhile is obeyed: only permits free
--- under the stored limit are handed on.
+-- parked the entries still queued; then {id, payload, owner} of each entry claimed,
+-- in queue order, to be published by the caller. A limit lowered meanwhile is
+-- obeyed: only permits free under the stored limit are handed on.
 
 local holders, leases, queue, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 
