@@ -19,7 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 
 import redis
@@ -62,11 +62,22 @@ class RedisServer:
     restart of a server that keeps nothing on disk would.
     """
 
-    def __init__(self, executable: str | None = None, port: int | None = None) -> None:
+    def __init__(
+        self,
+        executable: str | None = None,
+        port: int | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
         self.executable = executable or find_redis_server()
         self.port = port or _free_port()
+        self.extra_args = list(extra_args)  # e.g. --cluster-enabled yes (testing_cluster)
         self.process: subprocess.Popen[bytes] | None = None
         self._dir = tempfile.mkdtemp(prefix="redislock-redis-")
+
+    @property
+    def dir(self) -> str:
+        """The server's working directory (its log; a cluster node's nodes.conf)."""
+        return self._dir
 
     @property
     def url(self) -> str:
@@ -85,6 +96,7 @@ class RedisServer:
             "--daemonize", "no",
             "--loglevel", "warning",
             "--logfile", os.path.join(self._dir, "redis.log"),
+            *self.extra_args,
         ]  # fmt: skip
         # A session of its own: a Ctrl-C sent to the caller's terminal must not kill
         # the server before the caller's own orderly shutdown has used it.

@@ -1,0 +1,277 @@
+"""A private Redis Cluster for tests and benchmarks: 3 primaries + 3 replicas by default.
+
+:class:`LocalCluster` starts ``redis-server --cluster-enabled yes`` processes (each a
+:class:`~celery_redislock.testing.RedisServer` on a free loopback port, its
+``nodes.conf`` in its own temp dir) and joins them itself -- ``CLUSTER ADDSLOTSRANGE``
+on the primaries, ``CLUSTER MEET``, ``CLUSTER REPLICATE`` -- then waits until every node
+reports ``cluster_state:ok`` and all of them agree on the slot map. No Docker and no
+``redis-cli --cluster create``. It also reshards a slot (:meth:`LocalCluster.move_slot`)
+and kills and restarts nodes, for failover tests. It needs ``redis-server`` >= 7.0
+(``CLUSTER ADDSLOTSRANGE``).
+
+    with LocalCluster() as cluster:
+        client = cluster.client()        # a redis.cluster.RedisCluster
+
+Like :mod:`celery_redislock.testing`, this imports only the standard library and redis-py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+
+from .testing import RedisServer, _free_port
+
+__all__ = ["LocalCluster", "SLOTS"]
+
+SLOTS = 16384
+
+
+def _node_table(client: Any) -> dict[int, dict[str, Any]]:
+    """``CLUSTER NODES`` as redis-py parses it (``node_id``, ``flags``, ``master_id``,
+    ``slots``: [[first, last]], ...), by port."""
+    table = client.execute_command("CLUSTER NODES")
+    return {int(address.rsplit(":", 1)[1]): row for address, row in table.items()}
+
+
+class LocalCluster:
+    """A Redis Cluster of local ``redis-server`` processes (context manager).
+
+    Args:
+        primaries: number of primaries; the slots are split evenly among them.
+        replicas: replicas per primary.
+        node_timeout_ms: ``cluster-node-timeout``: a primary unreachable this long is
+            failed over to its replica (about 2 s in all at 1000 ms).
+        executable: the ``redis-server`` to run (default: as ``RedisServer``).
+    """
+
+    def __init__(
+        self,
+        primaries: int = 3,
+        replicas: int = 1,
+        node_timeout_ms: int = 1000,
+        executable: str | None = None,
+    ) -> None:
+        args = [
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", "nodes.conf",  # in the server's own --dir
+            "--cluster-node-timeout", str(node_timeout_ms),
+            # A replica may always take over, however long since it heard its primary.
+            "--cluster-replica-validity-factor", "0",
+        ]  # fmt: skip
+        count = primaries * (1 + replicas)
+        # The bus port is chosen too: the default (port + 10000) may be taken, or above
+        # 65535 for a free port above 55535.
+        self._bus = [_free_port() for _ in range(count)]
+        self.nodes = [
+            RedisServer(executable, extra_args=[*args, "--cluster-port", str(bus)])
+            for bus in self._bus
+        ]
+        self.primaries = primaries
+        self.replicas = replicas
+        self._ids: dict[int, str] = {}  # port -> node id
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    def start(self, timeout: float = 30.0) -> LocalCluster:
+        """Start the processes, join them into a cluster and wait until it is healthy."""
+        try:
+            for node in self.nodes:
+                node.start()
+            self._ids = {node.port: self._call(node, "CLUSTER", "MYID") for node in self.nodes}
+            per = SLOTS // self.primaries
+            for index, node in enumerate(self.nodes[: self.primaries]):
+                last = SLOTS - 1 if index == self.primaries - 1 else (index + 1) * per - 1
+                self._call(node, "CLUSTER", "ADDSLOTSRANGE", index * per, last)
+            first = self.nodes[0]
+            for node, bus in zip(self.nodes[1:], self._bus[1:], strict=True):
+                self._call(first, "CLUSTER", "MEET", "127.0.0.1", node.port, bus)
+            # A replica can follow its primary only once it knows it (MEET propagates
+            # by gossip).
+            self._until(lambda: all(self._knows_all(node) for node in self.nodes), timeout,
+                        "every node to know every other")  # fmt: skip
+            for index, node in enumerate(self.nodes[self.primaries :]):
+                primary = self.nodes[index % self.primaries]
+                self._call(node, "CLUSTER", "REPLICATE", self._ids[primary.port])
+            self.wait_healthy(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every process (also the killed ones' leftovers) and remove their dirs."""
+        for node in self.nodes:
+            node.__exit__(None, None, None)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- clients ------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """A URL for ``RedisCluster.from_url``: any node; the client finds the rest."""
+        return self.running()[0].url
+
+    def client(self, **options: Any) -> RedisCluster:
+        """A new ``RedisCluster`` client on the running nodes (``options`` for it)."""
+        # One running node is enough: the client reads the slot map from it.
+        return RedisCluster(host="127.0.0.1", port=self.running()[0].port, **options)
+
+    def node_client(self, node: RedisServer, **options: Any) -> Any:
+        """A plain ``redis.Redis`` on one node (``CLUSTER`` commands, per-node counters)."""
+        return redis.Redis(port=node.port, socket_timeout=5, **options)
+
+    def running(self) -> list[RedisServer]:
+        """The nodes whose process runs."""
+        return [node for node in self.nodes if node.process is not None]
+
+    def node_id(self, node: RedisServer) -> str:
+        """The cluster node id of ``node``."""
+        return self._ids[node.port]
+
+    def node_of_port(self, port: int) -> RedisServer:
+        """The node listening on ``port``."""
+        return next(node for node in self.nodes if node.port == port)
+
+    # -- topology -----------------------------------------------------------------------
+
+    def owner(self, slot: int, via: RedisServer | None = None) -> RedisServer:
+        """The primary serving ``slot``, as ``via`` (default: any running node) sees it."""
+        with self.node_client(via or self.running()[0]) as client:
+            table = _node_table(client)
+        for port, row in table.items():
+            if (
+                "master" in row["flags"]
+                and "fail" not in row["flags"]
+                and any(int(first) <= slot <= int(last) for first, last in row["slots"])
+            ):
+                return self.node_of_port(port)
+        raise LookupError(f"no primary serves slot {slot}")
+
+    def replicas_of(self, primary: RedisServer) -> list[RedisServer]:
+        """The running replicas of ``primary``."""
+        wanted = self.node_id(primary)
+        with self.node_client(self.running()[0]) as client:
+            table = _node_table(client)
+        return [n for n in self.running() if table.get(n.port, {}).get("master_id") == wanted]
+
+    def wait_healthy(self, timeout: float = 30.0) -> None:
+        """Until every running node says ``cluster_state:ok``, they agree on which
+        primary serves each slot, every primary has its replicas and those are in
+        sync (so a failover loses nothing that was written before)."""
+        self._until(self._healthy, timeout, "the cluster to be healthy")
+
+    def kill(self, node: RedisServer) -> None:
+        """SIGKILL ``node``, as a crash would."""
+        node.kill()
+
+    def restart(self, node: RedisServer, timeout: float = 30.0) -> None:
+        """Start a killed ``node`` again (same port and nodes.conf, empty data set): a
+        primary that was failed over meanwhile comes back as a replica. Waits until
+        the cluster is healthy again."""
+        node.start()
+        self.wait_healthy(timeout)
+
+    def move_slot(
+        self,
+        slot: int,
+        target: RedisServer,
+        between: Callable[[], None] | None = None,
+    ) -> int:
+        """Reshard ``slot`` to primary ``target`` with its keys, as ``redis-cli
+        --cluster reshard`` does: ``SETSLOT IMPORTING``/``MIGRATING``, ``MIGRATE ...
+        KEYS`` one key at a time (``between()`` runs after each key, while the slot is
+        half moved), then ``SETSLOT NODE`` on every primary. Returns the keys moved."""
+        source = self.owner(slot)
+        self._call(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", self.node_id(source))
+        self._call(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", self.node_id(target))
+        moved = 0
+        while keys := self._call(source, "CLUSTER", "GETKEYSINSLOT", slot, 100):
+            for key in keys:
+                self._call(source, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", key)
+                moved += 1
+                if between is not None:
+                    between()
+        # The target first, so the slot is never left without an owner that knows it.
+        others = [node for node in self._primaries() if node not in (target, source)]
+        for node in [target, source, *others]:
+            self._call(node, "CLUSTER", "SETSLOT", slot, "NODE", self.node_id(target))
+        return moved
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _call(self, node: RedisServer, *args: Any) -> Any:
+        with self.node_client(node, decode_responses=True) as client:
+            return client.execute_command(*args)
+
+    def _knows_all(self, node: RedisServer) -> bool:
+        with self.node_client(node) as client:
+            table = _node_table(client)
+        return len(table) == len(self.nodes) and not any(
+            "handshake" in row["flags"] or "noaddr" in row["flags"] for row in table.values()
+        )
+
+    def _primaries(self) -> list[RedisServer]:
+        with self.node_client(self.running()[0]) as client:
+            table = _node_table(client)
+        return [node for node in self.running()
+                if "master" in table[node.port]["flags"] and table[node.port]["slots"]]  # fmt: skip
+
+    def _healthy(self) -> bool:
+        views = {self._view(node) for node in self.running()}
+        return None not in views and len(views) == 1
+
+    def _view(self, node: RedisServer) -> tuple[tuple[int, str], ...] | None:
+        """``node``'s slot map (each primary's port and slot ranges), or None while it
+        is not ok, sees a running node failed or joining, or is a replica not yet in
+        sync. Nodes that do not run (killed) are left out."""
+        client = self.node_client(node, decode_responses=True)
+        try:
+            if "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
+                return None
+            table = _node_table(client)
+            running = {n.port for n in self.running()}
+            rows = {port: row for port, row in table.items() if port in running}
+            if len(rows) != len(running) or any(
+                flag in row["flags"] for row in rows.values()
+                for flag in ("fail", "handshake", "noaddr")
+            ):  # fmt: skip
+                return None
+            myself = rows[node.port]
+            if "slave" in myself["flags"] and (
+                myself["master_id"] == "-"
+                or client.info("replication").get("master_link_status") != "up"
+            ):
+                return None
+            primaries = {port: row for port, row in rows.items()
+                         if "master" in row["flags"] and row["slots"]}  # fmt: skip
+            if len(primaries) != self.primaries:
+                return None
+            return tuple(sorted((port, repr(row["slots"])) for port, row in primaries.items()))
+        except redis.RedisError:
+            return None
+        finally:
+            client.close()
+
+    @staticmethod
+    def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
+            time.sleep(0.05)

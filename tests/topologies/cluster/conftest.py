@@ -1,0 +1,38 @@
+"""A real Redis Cluster (3 primaries + 3 replicas from ``redis-server``), started once
+per test session by :class:`celery_redislock.testing_cluster.LocalCluster`.
+
+Tests share it: each uses names of its own, and a test that kills or moves something
+leaves the cluster healthy again (every node running, every slot served).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from redis.cluster import RedisCluster
+
+from celery_redislock.testing_cluster import LocalCluster
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    """The session's cluster."""
+    with LocalCluster() as local:
+        yield local
+
+
+@pytest.fixture
+def rc(cluster: LocalCluster) -> Iterator[RedisCluster]:
+    """A cluster client of the test's own (short timeouts: nodes get killed)."""
+    cluster.wait_healthy()
+    client = cluster.client(socket_timeout=2, socket_connect_timeout=1)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def name() -> str:
+    """A lock name no other test uses."""
+    return f"t-{uuid.uuid4().hex[:12]}"

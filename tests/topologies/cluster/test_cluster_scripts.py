@@ -1,0 +1,139 @@
+"""Every script of the core, on every path, run on a real Redis Cluster.
+
+The lock's and the semaphore's keys share one hash tag, so each script runs on the
+primary serving that slot; the wake-up messages are published from inside the scripts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from importlib import resources
+from typing import Any
+
+import pytest
+from redis.cluster import RedisCluster
+
+from celery_redislock import Lease, RedisLock, RedisSemaphore
+from celery_redislock.core.scripts import LuaScript
+
+SCRIPTS = {
+    path.name
+    for path in resources.files("celery_redislock.core.lua").iterdir()
+    if path.name.endswith(".lua") and not path.name.startswith("lib_")
+}
+
+
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """The names of the scripts that ran on a cluster client during the test."""
+    names: set[str] = set()
+    call = LuaScript.__call__
+
+    def recording(self: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:
+        if isinstance(client, RedisCluster):
+            names.add(self.name)
+        return call(self, client, keys, args)
+
+    monkeypatch.setattr(LuaScript, "__call__", recording)
+    return names
+
+
+class Waiter(threading.Thread):
+    """A blocking acquire in a thread; ``lease`` and when it returned."""
+
+    def __init__(self, primitive: RedisLock | RedisSemaphore, timeout: float) -> None:
+        super().__init__(daemon=True)
+        self.primitive, self.timeout = primitive, timeout
+        self.lease: Lease | None = None
+        self.at = 0.0
+
+    def run(self) -> None:
+        self.lease = self.primitive.acquire(timeout=self.timeout)
+        self.at = time.monotonic()
+
+
+def queued(primitive: RedisLock | RedisSemaphore, count: int) -> None:
+    deadline = time.monotonic() + 5
+    while primitive.info().waiters < count:
+        assert time.monotonic() < deadline, "the waiter never queued"
+        time.sleep(0.01)
+
+
+def test_lock_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
+    lock = RedisLock(rc, name, ttl=5)
+    first = lock.acquire(blocking=False)  # uncontended
+    assert first is not None
+    assert lock.try_acquire() == (None, None)  # contended: refused, holder has no owner
+    waiter = Waiter(lock, timeout=5)  # contended: queues
+    waiter.start()
+    queued(lock, 1)
+    assert first.extend(10)
+    info = lock.info()
+    assert (len(info.holders), info.waiters, info.fence) == (1, 1, first.fence)
+    released_at = time.monotonic()
+    assert first.release()  # hands the lock to the waiter
+    waiter.join(5)
+    assert waiter.lease is not None and waiter.lease.fence > first.fence
+    assert waiter.at - released_at < 0.5
+    assert not lock._release_token(first.token)  # a stale token changes nothing
+    quitter = Waiter(lock, timeout=0.3)  # times out: leaves the queue
+    quitter.start()
+    quitter.join(5)
+    assert quitter.lease is None and lock.info().waiters == 0
+    assert waiter.lease.release() and not lock.locked()
+
+    # Re-entry by owner, adopt, release_owner, force_release.
+    one = lock.acquire(owner="task-1", blocking=False)
+    two = lock.acquire(owner="task-1", blocking=False)
+    assert one is not None and two is not None and two.fence > one.fence
+    assert lock.try_acquire(owner="task-2") == (None, "task-1")
+    assert one.release() and lock.locked()
+    adopted = lock.adopt(two.token, owner="task-3")
+    assert adopted is not None and not two.release()
+    assert lock.release_owner("task-1") == 0 and lock.release_owner("task-3") == 1
+    assert not lock.locked()
+    assert lock.acquire(blocking=False) is not None and lock.force_release() == 1
+
+    # Renewal: a 0.6 s lease held for 1.5 s.
+    renewed = lock.acquire(ttl=0.6, renew=True, blocking=False)
+    assert renewed is not None
+    time.sleep(1.5)
+    assert not renewed.lost and renewed.release()
+    assert ran >= {name for name in SCRIPTS if name.startswith("lock_")} | {"queue_leave.lua"}
+
+
+def test_semaphore_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
+    semaphore = RedisSemaphore(rc, name, limit=2, ttl=5)
+    first = semaphore.acquire(blocking=False, owner="a")
+    second = semaphore.acquire(blocking=False, owner="b")
+    assert first is not None and second is not None and second.fence > first.fence
+    assert semaphore.acquire(blocking=False) is None
+    waiter = Waiter(semaphore, timeout=5)
+    waiter.start()
+    queued(semaphore, 1)
+    assert first.extend(10)
+    info = semaphore.info()
+    assert (len(info.holders), info.waiters, info.limit) == (2, 1, 2)
+    released_at = time.monotonic()
+    assert first.release()  # the freed permit goes to the waiter
+    waiter.join(5)
+    assert waiter.lease is not None and waiter.lease.fence > second.fence
+    assert waiter.at - released_at < 0.5
+    assert not first.extend()
+    assert semaphore.release_owner("b") == 1 and semaphore.force_release() == 1
+    assert semaphore.available() == 2
+    renewed = semaphore.acquire(ttl=0.6, renew=True, blocking=False)
+    assert renewed is not None
+    time.sleep(1.5)
+    assert not renewed.lost and renewed.release()
+    assert ran >= {name for name in SCRIPTS if name.startswith("semaphore_")}
+
+
+def test_every_script_is_covered() -> None:
+    """The two tests above check every script of the core ran: a script named
+    otherwise must be added to one of them."""
+    assert {name for name in SCRIPTS if not name.startswith(("lock_", "semaphore_"))} == {
+        "queue_leave.lua"
+    }
+    assert len(SCRIPTS) >= 14
