@@ -15,6 +15,13 @@ import pytest
 from redis.cluster import RedisCluster
 
 from celery_redislock import Lease, RedisLock, RedisSemaphore
+from celery_redislock.core.parking import (
+    DUPLICATE,
+    TAKEN,
+    Parked,
+    ParkingSemaphore,
+    new_entry_id,
+)
 from celery_redislock.core.scripts import LuaScript
 
 SCRIPTS = {
@@ -68,7 +75,7 @@ def test_lock_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
     waiter = Waiter(lock, timeout=5)  # contended: queues
     waiter.start()
     queued(lock, 1)
-    assert first.extend(10)
+    assert first.extend(10) and first.extend(1, add=True) and first.held()
     info = lock.info()
     assert (len(info.holders), info.waiters, info.fence) == (1, 1, first.fence)
     released_at = time.monotonic()
@@ -112,7 +119,7 @@ def test_semaphore_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
     waiter = Waiter(semaphore, timeout=5)
     waiter.start()
     queued(semaphore, 1)
-    assert first.extend(10)
+    assert first.extend(10) and first.extend(1, add=True) and first.held()
     info = semaphore.info()
     assert (len(info.holders), info.waiters, info.limit) == (2, 1, 2)
     released_at = time.monotonic()
@@ -130,10 +137,29 @@ def test_semaphore_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
     assert ran >= {name for name in SCRIPTS if name.startswith("semaphore_")}
 
 
+def test_parking_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
+    claimed: list[Parked] = []
+    pool = ParkingSemaphore(rc, name, limit=1, ttl=5,
+                            on_claimed=lambda _, entries: claimed.extend(entries))  # fmt: skip
+    holder = pool.acquire(blocking=False)
+    assert holder is not None
+    first, second = new_entry_id(), new_entry_id()
+    assert (pool.park(first, b"run 1"), pool.park(second, b"run 2")) == (1, 2)
+    assert pool.parking_info().parked == 2
+    assert holder.release()  # claims the head: its permit is reserved, payload published
+    assert [entry.payload for entry in claimed] == [b"run 1"]
+    assert pool.give_back(first)  # could not publish: back to its place
+    assert pool.pump()[1][0].id == first
+    status, lease = pool.take(first, owner="task-1")
+    assert status == TAKEN and lease is not None
+    assert pool.take(first)[0] == DUPLICATE
+    assert lease.release() and [entry.payload for entry in claimed][-1] == b"run 2"
+    assert ran >= {name for name in SCRIPTS if name.startswith("park")}
+
+
 def test_every_script_is_covered() -> None:
     """The two tests above check every script of the core ran: a script named
     otherwise must be added to one of them."""
-    assert {name for name in SCRIPTS if not name.startswith(("lock_", "semaphore_"))} == {
-        "queue_leave.lua"
-    }
+    prefixes = ("lock_", "semaphore_", "park")
+    assert {name for name in SCRIPTS if not name.startswith(prefixes)} == {"queue_leave.lua"}
     assert len(SCRIPTS) >= 14
