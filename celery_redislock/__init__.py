@@ -15,6 +15,7 @@ from .errors import (
     DuplicateTask,
     LockNotOwned,
     LockTimeout,
+    NotReplicated,
     RedisLockError,
 )
 
@@ -43,6 +44,7 @@ __all__ = [
     "DuplicateTask",
     "LockNotOwned",
     "LockTimeout",
+    "NotReplicated",
     "RedisLockError",
 ]
 

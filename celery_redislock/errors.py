@@ -11,6 +11,7 @@ __all__ = [
     "DuplicateTask",
     "LockNotOwned",
     "LockTimeout",
+    "NotReplicated",
     "RedisLockError",
 ]
 
@@ -89,6 +90,25 @@ class DuplicateTask(RedisLockError):
         self.task_id = task_id
         self.key = key
         self.ttl_left = ttl_left
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class NotReplicated(RedisLockError):
+    """A grant was not acknowledged by ``min_replicas`` replicas within
+    ``replica_timeout`` (``WAIT``, or ``WAITAOF`` with ``wait_aof``).
+
+    The lease was released again (best effort: a release never waits for replicas),
+    so the caller holds nothing. ``name`` is the lock or semaphore name, ``wanted``
+    the replicas asked for, ``acked`` how many acknowledged in time.
+    """
+
+    def __init__(self, message: str, name: str = "", wanted: int = 0, acked: int = 0) -> None:
+        super().__init__(message, name, wanted, acked)
+        self.name = name
+        self.wanted = wanted
+        self.acked = acked
 
     def __str__(self) -> str:
         return str(self.args[0])

@@ -19,6 +19,7 @@ from .info import HolderInfo, PrimitiveInfo
 from .keys import DEFAULT_PREFIX
 from .lease import Lease, OnLost
 from .primitive import Primitive, fresh_token
+from .replicas import DEFAULT_REPLICA_TIMEOUT
 from .scripts import LuaScript, as_text
 from .validate import (
     acquire_deadline,
@@ -83,6 +84,13 @@ class RedisLock(Primitive):
         max_hold: seconds after its grant beyond which a lease is never held: its TTL
             is capped to it and renewal stops there (the lease then expires and is
             reported lost). None: no bound. An explicit ``extend()`` is not bounded.
+        min_replicas: a grant counts only once ``WAIT`` reports this many replicas
+            within ``replica_timeout`` seconds; else it is released and
+            :class:`~celery_redislock.errors.NotReplicated` raised (see
+            :mod:`.replicas`). 0: grants count at once. Releases never wait.
+        replica_timeout: seconds a grant waits for its replicas (> 0).
+        wait_aof: confirm with ``WAITAOF 1 min_replicas`` (Redis >= 7.2, AOF on)
+            instead of ``WAIT``.
     """
 
     kind = "lock"
@@ -96,8 +104,13 @@ class RedisLock(Primitive):
         prefix: str = DEFAULT_PREFIX,
         renew: bool = False,
         max_hold: float | None = None,
+        min_replicas: int = 0,
+        replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
+        wait_aof: bool = False,
     ) -> None:
-        super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold)
+        super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold,
+                         min_replicas=min_replicas, replica_timeout=replica_timeout,
+                         wait_aof=wait_aof)  # fmt: skip
         # The hot path sends these as they are: keys encoded once with the client's own
         # encoder (what redis-py would send for the str), not per call. The scripts
         # derive the wake-up channel from the holders key (KeySpace.channel).
@@ -330,6 +343,9 @@ class RedisLock(Primitive):
     ) -> tuple[Lease | None, str | None]:  # fmt: skip
         deadline = acquire_deadline(blocking, timeout)
         return self._acquire(deadline, owner, ttl, renew, on_lost, max_hold)
+
+    def _extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
+        return _EXTEND, self._holders_key, [token, ttl_ms]
 
     # -- the renewer's side (renewal.Renewable) ---------------------------------------
 

@@ -11,9 +11,13 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, ClassVar
 
+from redis.exceptions import RedisError
+
 from ..errors import ConfigurationError, LockTimeout
 from .keys import KeySpace
 from .lease import Lease, OnLost, current_pid
+from .replicas import DEFAULT_REPLICA_TIMEOUT, check_replica_ack, remaining_ms
+from .scripts import LuaScript
 from .validate import capped_ttl_ms, check_bool, check_client, check_max_hold, ttl_to_ms
 
 __all__ = ["Primitive", "fresh_token"]
@@ -36,12 +40,16 @@ class Primitive:
         prefix: str,
         renew: bool,
         max_hold: float | None,
+        min_replicas: int = 0,
+        replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
+        wait_aof: bool = False,
     ) -> None:
         self._client = check_client(client)
         self._keys = KeySpace.build(prefix, self.kind, name)
         self._ttl_ms = ttl_to_ms(ttl)
         self.renew = check_bool(renew, "renew")
         self.max_hold = check_max_hold(max_hold)
+        self._ack = check_replica_ack(self._client, min_replicas, replica_timeout, wait_aof)
         self._local = threading.local()
 
     @property
@@ -155,6 +163,10 @@ class Primitive:
         """Set ``token``'s TTL in one round trip (the lease's side; see the subclass)."""
         raise NotImplementedError
 
+    def _extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
+        """The script, keys and args of :meth:`_extend_token` (replica confirmation)."""
+        raise NotImplementedError
+
     def _lease_terms(
         self, ttl: float | None, max_hold: float | None, owner: str | None
     ) -> tuple[int, float | None]:
@@ -175,7 +187,19 @@ class Primitive:
         on_lost: OnLost | None,
         max_hold: float | None,
     ) -> Lease:
-        """The lease for a grant, handed to the renewer when renewal is on."""
+        """The lease for a grant, handed to the renewer when renewal is on.
+
+        With ``min_replicas`` / ``wait_aof`` the grant first waits for its replicas
+        (see :mod:`.replicas`); unacknowledged, it is released and the error raised.
+        """
+        if self._ack is not None:
+            try:
+                script, keys, args = self._extend_call(token, remaining_ms(ttl_ms, sent_at))
+                self._ack.confirm(self._client, self.name, script, keys, args)
+            except BaseException:
+                with contextlib.suppress(RedisError):
+                    self._release_token(token)  # never waits for replicas
+                raise
         lease = Lease(self, token, fence, ttl_ms / 1000.0, owner=owner, granted_at=sent_at,
                       on_lost=on_lost)  # fmt: skip
         if self.renew if renew is None else renew:

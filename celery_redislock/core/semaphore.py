@@ -20,6 +20,7 @@ from .info import PrimitiveInfo
 from .keys import DEFAULT_PREFIX
 from .lease import Lease, OnLost
 from .primitive import Primitive, fresh_token
+from .replicas import DEFAULT_REPLICA_TIMEOUT
 from .scripts import LuaScript
 from .semaphore_scripts import RENEW, SemaphoreScripts
 from .validate import (
@@ -53,6 +54,8 @@ class RedisSemaphore(Primitive):
         max_hold: seconds after its grant beyond which a lease is never held (its TTL
             is capped to it and renewal stops there), as for ``RedisLock``; None: no
             bound.
+        min_replicas, replica_timeout, wait_aof: replica acknowledgement of grants,
+            as for ``RedisLock`` (see :mod:`.replicas`).
 
     The limit rule: every acquire enforces the ``limit`` of the semaphore object that
     calls it, and stores it with the semaphore (its ``meta`` hash, which releases read
@@ -77,8 +80,13 @@ class RedisSemaphore(Primitive):
         prefix: str = DEFAULT_PREFIX,
         renew: bool = False,
         max_hold: float | None = None,
+        min_replicas: int = 0,
+        replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
+        wait_aof: bool = False,
     ) -> None:
-        super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold)
+        super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold,
+                         min_replicas=min_replicas, replica_timeout=replica_timeout,
+                         wait_aof=wait_aof)  # fmt: skip
         self._limit = check_positive_int(limit, "limit")
         self._fair = check_bool(fair, "fair")
         self._scripts = SemaphoreScripts(self._client, self._keys, self._limit, self._fair)
@@ -202,6 +210,9 @@ class RedisSemaphore(Primitive):
 
     def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
         return self._scripts.extend_add(token, ttl_ms, nonce)
+
+    def _extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
+        return self._scripts.extend_call(token, ttl_ms)
 
     # -- the renewer's side (renewal.Renewable) ---------------------------------------
 

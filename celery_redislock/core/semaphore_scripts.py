@@ -99,6 +99,10 @@ class SemaphoreScripts:
         0 when it was not live. ``nonce`` identifies the request (see the script)."""
         return int(_EXTEND_ADD(self._client, self._add_keys, [token, ttl_ms, nonce]))
 
+    def extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
+        """The script, keys and args of :meth:`extend` (to pipeline it)."""
+        return _EXTEND, self._state_keys, [token, ttl_ms, *self._flags]
+
     def leave(self, token: str) -> int:
         """Take waiter ``token`` out of the queue, waking the one that takes its place.
 

@@ -20,12 +20,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .notifier import WAKE_ALL, Notifier, Waiter
 
-__all__ = ["MAX_POLL", "WAITER_HEARTBEAT_MS", "WAKE_ALL", "Grant", "Notifier", "Waiter",
-           "granted_lease", "poll_slice", "wait_until_granted"]
+__all__ = ["MAX_POLL", "OUTAGE_GRACE", "WAITER_HEARTBEAT_MS", "WAKE_ALL", "Grant", "Notifier",
+           "Waiter", "granted_lease", "poll_slice", "wait_until_granted"]
 
 Grant = tuple[int, float]
 """A lease granted to a waiter: its fence, and a ``time.monotonic()`` no later than
@@ -36,6 +38,10 @@ MAX_POLL = 1.0
 
 WAITER_HEARTBEAT_MS = 5000
 """A queued waiter that has not checked in for this long is dropped from the queue."""
+
+OUTAGE_GRACE = 30.0
+"""Seconds a waiter with no deadline keeps asking through connection errors (a
+Sentinel failover takes a few seconds) before it raises the last one."""
 
 
 def granted_lease(fence: int, sent_at: float, ms_left: int, ttl_ms: int) -> Grant:
@@ -72,8 +78,15 @@ def wait_until_granted(
     waiter from the queue on the way out and returns the fence of a lease granted to
     it meanwhile (else 0): on a timeout that lease is kept (it was granted in time),
     on an exception or interrupt ``release()`` gives it up.
+
+    A connection error of an attempt made while waiting (a failover, a restart) does
+    not end the wait: the waiter asks again every ``max_poll`` seconds (a Sentinel-
+    managed client then reaches the new primary) until its deadline, and raises the
+    error if it still has no answer then (or after :data:`OUTAGE_GRACE` seconds of
+    errors without a deadline). It never outlives its deadline.
     """
     last_asked = time.monotonic()
+    failing_since: float | None = None
     notifier = Notifier.for_client(client)
     try:
         with notifier.listen(channel, token) as waiter:
@@ -84,7 +97,18 @@ def wait_until_granted(
                     # local deadline counts from then, so it never outlives the server's.
                     return waiter.fence, last_asked
                 last_asked = time.monotonic()
-                outcome = attempt()
+                try:
+                    outcome = attempt()
+                    failing_since = None
+                except (RedisConnectionError, RedisTimeoutError):
+                    now = time.monotonic()
+                    failing_since = now if failing_since is None else failing_since
+                    give_up = now + max_poll >= (
+                        failing_since + OUTAGE_GRACE if deadline is None else deadline
+                    )
+                    if give_up:
+                        raise
+                    outcome = 0
                 if isinstance(outcome, tuple):
                     return outcome
                 sleep = max_poll if outcome <= 0 else min(max_poll, outcome / 1000.0 + 0.001)

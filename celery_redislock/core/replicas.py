@@ -1,0 +1,136 @@
+"""Replica acknowledgement of grants: ``min_replicas`` / ``replica_timeout`` /
+``wait_aof`` on a lock or semaphore.
+
+Redis replicates asynchronously: a primary that dies right after a grant may take
+it with it, and the replica Sentinel promotes then grants the name again. With
+``min_replicas=N`` a grant counts only once ``WAIT N timeout`` (or ``WAITAOF 1 N
+timeout`` with ``wait_aof=True``: written to the primary's AOF and N replicas' AOF)
+reports it acknowledged. Otherwise the lease is released again and
+:class:`~celery_redislock.errors.NotReplicated` raised: the caller never holds a
+lease it may not trust. Releases, extends and renewals never wait.
+
+``WAIT`` counts the writes of the connection it is sent on, and a lease may have
+been written by another client (a release that handed it to this waiter). So the
+confirmation is one pipelined round trip on one connection: the lease's own extend
+script (a write that follows the grant in the replication stream, and an owner
+check), then ``WAIT``. A replica that acknowledged it has the grant too.
+
+What it does not guarantee: Sentinel promotes the replica with the largest
+replication offset it knows of, which with ``min_replicas`` below the number of
+replicas may be one that lacks the grant; replicas acknowledge receipt, not
+persistence (``WAITAOF`` asks for an fsync); and a primary cut off from its
+Sentinels keeps granting until it notices (``min-replicas-to-write`` on the server
+bounds that), while the other side promotes a replica.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from redis.cluster import RedisCluster
+from redis.exceptions import NoScriptError, ResponseError
+
+from ..errors import ConfigurationError, NotReplicated
+from .scripts import LuaScript
+from .validate import check_bool, ttl_to_ms
+
+__all__ = ["ReplicaAck", "check_replica_ack"]
+
+DEFAULT_REPLICA_TIMEOUT = 1.0
+"""Seconds a grant waits for its replicas by default before it is given up."""
+
+
+class ReplicaAck:
+    """What a grant waits for: ``min_replicas`` replicas within ``timeout_ms``."""
+
+    __slots__ = ("aof", "min_replicas", "timeout_ms")
+
+    def __init__(self, min_replicas: int, timeout_ms: int, aof: bool) -> None:
+        self.min_replicas = min_replicas
+        self.timeout_ms = timeout_ms
+        self.aof = aof
+
+    def command(self) -> tuple[Any, ...]:
+        """The ``WAIT`` (or ``WAITAOF``) command to send after the grant's write."""
+        if self.aof:
+            return ("WAITAOF", 1, self.min_replicas, self.timeout_ms)
+        return ("WAIT", self.min_replicas, self.timeout_ms)
+
+    def confirm(
+        self, client: Any, name: str, script: LuaScript, keys: list[Any], args: list[Any]
+    ) -> None:
+        """Run the lease's extend ``script`` and the wait on one connection; raise
+        :class:`NotReplicated` when too few replicas acknowledged or the lease was no
+        longer live. The caller releases the lease on any exception."""
+        for command in ("EVALSHA", "EVAL"):
+            pipe = client.pipeline(transaction=False)
+            body = script.sha if command == "EVALSHA" else script.text
+            pipe.execute_command(command, body, len(keys), *keys, *args)
+            pipe.execute_command(*self.command())
+            live, acked = pipe.execute(raise_on_error=False)
+            if not isinstance(live, NoScriptError):  # else sent again with its text
+                break
+        if isinstance(live, Exception):
+            raise live
+        if isinstance(acked, ResponseError):
+            raise self._unsupported(acked) from acked
+        if isinstance(acked, Exception):
+            raise acked
+        replicas = int(acked[1]) if self.aof else int(acked)
+        local_ok = int(acked[0]) >= 1 if self.aof else True
+        if not live or not local_ok or replicas < self.min_replicas:
+            what = "WAITAOF" if self.aof else "WAIT"
+            state = "" if live else " (and the lease was no longer live)"
+            raise NotReplicated(
+                f"{name!r}: the grant was acknowledged by {replicas} of min_replicas="
+                f"{self.min_replicas} replicas{'' if local_ok else ' (not fsynced locally)'}"
+                f" within replica_timeout={self.timeout_ms / 1000:g}s ({what}){state}; "
+                "the lease was released",
+                name, self.min_replicas, replicas,
+            )  # fmt: skip
+
+    def _unsupported(self, error: ResponseError) -> Exception:
+        text = str(error)
+        if self.aof and "unknown command" in text.lower():
+            return ConfigurationError(
+                f"wait_aof=True needs WAITAOF (Redis >= 7.2); this server answered: {text}"
+            )
+        if self.aof and "appendonly" in text.lower():
+            return ConfigurationError(
+                f"wait_aof=True needs appendonly yes on the primary; this server answered: {text}"
+            )
+        return error
+
+    def __repr__(self) -> str:
+        return f"<ReplicaAck min_replicas={self.min_replicas} timeout_ms={self.timeout_ms}" + (
+            " aof>" if self.aof else ">"
+        )
+
+
+def check_replica_ack(
+    client: Any, min_replicas: object, replica_timeout: object, wait_aof: object
+) -> ReplicaAck | None:
+    """The checked acknowledgement settings; None when ``min_replicas`` is 0 and
+    ``wait_aof`` False (the default: grants count at once). Bad values raise
+    :class:`ConfigurationError` naming the argument and the value."""
+    if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 0:
+        raise ConfigurationError(f"min_replicas must be an int >= 0, got {min_replicas!r}")
+    # WAIT 0 would block for ever: a grant must never wait unbounded.
+    timeout_ms = ttl_to_ms(replica_timeout, "replica_timeout")
+    aof = check_bool(wait_aof, "wait_aof")
+    if min_replicas == 0 and not aof:
+        return None
+    if isinstance(client, RedisCluster):
+        raise ConfigurationError(
+            f"min_replicas={min_replicas!r} / wait_aof={aof!r} are not supported on "
+            "redis.cluster.RedisCluster (WAIT must follow the write on its node's "
+            "connection): use a Redis or Sentinel-managed client"
+        )
+    return ReplicaAck(min_replicas, timeout_ms, aof)
+
+
+def remaining_ms(ttl_ms: int, sent_at: float) -> int:
+    """What is left of a ``ttl_ms`` lease granted to a request sent at ``sent_at``:
+    the confirmation's extend keeps the server's expiry where the grant put it."""
+    return max(1, ttl_ms - int((time.monotonic() - sent_at) * 1000))

@@ -1,0 +1,287 @@
+"""A private Sentinel deployment for tests and benchmarks: a primary, its replicas and
+the Sentinels that watch them, all ``redis-server`` processes on loopback.
+
+``SentinelGroup()`` starts one primary, two replicas and three Sentinels
+(``redis-server --sentinel``) from config files in a temp dir, on free ports, with
+``down-after-milliseconds`` 1000 and ``failover-timeout`` 3000, so a SIGKILLed
+primary's replica is promoted about 2-2.5 s later. Nothing is kept on disk; leaving
+the ``with`` block (or :meth:`stop`) kills every process and removes the dir::
+
+    with SentinelGroup() as group:
+        client = group.master_client(socket_timeout=0.5)
+        ...
+        old = group.kill_primary()          # SIGKILL, as a crash would
+        new = group.wait_promoted(old)      # the port every Sentinel now names
+        group.restart_node(old)             # back as a replica of the new primary
+        group.wait_stable()                 # before the next trial
+
+Like :mod:`.testing`, it imports only the standard library and redis-py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from types import TracebackType
+from typing import Any
+
+import redis
+from redis.sentinel import Sentinel
+
+from .testing import _free_port, find_redis_server
+
+__all__ = ["SentinelGroup"]
+
+_HOST = "127.0.0.1"
+
+
+class SentinelGroup:
+    """One primary, ``replicas`` replicas and ``sentinels`` Sentinels (context manager).
+
+    ``nodes`` are the data nodes' ports (the first is the initial primary),
+    ``sentinel_ports`` the Sentinels'. ``url`` is the Celery/kombu form
+    ``sentinel://127.0.0.1:P1;sentinel://127.0.0.1:P2;...``.
+    """
+
+    def __init__(
+        self,
+        replicas: int = 2,
+        sentinels: int = 3,
+        *,
+        master_name: str = "mymaster",
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 3000,
+        executable: str | None = None,
+    ) -> None:
+        self.executable = executable or find_redis_server()
+        self.master_name = master_name
+        self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
+        self.nodes = [_free_port() for _ in range(replicas + 1)]
+        self.sentinel_ports = [_free_port() for _ in range(sentinels)]
+        self.quorum = sentinels // 2 + 1
+        self._dir = tempfile.mkdtemp(prefix="redislock-sentinel-")
+        self._processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    @property
+    def sentinels(self) -> list[tuple[str, int]]:
+        """``(host, port)`` of every Sentinel, as ``redis.sentinel.Sentinel`` takes them."""
+        return [(_HOST, port) for port in self.sentinel_ports]
+
+    @property
+    def url(self) -> str:
+        """The Sentinels as a Celery/kombu ``sentinel://`` URL list."""
+        return ";".join(f"sentinel://{_HOST}:{port}" for port in self.sentinel_ports)
+
+    # -- life cycle -------------------------------------------------------------------
+
+    def start(self, ready_timeout: float = 30.0) -> SentinelGroup:
+        """Start every process; return once the Sentinels agree on the primary and it
+        has all its replicas online."""
+        primary = self.nodes[0]
+        for port in self.nodes:
+            self._start_node(port, None if port == primary else primary)
+        for port in self.sentinel_ports:
+            self._start_sentinel(port, primary)
+        self.wait_stable(ready_timeout)
+        return self
+
+    def stop(self) -> None:
+        """SIGKILL every process still running and wait for it."""
+        for port in list(self._processes):
+            self.kill_node(port)
+
+    def __enter__(self) -> SentinelGroup:
+        try:
+            return self.start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    # -- clients ----------------------------------------------------------------------
+
+    def sentinel(self, **kwargs: Any) -> Any:
+        """A ``redis.sentinel.Sentinel`` on every Sentinel; ``kwargs`` go to the data
+        nodes' connections (short timeouts suit tests that kill servers)."""
+        sentinel_kwargs = {"socket_timeout": 0.5, "socket_connect_timeout": 0.5}
+        return Sentinel(self.sentinels, sentinel_kwargs=sentinel_kwargs, **kwargs)  # type: ignore[no-untyped-call]
+
+    def master_client(self, **kwargs: Any) -> Any:
+        """``Sentinel(...).master_for(master_name)``: follows failovers by itself."""
+        return self.sentinel(**kwargs).master_for(self.master_name)
+
+    def node_client(self, port: int) -> Any:
+        """A plain client of one data node (no Sentinel)."""
+        return redis.Redis(host=_HOST, port=port, socket_timeout=2, socket_connect_timeout=1)
+
+    # -- faults -----------------------------------------------------------------------
+
+    def primary_port(self) -> int | None:
+        """The port the Sentinels agree on as primary (and that node says it is one),
+        None while they disagree or none is elected."""
+        named: set[int | None] = set()
+        for sentinel_port in self.sentinel_ports:
+            client: Any = redis.Redis(host=_HOST, port=sentinel_port, socket_timeout=0.5)
+            try:
+                address = client.sentinel_get_master_addr_by_name(self.master_name)
+            except redis.RedisError:
+                return None
+            finally:
+                client.close()
+            named.add(int(address[1]) if address else None)
+        if len(named) != 1:
+            return None
+        (port,) = named
+        return port if port is not None and self._role(port)[0] == "master" else None
+
+    def kill_node(self, port: int) -> None:
+        """SIGKILL one process (data node or Sentinel), as a crash would."""
+        process = self._processes.pop(port, None)
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            process.wait(10)
+
+    def kill_primary(self) -> int:
+        """SIGKILL the current primary; return its port."""
+        port = self.primary_port()
+        if port is None:
+            raise RuntimeError("no agreed primary to kill")
+        self.kill_node(port)
+        return port
+
+    def restart_node(self, port: int) -> None:
+        """Start a killed data node again, empty, as a replica of the current primary."""
+        primary = self.primary_port()
+        if primary is None:
+            raise RuntimeError("no agreed primary to replicate")
+        self._start_node(port, primary)
+
+    def wait_promoted(self, old: int, timeout: float = 30.0) -> int:
+        """Wait until every Sentinel names a primary other than ``old``; its port."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            port = self.primary_port()
+            if port is not None and port != old:
+                return port
+            time.sleep(0.05)
+        raise TimeoutError(f"no replica promoted within {timeout}s after killing {old}")
+
+    def wait_stable(self, timeout: float = 30.0, settle: float = 1.0) -> int:
+        """Wait until the Sentinels agree on a primary for ``settle`` s, it has every
+        running data node online as a replica, and a write reaches them all (WAIT);
+        return its port. Back-to-back failovers can split the vote or let a Sentinel
+        still finishing the last one promote the wrong node, so trials wait here."""
+        deadline = time.monotonic() + timeout
+        agreed_since: tuple[int, float] | None = None
+        while time.monotonic() < deadline:
+            port = self.primary_port()
+            if port is None or (agreed_since is not None and agreed_since[0] != port):
+                agreed_since = None
+            elif agreed_since is None:
+                agreed_since = (port, time.monotonic())
+            if (
+                agreed_since is not None
+                and port is not None
+                and time.monotonic() - agreed_since[1] >= settle
+                and self._replicas_online(port)
+            ):
+                return port
+            time.sleep(0.05)
+        raise TimeoutError(f"the Sentinel group did not settle within {timeout}s")
+
+    # -- internals --------------------------------------------------------------------
+
+    def _replicas_online(self, primary: int) -> bool:
+        expected = sum(1 for port in self._processes if port in self.nodes) - 1
+        client = self.node_client(primary)
+        try:
+            role = client.execute_command("ROLE")
+            online = [r for r in role[2] if int(r[1]) in self.nodes]
+            if len(online) < expected:
+                return False
+            client.set("__redislock_sentinel_probe__", "1")
+            # The first WAIT after a full sync can take ~0.9 s (REDIS-FACTS).
+            return int(client.execute_command("WAIT", expected, 2000)) >= expected
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+
+    def _role(self, port: int) -> list[Any]:
+        client = self.node_client(port)
+        try:
+            role = client.execute_command("ROLE")
+            return [role[0].decode() if isinstance(role[0], bytes) else role[0]]
+        except redis.RedisError:
+            return ["down"]
+        finally:
+            client.close()
+
+    def _start_node(self, port: int, primary: int | None) -> None:
+        lines = [
+            f"port {port}", f"bind {_HOST}", 'save ""', "appendonly no",
+            f"dir {self._dir}", f"dbfilename dump-{port}.rdb",
+            f"logfile {self._dir}/redis-{port}.log", "loglevel notice",
+            "repl-diskless-sync yes", "repl-diskless-sync-delay 0",
+        ]  # fmt: skip
+        if primary is not None:
+            lines.append(f"replicaof {_HOST} {primary}")
+        self._spawn(port, lines, sentinel=False)
+
+    def _start_sentinel(self, port: int, primary: int) -> None:
+        name = self.master_name
+        lines = [
+            f"port {port}", f"bind {_HOST}", f"dir {self._dir}",
+            f"logfile {self._dir}/sentinel-{port}.log", "loglevel notice",
+            "sentinel resolve-hostnames no",
+            f"sentinel monitor {name} {_HOST} {primary} {self.quorum}",
+            f"sentinel down-after-milliseconds {name} {self.down_after_ms}",
+            f"sentinel failover-timeout {name} {self.failover_timeout_ms}",
+            f"sentinel parallel-syncs {name} 2",
+        ]  # fmt: skip
+        self._spawn(port, lines, sentinel=True)
+
+    def _spawn(self, port: int, lines: list[str], *, sentinel: bool) -> None:
+        # A Sentinel rewrites its config file: each process gets its own.
+        path = os.path.join(self._dir, f"{'sentinel' if sentinel else 'redis'}-{port}.conf")
+        with open(path, "w") as config:
+            config.write("\n".join(lines) + "\n")
+        args = [self.executable, path, *(["--sentinel"] if sentinel else [])]
+        # A session of its own, as RedisServer: a Ctrl-C to the caller kills nothing.
+        self._processes[port] = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 15
+        client = redis.Redis(host=_HOST, port=port, socket_connect_timeout=0.5)
+        try:
+            while True:
+                with contextlib.suppress(redis.ConnectionError):
+                    if client.ping():
+                        return
+                if self._processes[port].poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{path} did not start: {self.log_tail(port)}")
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+    def log_tail(self, port: int, lines: int = 20) -> str:
+        """The last lines of one process's log, for error messages."""
+        for kind in ("redis", "sentinel"):
+            with contextlib.suppress(OSError), open(f"{self._dir}/{kind}-{port}.log") as log:
+                return "".join(log.readlines()[-lines:])
+        return ""
