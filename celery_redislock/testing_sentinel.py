@@ -31,6 +31,8 @@ from types import TracebackType
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from .testing import _free_port, find_redis_server
@@ -92,7 +94,7 @@ class SentinelGroup:
         return self
 
     def stop(self) -> None:
-        """SIGKILL every process still running and wait for it."""
+        """SIGKILL every process still running (paused ones too) and wait for it."""
         for port in list(self._processes):
             self.kill_node(port)
 
@@ -124,9 +126,11 @@ class SentinelGroup:
         """``Sentinel(...).master_for(master_name)``: follows failovers by itself."""
         return self.sentinel(**kwargs).master_for(self.master_name)
 
-    def node_client(self, port: int) -> Any:
-        """A plain client of one data node (no Sentinel)."""
-        return redis.Redis(host=_HOST, port=port, socket_timeout=2, socket_connect_timeout=1)
+    def node_client(self, port: int, timeout: float = 2.0) -> Any:
+        """A plain client of one data node (or Sentinel), without redis-py's retries:
+        a paused node must cost one ``timeout``, not eleven."""
+        return redis.Redis(host=_HOST, port=port, socket_timeout=timeout,
+                           socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))  # fmt: skip
 
     # -- faults -----------------------------------------------------------------------
 
@@ -135,7 +139,7 @@ class SentinelGroup:
         None while they disagree or none is elected."""
         named: set[int | None] = set()
         for sentinel_port in self.sentinel_ports:
-            client: Any = redis.Redis(host=_HOST, port=sentinel_port, socket_timeout=0.5)
+            client = self.node_client(sentinel_port, 0.5)
             try:
                 address = client.sentinel_get_master_addr_by_name(self.master_name)
             except redis.RedisError:
@@ -146,7 +150,7 @@ class SentinelGroup:
         if len(named) != 1:
             return None
         (port,) = named
-        return port if port is not None and self._role(port)[0] == "master" else None
+        return port if port is not None and self.role(port) == "master" else None
 
     def kill_node(self, port: int) -> None:
         """SIGKILL one process (data node or Sentinel), as a crash would."""
@@ -154,6 +158,18 @@ class SentinelGroup:
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGKILL)
             process.wait(10)
+
+    def pause_node(self, port: int) -> None:
+        """SIGSTOP one process: alive but silent, as a partitioned or frozen server."""
+        self._processes[port].send_signal(signal.SIGSTOP)
+
+    def resume_node(self, port: int) -> None:
+        """SIGCONT a paused process."""
+        self._processes[port].send_signal(signal.SIGCONT)
+
+    def role(self, port: int) -> str:
+        """``master``, ``slave`` or ``down`` (no answer): the node's own view."""
+        return str(self._role(port)[0])
 
     def kill_primary(self) -> int:
         """SIGKILL the current primary; return its port."""
@@ -222,7 +238,7 @@ class SentinelGroup:
             client.close()
 
     def _role(self, port: int) -> list[Any]:
-        client = self.node_client(port)
+        client = self.node_client(port, 0.5)
         try:
             role = client.execute_command("ROLE")
             return [role[0].decode() if isinstance(role[0], bytes) else role[0]]
@@ -267,7 +283,7 @@ class SentinelGroup:
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         deadline = time.monotonic() + 15
-        client = redis.Redis(host=_HOST, port=port, socket_connect_timeout=0.5)
+        client = self.node_client(port, 0.5)
         try:
             while True:
                 with contextlib.suppress(redis.ConnectionError):

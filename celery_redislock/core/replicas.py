@@ -127,6 +127,14 @@ def check_replica_ack(
             "redis.cluster.RedisCluster (WAIT must follow the write on its node's "
             "connection): use a Redis or Sentinel-managed client"
         )
+    socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+    if socket_timeout is not None and socket_timeout * 1000 <= timeout_ms:
+        # The client would give up on the reply before WAIT answers (a TimeoutError
+        # instead of NotReplicated, and the lease left behind until its TTL).
+        raise ConfigurationError(
+            f"replica_timeout must be shorter than the client's socket_timeout "
+            f"({socket_timeout!r}), got {replica_timeout!r}"
+        )
     return ReplicaAck(min_replicas, timeout_ms, aof)
 
 

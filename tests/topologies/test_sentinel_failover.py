@@ -1,0 +1,180 @@
+"""A real Sentinel deployment (a primary, two replicas, three Sentinels, all started
+by the test from ``redis-server``): the core through ``Sentinel.master_for``, across a
+SIGKILL of the primary, with and without replica acknowledgement.
+
+Failovers take ~2-5 s each here, so CI runs one trial per case; the 20+ trials per
+mode are ``benchmarks/bench_failover.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+from celery_redislock import Lease, NotReplicated, RedisLock
+from celery_redislock.testing import _free_port
+from celery_redislock.testing_sentinel import SentinelGroup
+
+FAST = {"socket_timeout": 0.5, "socket_connect_timeout": 0.5}
+
+
+@pytest.fixture(scope="module")
+def group() -> Iterator[SentinelGroup]:
+    with SentinelGroup() as started:
+        yield started
+
+
+@pytest.fixture
+def healed(group: SentinelGroup) -> Iterator[SentinelGroup]:
+    """The group with every node running and replicating; restored after the test."""
+    group.wait_stable()
+    yield group
+    for port in group.nodes:
+        if port not in group._processes:
+            group.wait_promoted(port)
+            group.restart_node(port)
+    group.wait_stable()
+
+
+def _holder_copies(group: SentinelGroup, key: str) -> int:
+    copies = 0
+    for port in group.nodes:
+        if port in group._processes:
+            client = group.node_client(port)
+            try:
+                copies += int(client.exists(key))
+            finally:
+                client.close()
+    return copies
+
+
+def test_sentinel_client_acks_from_every_replica(healed: SentinelGroup) -> None:
+    client = healed.master_client(**FAST)
+    lock = RedisLock(client, "acked", ttl=10, min_replicas=2, replica_timeout=0.4)
+    lease = lock.acquire(blocking=False)
+    assert lease is not None
+    assert _holder_copies(healed, lock.keys.holders) == 3  # primary + both replicas
+    assert lease.release()
+    with pytest.raises(NotReplicated):  # three replicas asked, two exist
+        RedisLock(client, "acked", min_replicas=3, replica_timeout=0.2).acquire()
+    assert not lock.locked()
+
+
+def test_partition_waiters_stale_leases_and_fences(healed: SentinelGroup) -> None:
+    """The primary freezes (SIGSTOP: a partition) and a replica is promoted.
+
+    * A waiter blocked through the failover gets the lock on the new primary by
+      itself (once the old lease, replicated, runs out); its fence is larger.
+    * Without acks, a client still connected to the old primary is granted a lease
+      there when it wakes (split brain; what ``min_replicas`` refuses). Once the old
+      primary is demoted, that stale lease is reported lost at its next renewal and
+      can neither extend nor release the new holder's lease.
+    * Meanwhile an acquire with a short deadline neither hangs nor returns a lease.
+    """
+    stale_client = healed.master_client(**FAST)
+    stale_client.ping()  # a pooled connection to the primary, as a busy worker has
+    first = RedisLock(stale_client, "through", ttl=4).acquire(blocking=False)
+    assert first is not None
+    got: dict[str, Any] = {}
+
+    def wait() -> None:
+        try:
+            got["lease"] = RedisLock(healed.master_client(**FAST), "through", ttl=10).acquire(
+                timeout=25
+            )
+        except BaseException as exc:  # recorded for the assertion
+            got["error"] = exc
+        got["at"] = time.monotonic()
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.3)  # queued and listening
+    old = healed.primary_port()
+    assert old is not None
+    healed.pause_node(old)
+    paused_at = time.monotonic()
+
+    # No primary answers yet: the redis error or None, within the deadline.
+    started = time.monotonic()
+    try:
+        early = RedisLock(healed.master_client(**FAST), "through").acquire(timeout=0.5)
+    except redis.RedisError:
+        early = None
+    assert early is None and time.monotonic() - started < 1.5
+
+    healed.wait_promoted(old)
+    new_holder = RedisLock(healed.master_client(**FAST), "split", ttl=30).acquire(blocking=False)
+    assert new_holder is not None
+    healed.resume_node(old)
+    lost: list[Lease] = []
+    stale = RedisLock(stale_client, "split", ttl=3, renew=True).acquire(
+        blocking=False, on_lost=lost.append
+    )
+    assert stale is not None  # granted by the old primary: the split brain acks prevent
+    with pytest.raises((NotReplicated, redis.ConnectionError)):
+        RedisLock(stale_client, "acked", ttl=3, min_replicas=2, replica_timeout=0.3).acquire(
+            blocking=False
+        )
+
+    deadline = time.monotonic() + 15
+    while healed.role(old) != "slave" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert healed.role(old) == "slave"
+    # Reported lost at its next renewal (TTL/3), never silently...
+    assert stale.lost_event.wait(8), "the stale lease was not reported lost"
+    assert lost == [stale]
+    # ...and it can neither extend nor release the new holder's lease.
+    assert stale.extend() is False
+    assert stale.release() is False
+    assert new_holder.extend() is True
+    assert new_holder.release() is True
+
+    waiter.join(30)
+    assert "error" not in got, got
+    lease = got["lease"]
+    assert lease is not None
+    assert lease.fence > first.fence  # monotonic across the failover
+    assert got["at"] - paused_at < 15
+    assert lease.release()
+
+
+def test_acknowledged_grant_survives_the_failover(healed: SentinelGroup) -> None:
+    """min_replicas = number of replicas: the grant is on whichever replica is
+    promoted, so nobody else is granted the name; the holder keeps renewing it."""
+    lost: list[Lease] = []
+    lock = RedisLock(healed.master_client(**FAST), "acked-failover", ttl=6.0, renew=True,
+                     min_replicas=2, replica_timeout=0.4)  # fmt: skip
+    lease = lock.acquire(blocking=False, on_lost=lost.append)
+    assert lease is not None
+    old = healed.kill_primary()
+    healed.wait_promoted(old)
+    contender = RedisLock(healed.master_client(**FAST), "acked-failover", ttl=6.0)
+    assert contender.acquire(blocking=False) is None  # no double grant
+    time.sleep(2.5)  # a renewal tick on the new primary
+    assert not lease.lost and lost == []
+    assert lease.extend() is True
+    assert lease.release() is True
+    after = contender.acquire(blocking=False)
+    assert after is not None and after.fence > lease.fence
+    assert after.release()
+
+
+def test_unreachable_sentinels_raise_within_the_deadline() -> None:
+    # Without redis-py's retries (each request may otherwise take its ~4 s of
+    # back-off first: the client's own settings bound one request, not the core).
+    no_retry = {**FAST, "retry": Retry(NoBackoff(), 0)}
+    sentinel = Sentinel([("127.0.0.1", _free_port())], sentinel_kwargs=no_retry, **no_retry)  # type: ignore[no-untyped-call]
+    lock = RedisLock(sentinel.master_for("nobody"), "x")
+    for kwargs in ({"blocking": False}, {"timeout": 1.0}, {}):
+        started = time.monotonic()
+        with pytest.raises(redis.ConnectionError):
+            lock.acquire(**kwargs)  # type: ignore[arg-type]
+        assert time.monotonic() - started < 1.5
