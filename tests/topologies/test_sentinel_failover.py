@@ -87,7 +87,7 @@ def test_partition_waiters_stale_leases_and_fences(healed: SentinelGroup) -> Non
 
     def wait() -> None:
         try:
-            got["lease"] = RedisLock(healed.master_client(**FAST), "through", ttl=10).acquire(
+            got["lease"] = RedisLock(healed.master_client(**FAST), "through", ttl=30).acquire(
                 timeout=25
             )
         except BaseException as exc:  # recorded for the assertion
