@@ -30,7 +30,6 @@ local holders, leases, queue, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
---!include lib_parking.lua
 
 local now, now_us = server_clock()
 local released, removed = 0, 0
@@ -43,6 +42,18 @@ if token ~= '' then
     redis.call('HDEL', leases, 'f:' .. token, 'o:' .. token, 's:' .. token)
   end
 end
+-- Nobody waiting in place, parked or claimed: the common uncontended case, which
+-- needs no other helper (see scripts.py).
+local head = redis.call('ZRANGE', queue, 0, 0)[1]
+if not head and redis.call('EXISTS', KEYS[8], KEYS[10]) == 0 then
+  reap_holders(holders, leases, now)
+  return {released, 0}
+end
+
+--!include lib_lock.lua
+--!include lib_semaphore.lua
+--!include lib_parking.lua
+
 local k = parking_keys(holders, leases, KEYS[7], KEYS[5], KEYS[8], KEYS[9], KEYS[10])
 k.queue, k.alive, k.asks = queue, KEYS[4], KEYS[6]
 local fair = ARGV[3] == '1'
@@ -51,7 +62,6 @@ unclaim_lapsed(k, now)
 local live = redis.call('ZCARD', holders)
 local before = eligible(queue, limit - live - removed, fair)
 live = live - reap_holders(holders, leases, now)
-local head = redis.call('ZRANGE', queue, 0, 0)[1]
 if head then
   local stale, dropped = reap_dead_waiters(queue, k.alive, k.asks, now)
   if dropped > 0 then head = redis.call('ZRANGE', queue, 0, 0)[1] end
