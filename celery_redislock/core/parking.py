@@ -179,14 +179,16 @@ class ParkingSemaphore(RedisSemaphore):
 
         Returns its 1-based place in the queue, 0 when it was claimed at once (a
         permit was free: :attr:`on_claimed` publishes it, like every entry claimed
-        here). A re-sent park of the same id changes nothing.
+        here). A re-sent park of the same id changes nothing, also once its run
+        took it: a caller unsure whether a park went through parks again under the
+        same id, never under a new one.
         """
         if not isinstance(payload, bytes):
             raise ConfigurationError(f"payload must be bytes, got {type(payload).__name__}")
         k = self._keys
         reply = _PARK(self._client,
                       [k.holders, k.leases, k.fence, k.meta, k.queue, self.parked_key,
-                       self.payloads_key, self.claimed_key],
+                       self.payloads_key, self.claimed_key, self.taken_key],
                       [entry_id, payload, owner, self.limit, self._reserve_ms,
                        self._keep_ms])  # fmt: skip
         # After the script: a sweeper that dropped the pool from the set before this
@@ -217,7 +219,8 @@ class ParkingSemaphore(RedisSemaphore):
         Returns ``("granted", lease)`` -- the permit reserved for it, or a free one
         when the reservation lapsed and nobody is parked ahead; ``("refused", None)``
         -- the id is consumed but no permit is free (park the run again, under a new
-        id); ``("duplicate", None)`` -- the id was consumed before: do not run.
+        id); ``("duplicate", None)`` -- the id was consumed before: do not run. A
+        re-sent take with the same ``owner`` (its reply lost) gets its lease again.
         """
         ttl_ms, max_hold = self._lease_terms(ttl, None, owner)
         k = self._keys
@@ -231,7 +234,7 @@ class ParkingSemaphore(RedisSemaphore):
             return DUPLICATE, None
         if status == 0:
             return REFUSED, None
-        lease = self._new_lease(entry_id, int(reply[1]), ttl_ms, owner, sent_at, renew,
+        lease = self._new_lease(entry_id, int(reply[1]), int(reply[2]), owner, sent_at, renew,
                                 on_lost, max_hold)  # fmt: skip
         return TAKEN, lease
 

@@ -158,3 +158,16 @@ def test_park_checks_its_payload(r: redis.Redis) -> None:
     sem, _ = _pool(r)
     with pytest.raises(ValueError, match="payload must be bytes"):
         sem.park(new_entry_id(), "text")  # type: ignore[arg-type]
+
+
+def test_resent_park_and_take_answer_as_the_first(r: redis.Redis) -> None:
+    sem, published = _pool(r)
+    entry = new_entry_id()
+    assert sem.park(entry, b"x") == 0  # claimed at once: the permit was free
+    status, lease = sem.take(entry, owner="task@1")
+    assert status == TAKEN and lease is not None
+    again, second = sem.take(entry, owner="task@1")  # its reply was lost: same lease
+    assert again == TAKEN and second is not None and second.fence == lease.fence
+    assert sem.take(entry, owner="task@2")[0] == DUPLICATE  # another delivery
+    assert sem.park(entry, b"x") == 0  # a park re-sent after its run took it
+    assert sem.parking_info().parked == 0 and len(published.entries) == 1

@@ -10,6 +10,7 @@
 -- KEYS[6]  parked    zset: parked entry ids scored by ticket (server µs).
 -- KEYS[7]  payloads  hash: "p:<id>" payload, "o:<id>" owner, "t:<id>" ticket.
 -- KEYS[8]  claimed   zset: claimed entry ids scored by reservation expiry (ms).
+-- KEYS[9]  taken     zset: consumed ids (see park_take.lua), read only.
 -- ARGV[1]  id        the new entry's id (its park token: random, unguessable).
 -- ARGV[2]  payload   opaque bytes: what to publish when the entry is claimed.
 -- ARGV[3]  owner     owner id of the reserved permit (e.g. the task id).
@@ -20,7 +21,8 @@
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS.
 --
 -- Returns {position, id, payload, ...}: the entry's 1-based place in the queue (0
--- when it was claimed at once, or when `id` is parked already: a re-sent park), then
+-- when it was claimed at once, or when `id` is known already -- parked, claimed or
+-- taken: a re-sent park, which must never queue a run that started), then
 -- {id, payload, owner} of each entry claimed, to be published by the caller.
 
 --!include lib_lock.lua
@@ -33,6 +35,7 @@ local reserve, keep = tonumber(ARGV[5]), tonumber(ARGV[6])
 local now, now_us = server_clock()
 
 if redis.call('HEXISTS', k.payloads, 'p:' .. id) == 1 then return {0} end
+if redis.call('ZSCORE', KEYS[9], id) then return {0} end
 local tail = redis.call('ZRANGE', k.parked, -1, -1, 'WITHSCORES')
 local ticket = now_us
 if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end

@@ -20,6 +20,8 @@
 -- reserved one, or a free one when the reservation lapsed or Redis lost the entry);
 -- {0}: the id is consumed but no permit is free (the caller parks the run again);
 -- {-1}: the id was consumed before: this message is a duplicate and must not run.
+-- A re-sent take (same id and owner, its reply lost) answers {1, fence, ms left}
+-- while the lease it granted is live.
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
@@ -29,7 +31,14 @@ local k = parking_keys(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEY
 local taken, id, ttl, owner = KEYS[9], ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now, now_us = server_clock()
 
-if redis.call('ZSCORE', taken, id) then return {-1} end
+if redis.call('ZSCORE', taken, id) then
+  local expiry = redis.call('ZSCORE', k.holders, id)
+  if expiry and tonumber(expiry) > now and owner ~= ''
+      and redis.call('HGET', k.leases, 'o:' .. id) == owner then
+    return {1, tonumber(redis.call('HGET', k.leases, 'f:' .. id)), tonumber(expiry) - now}
+  end
+  return {-1}
+end
 redis.call('ZREMRANGEBYSCORE', taken, '-inf', string.format('%d', now))
 redis.call('ZADD', taken, string.format('%d', now + {{TAKEN_MEMORY_MS}}), id)
 redis.call('PEXPIRE', taken, {{TAKEN_MEMORY_MS}})
