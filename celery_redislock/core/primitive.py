@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 from ..errors import ConfigurationError, LockTimeout
 from .keys import KeySpace
 from .lease import Lease, OnLost, current_pid
+from .pubsub import pubsub_mode
 from .replicas import DEFAULT_REPLICA_TIMEOUT, check_replica_ack, remaining_ms
 from .scripts import LuaScript
 from .validate import capped_ttl_ms, check_bool, check_client, check_max_hold, ttl_to_ms
@@ -212,12 +213,14 @@ class Primitive:
 _process = (0, "")
 
 
-def fresh_token() -> tuple[str, str]:
+def fresh_token(client: Any = None) -> tuple[str, str]:
     """A fresh unguessable token (128 bits from ``secrets``) ended by ``.<tag>``, the
     tag of this process: wake-ups for the token are published on ``<channel>:<tag>``
-    (see ``notify`` in lib_lock.lua), so only this process's subscriber reads them."""
+    (see ``notify`` in lib_lock.lua), so only this process's subscriber reads them.
+    With ``client``, the tag also says how the process listens for that client's
+    wake-ups (``s<tag>``: sharded pub/sub, see :mod:`.pubsub`)."""
     global _process
     if _process[0] != current_pid():  # first call, or a forked child: a tag of its own
         _process = (current_pid(), secrets.token_hex(4))
-    tag = _process[1]
+    tag = _process[1] if client is None else pubsub_mode(client).tag_prefix + _process[1]
     return f"{secrets.token_hex(16)}.{tag}", tag

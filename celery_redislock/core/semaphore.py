@@ -123,7 +123,7 @@ class RedisSemaphore(Primitive):
         """
         deadline = acquire_deadline(blocking, timeout)
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
-        token, tag = fresh_token()
+        token, tag = fresh_token(self._client)
 
         def attempt() -> Grant | int:
             sent_at = time.monotonic()

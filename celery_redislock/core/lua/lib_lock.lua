@@ -93,17 +93,26 @@ local function wake_channel(holders)
   return string.sub(holders, 1, -8) .. 'wake'
 end
 
--- Where waiter `token` listens: `channel`, or `channel:<tag>` when the token ends in
--- ".<tag>" (its process's own channel, so other processes sleep on).
+-- Where and how waiter `token` listens: `channel`, or `channel:<tag>` when the token
+-- ends in ".<tag>" (its process's own channel, so other processes sleep on); and
+-- true when the tag starts with "s": that process listens with SSUBSCRIBE (sharded
+-- pub/sub on Redis Cluster >= 7, see pubsub.py), so it is told with SPUBLISH, which
+-- only the shard serving the channel's slot (this lock's) carries.
 local function waiter_channel(channel, token)
   local tag = string.match(token, '%.(%w+)$')
-  if tag then return channel .. ':' .. tag end
-  return channel
+  if not tag then return channel, false end
+  return channel .. ':' .. tag, string.sub(tag, 1, 1) == 's'
+end
+
+-- Publish `message` to waiter `token`, on its channel and the way it listens.
+local function tell(channel, token, message)
+  local where, sharded = waiter_channel(channel, token)
+  redis.call(sharded and 'SPUBLISH' or 'PUBLISH', where, message)
 end
 
 -- Tell waiter `token` it may go on (the lock is free, or a permit is due to it).
 local function notify(channel, token)
-  redis.call('PUBLISH', waiter_channel(channel, token), token)
+  tell(channel, token, token)
 end
 
 -- Make `token` a waiter: a heartbeat deadline WAITER_HEARTBEAT_MS from now each time;
@@ -150,17 +159,19 @@ local function fresh_ask(asks, token, stale)
   return tonumber(ttl), owner
 end
 
--- The channel of waiter `token` (see notify) if a connection to this server listens
--- on it, else nil. Only then may a release grant the waiter its lease and announce
--- it ("<token> <fence>"): a killed process has no subscriber left (its connection
--- closed), so a dead waiter is never handed a lease it would hold for a whole TTL (it
--- stays queued until its heartbeat lapses). On Redis Cluster PUBSUB NUMSUB counts
--- this node's subscribers only: a waiter listening through another node is woken
--- instead (announcing a grant that was not written would make two holders).
-local function listening_channel(channel, token)
-  channel = waiter_channel(channel, token)
-  if redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0 then return channel end
-  return nil
+-- True when a connection listens on the channel of waiter `token` (see
+-- waiter_channel). Only then may a release grant the waiter its lease and announce it
+-- ("<token> <fence>", see tell): a killed process has no subscriber left (its
+-- connection closed), so a dead waiter is never handed a lease it would hold for a
+-- whole TTL (it stays queued until its heartbeat lapses). PUBSUB SHARDNUMSUB counts
+-- the subscribers of the whole cluster (they all subscribe on this shard); on Redis
+-- Cluster PUBSUB NUMSUB counts this node's only: a classic waiter listening through
+-- another node is woken instead (announcing a grant that was not written would make
+-- two holders).
+local function listening(channel, token)
+  local where, sharded = waiter_channel(channel, token)
+  local count = redis.call('PUBSUB', sharded and 'SHARDNUMSUB' or 'NUMSUB', where)[2]
+  return count > 0
 end
 
 -- Drop waiters whose heartbeat lapsed (they died without leaving the queue). Returns

@@ -67,7 +67,7 @@ end
 
 -- Hand up to `free` permits straight to the first waiters of the queue, in order,
 -- starting with `head` (the queue's first token, or nil): each fresh one (see
--- fresh_ask; `stale` from reap_dead_waiters) that listens (see listening_channel) is
+-- fresh_ask; `stale` from reap_dead_waiters) that listens (see listening) is
 -- granted one here and told "<token> <fence>", so the hand-off costs it no round
 -- trip. Stops at the first waiter not granted so (it is woken, or reaped, as before).
 -- Returns the permits left.
@@ -75,12 +75,11 @@ local function hand_over_permits(keys, free, now, now_us, channel, head, stale)
   while free > 0 and head do
     local ttl, owner = fresh_ask(keys.asks, head, stale)
     if not ttl then break end
-    local heard = listening_channel(channel, head)
-    if not heard then break end
+    if not listening(channel, head) then break end
     local fence = next_fence(keys.fence, now_us)
     dequeue_waiter(keys.queue, keys.alive, keys.asks, head)
     grant_permit(keys.holders, keys.leases, head, owner, ttl, now, fence)
-    redis.call('PUBLISH', heard, head .. ' ' .. fence)
+    tell(channel, head, head .. ' ' .. fence)
     free = free - 1
     if free > 0 then head = redis.call('ZRANGE', keys.queue, 0, 0)[1] end
   end

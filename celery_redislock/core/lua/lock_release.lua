@@ -9,11 +9,11 @@
 -- ARGV[1]  token    the lease's token.
 -- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua):
 -- messages to a waiter whose token ends in ".<tag>" go to `channel:<tag>` (its
--- process's own channel).
+-- process's own channel), by SPUBLISH when the tag starts with "s" (waiter_channel).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
 --
 -- When the lock becomes free and the first live waiter checked in lately and listens
--- (see listening_channel), the lock is granted to it here (its asked TTL and owner)
+-- (see listening), the lock is granted to it here (its asked TTL and owner)
 -- and it is told "<token> <fence>": the hand-off costs the waiter no round trip.
 -- Otherwise the waiter is told its token and asks again itself (also when the lease
 -- had expired and left the lock free, so it need not poll).
@@ -63,12 +63,11 @@ if live == 0 and (only or redis.call('EXISTS', queue) == 1) then
   local head = redis.call('ZRANGE', queue, 0, 0)[1]
   local ttl, owner
   if head then ttl, owner = fresh_ask(asks, head, stale) end
-  local heard = ttl and listening_channel(channel, head)
-  if heard then
+  if ttl and listening(channel, head) then
     local fence = next_fence(fence_key, now_us)
     dequeue_waiter(queue, alive, asks, head)
     grant_lock(holders, head, owner, ttl, now, fence)
-    redis.call('PUBLISH', heard, head .. ' ' .. fence)
+    tell(channel, head, head .. ' ' .. fence)
   elseif head then
     notify(channel, head)
   end

@@ -15,7 +15,8 @@
 -- ARGV[3]  limit    with rule "semaphore": the semaphore's limit (integer >= 1).
 -- ARGV[4]  fair     with rule "semaphore": "1" when only the head may take a permit.
 -- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua); a
--- token ending in ".<tag>" is told on `channel:<tag>` (its process's own channel).
+-- token ending in ".<tag>" is told on `channel:<tag>` (its process's own channel),
+-- by SPUBLISH when the tag starts with "s" (see waiter_channel).
 --
 -- Returns {queued, fence}: queued is 1 when the token was queued, else 0; fence is
 -- the fence of a live lease the token holds (a release granted it one while it was

@@ -6,7 +6,6 @@ primary serving that slot; the wake-up messages are published from inside the sc
 
 from __future__ import annotations
 
-import threading
 import time
 from importlib import resources
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
-from celery_redislock import Lease, RedisLock, RedisSemaphore
+from celery_redislock import RedisLock, RedisSemaphore
 from celery_redislock.core.parking import (
     DUPLICATE,
     TAKEN,
@@ -23,6 +22,8 @@ from celery_redislock.core.parking import (
     new_entry_id,
 )
 from celery_redislock.core.scripts import LuaScript
+
+from .helpers import Waiter, wait_queued
 
 SCRIPTS = {
     path.name
@@ -46,27 +47,6 @@ def ran(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     return names
 
 
-class Waiter(threading.Thread):
-    """A blocking acquire in a thread; ``lease`` and when it returned."""
-
-    def __init__(self, primitive: RedisLock | RedisSemaphore, timeout: float) -> None:
-        super().__init__(daemon=True)
-        self.primitive, self.timeout = primitive, timeout
-        self.lease: Lease | None = None
-        self.at = 0.0
-
-    def run(self) -> None:
-        self.lease = self.primitive.acquire(timeout=self.timeout)
-        self.at = time.monotonic()
-
-
-def queued(primitive: RedisLock | RedisSemaphore, count: int) -> None:
-    deadline = time.monotonic() + 5
-    while primitive.info().waiters < count:
-        assert time.monotonic() < deadline, "the waiter never queued"
-        time.sleep(0.01)
-
-
 def test_lock_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
     lock = RedisLock(rc, name, ttl=5)
     first = lock.acquire(blocking=False)  # uncontended
@@ -74,7 +54,7 @@ def test_lock_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
     assert lock.try_acquire() == (None, None)  # contended: refused, holder has no owner
     waiter = Waiter(lock, timeout=5)  # contended: queues
     waiter.start()
-    queued(lock, 1)
+    wait_queued(lock, 1)
     assert first.extend(10) and first.extend(1, add=True) and first.held()
     info = lock.info()
     assert (len(info.holders), info.waiters, info.fence) == (1, 1, first.fence)
@@ -118,7 +98,7 @@ def test_semaphore_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
     assert semaphore.acquire(blocking=False) is None
     waiter = Waiter(semaphore, timeout=5)
     waiter.start()
-    queued(semaphore, 1)
+    wait_queued(semaphore, 1)
     assert first.extend(10) and first.extend(1, add=True) and first.held()
     info = semaphore.info()
     assert (len(info.holders), info.waiters, info.limit) == (2, 1, 2)

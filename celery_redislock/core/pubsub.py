@@ -1,0 +1,141 @@
+"""Classic or sharded pub/sub for wake-ups: the one place that chooses.
+
+On Redis Cluster a classic ``PUBLISH`` is broadcast over the cluster bus to every
+node; ``SPUBLISH`` (Redis >= 7) goes only to the shard that serves the channel's slot
+(a wake-up channel carries its lock's hash tag, so that is the lock's own shard), and
+``PUBSUB SHARDNUMSUB`` there counts every subscriber of the channel in the cluster,
+where ``PUBSUB NUMSUB`` counts one node's. So a client's waiters listen *sharded*
+when the client is a ``RedisCluster`` whose primaries all run Redis >= 7, and
+*classic* otherwise (a plain ``Redis``, a Sentinel-managed one, a 6.2 cluster, or a
+server that does not answer). :func:`use_sharded_pubsub` overrides the choice.
+
+The choice travels in each waiter's token: a process tag that starts with
+:data:`SHARDED_TAG` (``<random>.s<tag>``; a classic one is ``<random>.<tag>``). The
+scripts read it from there (``waiter_channel`` in ``lua/lib_lock.lua``) to publish
+with ``SPUBLISH`` and count with ``SHARDNUMSUB``, and the notifier subscribes with the
+:class:`PubSubMode` of the same client, so the channel, the publish command and the
+subscription always agree.
+
+When a slot moves to another node, the old node ends its shard subscriptions (an
+``sunsubscribe`` the client did not ask for); redis-py's ``ClusterPubSub``
+subscribes them again on the new owner once the client's slot map is refreshed (by
+the next ``MOVED``), so the notifier then wakes the channel's waiters to ask at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisError
+
+__all__ = ["CLASSIC", "SHARDED", "SHARDED_TAG", "PubSubMode", "pubsub_mode", "use_sharded_pubsub"]
+
+log = logging.getLogger(__name__)
+
+SHARDED_TAG = "s"
+"""First character of the process tag of a waiter that listens sharded (hex tags
+never start with it)."""
+
+_IDLE_READ = 0.05  # a sharded subscriber with no node yet: sleep, do not spin
+
+
+@dataclass(frozen=True)
+class PubSubMode:
+    """How a client's waiters listen: redis-py's method names and message types."""
+
+    sharded: bool
+    tag_prefix: str  # put before the process tag of waiter tokens
+    subscribe: str  # PubSub method names
+    unsubscribe: str
+    confirmed: str  # message types: a subscription confirmed, a message, one ended
+    message: str
+    ended: str
+
+    def read(self, pubsub: Any, timeout: float) -> dict[str, Any] | None:
+        """The next message of ``pubsub``, waiting up to ``timeout`` seconds."""
+        if not self.sharded or not hasattr(pubsub, "get_sharded_message"):
+            message: dict[str, Any] | None = pubsub.get_message(timeout=timeout)
+            return message
+        return _read_sharded(pubsub, timeout)
+
+
+CLASSIC = PubSubMode(False, "", "subscribe", "unsubscribe", "subscribe", "message",
+                     "unsubscribe")  # fmt: skip
+SHARDED = PubSubMode(True, SHARDED_TAG, "ssubscribe", "sunsubscribe", "ssubscribe",
+                     "smessage", "sunsubscribe")  # fmt: skip
+
+_modes: dict[int, PubSubMode] = {}  # id(client) -> mode; dropped with the client
+_modes_lock = threading.Lock()
+
+
+def pubsub_mode(client: Any) -> PubSubMode:
+    """The mode of ``client``'s wake-ups, chosen on first use (see module docs)."""
+    mode = _modes.get(id(client))
+    if mode is None:
+        chosen = _detect(client)
+        with _modes_lock:
+            mode = _modes.get(id(client))
+            if mode is None:
+                mode = _modes[id(client)] = chosen
+                weakref.finalize(client, _modes.pop, id(client), None)
+    return mode
+
+
+def use_sharded_pubsub(client: Any, sharded: bool) -> None:
+    """Choose ``client``'s mode instead of detecting it (call before its first wait).
+
+    ``sharded=True`` needs Redis >= 7 on every node; ``False`` (classic pub/sub, as on
+    6.2) is always possible.
+    """
+    with _modes_lock:
+        known = id(client) in _modes
+        _modes[id(client)] = SHARDED if sharded else CLASSIC
+        if not known:
+            weakref.finalize(client, _modes.pop, id(client), None)
+
+
+def _detect(client: Any) -> PubSubMode:
+    if not isinstance(client, RedisCluster):
+        return CLASSIC
+    try:
+        infos = client.info("server", target_nodes=RedisCluster.PRIMARIES)
+    except RedisError as exc:
+        log.warning("celery_redislock: cannot read the cluster's Redis versions (%r); "
+                    "wake-ups use classic pub/sub", exc)  # fmt: skip
+        return CLASSIC
+    if "redis_version" in infos:  # one node answered for all
+        infos = {"": infos}
+    versions = [info.get("redis_version", "0") for info in infos.values()]
+    if versions and all(int(str(v).split(".")[0]) >= 7 for v in versions):
+        return SHARDED
+    return CLASSIC
+
+
+def _read_sharded(pubsub: Any, timeout: float) -> dict[str, Any] | None:
+    """The next shard message of a ``ClusterPubSub``, which holds one connection per
+    node with subscriptions. Its own timed read waits the full timeout on each node
+    in turn; here every node is checked at once and then the sockets are awaited
+    together, so a message on any node ends the wait."""
+    nodes = list(pubsub.node_pubsub_mapping.values())
+    if len(nodes) == 1:
+        message: dict[str, Any] | None = pubsub.get_sharded_message(timeout=timeout)
+        return message
+    message = pubsub.get_sharded_message(timeout=0)  # each node once
+    if message is not None or timeout <= 0:
+        return message
+    sockets = [
+        sock for node in nodes
+        if node.connection is not None and (sock := getattr(node.connection, "_sock", None))
+    ]  # fmt: skip
+    if sockets:
+        select.select(sockets, [], [], timeout)
+    else:
+        select.select([], [], [], min(timeout, _IDLE_READ))
+    message = pubsub.get_sharded_message(timeout=0)
+    return message
