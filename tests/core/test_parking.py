@@ -171,3 +171,14 @@ def test_resent_park_and_take_answer_as_the_first(r: redis.Redis) -> None:
     assert sem.take(entry, owner="task@2")[0] == DUPLICATE  # another delivery
     assert sem.park(entry, b"x") == 0  # a park re-sent after its run took it
     assert sem.parking_info().parked == 0 and len(published.entries) == 1
+
+
+def test_a_resent_refused_take_is_refused_again(r: redis.Redis) -> None:
+    sem, _ = _pool(r, reserve_ttl=0.05)
+    entry = new_entry_id()
+    sem.park(entry, b"x")
+    time.sleep(0.1)
+    assert sem.acquire(blocking=False) is not None  # the lapsed reservation's permit
+    assert sem.take(entry, owner="task@1") == (REFUSED, None)
+    assert sem.take(entry, owner="task@1") == (REFUSED, None)  # not a duplicate
+    assert sem.take(entry, owner="task@2")[0] == DUPLICATE

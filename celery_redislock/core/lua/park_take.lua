@@ -7,7 +7,8 @@
 -- KEYS[4]  meta      hash: "limit", the limit the latest acquire enforced.
 -- KEYS[5]  queue     zset: runs waiting in place (semaphore waiters), read only.
 -- KEYS[6]  parked    zset: parked entry ids scored by ticket (server µs).
--- KEYS[7]  payloads  hash: "p:<id>" payload, "o:<id>" owner, "t:<id>" ticket.
+-- KEYS[7]  payloads  hash: "p:<id>" payload, "o:<id>" owner, "t:<id>" ticket;
+--                    "r:<id>" the owner of a refused take.
 -- KEYS[8]  claimed   zset: claimed entry ids scored by reservation expiry (ms).
 -- KEYS[9]  taken     zset: consumed ids scored by when they are forgotten (ms).
 -- ARGV[1]  id        the run's park token (its message header).
@@ -20,8 +21,9 @@
 -- reserved one, or a free one when the reservation lapsed or Redis lost the entry);
 -- {0}: the id is consumed but no permit is free (the caller parks the run again);
 -- {-1}: the id was consumed before: this message is a duplicate and must not run.
--- A re-sent take (same id and owner, its reply lost) answers {1, fence, ms left}
--- while the lease it granted is live.
+-- A re-sent take (same id and owner, its reply lost) answers as the first did:
+-- {1, fence, ms left} while the lease it granted is live, {0} if it was refused
+-- (its owner is kept as "r:<id>" in payloads).
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
@@ -37,6 +39,7 @@ if redis.call('ZSCORE', taken, id) then
       and redis.call('HGET', k.leases, 'o:' .. id) == owner then
     return {1, tonumber(redis.call('HGET', k.leases, 'f:' .. id)), tonumber(expiry) - now}
   end
+  if owner ~= '' and redis.call('HGET', k.payloads, 'r:' .. id) == owner then return {0} end
   return {-1}
 end
 redis.call('ZREMRANGEBYSCORE', taken, '-inf', string.format('%d', now))
@@ -61,6 +64,8 @@ end
 -- parked ahead (then this one parks again, behind them).
 local limit = stored_limit(k.meta, tonumber(ARGV[4]))
 if redis.call('ZCARD', k.parked) > 0 or free_for_parked(k, KEYS[5], limit, now) <= 0 then
+  -- Remembered (rare: a reservation lapsed), so a re-sent take is refused again.
+  if owner ~= '' then redis.call('HSET', k.payloads, 'r:' .. id, owner) end
   return {0}
 end
 local fence = next_fence(k.fence, now_us)
