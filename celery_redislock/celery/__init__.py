@@ -1,19 +1,21 @@
-"""Celery glue: task base class, decorators, singleton keys, settings and signals.
+"""Celery glue: the task base class and decorators, feature folders, settings, client, signals.
 
-Imports the core, never the reverse. Modules:
+Imports the core, never the reverse. Folders: :mod:`.singleton` (singleton tasks),
+:mod:`.bounded` (bounded concurrency), :mod:`.cli` (the ``celery redislock`` command).
+Shared modules beside them:
 
 * :mod:`.task` -- ``RedisLockTask`` and ``SingletonTask``; :mod:`.decorators` --
   ``singleton_task`` and ``bounded_task``;
-* :mod:`.options` -- the task options; :mod:`.config` -- the ``redislock_*`` settings;
-  :mod:`.bounded_options` -- the bounded-concurrency options and settings;
-* :mod:`.bounded` (worker) -- the concurrency permit of a run, re-scheduling;
-* :mod:`.enqueue` (producer), :mod:`.execution` and :mod:`.singleton` (worker),
-  :mod:`.cleanup` (the worker's main process) -- the lock's life cycle;
-* :mod:`.signature` -- the singleton key of a task call (with :mod:`.binding` and
-  :mod:`.canonical`); :mod:`.tokens` -- headers, execution tokens, owner ids;
-* :mod:`.client` -- the per-app, per-process Redis client;
+* :mod:`.config` -- the ``redislock_*`` settings and raw task options;
+  :mod:`.identity` -- per-object caches; :mod:`.client` -- the per-app, per-process
+  Redis client;
+* :mod:`.execution` -- what a run holds and the guard seam; :mod:`.cleanup` -- the
+  worker's main process cleans up after runs that could not;
+* :mod:`.tokens` -- message headers, execution tokens, owner ids;
 * :mod:`.signals` -- signals for acquired, duplicate, released and lost leases and
   for permits acquired, re-scheduled and released.
+
+See docs/architecture.md for the layers and the life of a call.
 """
 
 from __future__ import annotations

@@ -33,8 +33,7 @@ from typing import Any, Final
 from billiard.exceptions import TimeLimitExceeded, WorkerLostError
 from celery import signals
 
-from .binding import AnyTask
-from .execution import Cleanup, Guard, current_run
+from .execution import AnyTask, Cleanup, Guard, current_run
 from .tokens import HEADERS, NONCE_HEADER, TOKEN_HEADER
 
 __all__ = ["MAX_REMEMBERED", "connect", "guards_of"]

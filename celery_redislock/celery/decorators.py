@@ -31,9 +31,9 @@ from typing import Any, ParamSpec, TypeVar, overload
 from celery import Celery, shared_task
 
 from ..errors import ConfigurationError
-from .bounded_options import OPTIONS as BOUNDED_OPTIONS
-from .bounded_options import PoolKey
-from .options import check_class_options
+from .bounded.options import OPTIONS as BOUNDED_OPTIONS
+from .bounded.options import PoolKey
+from .singleton.options import check_class_options
 from .task import RedisLockTask, SingletonTask
 
 __all__ = ["bounded_task", "singleton_task"]

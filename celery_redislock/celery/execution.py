@@ -28,11 +28,13 @@ from .tokens import HEADERS
 if TYPE_CHECKING:
     from celery.worker.request import Request
 
-    from .binding import AnyTask
-
 __all__ = [
-    "Cleanup", "Guard", "Hold", "RunState", "current_run", "outcome_of", "resend", "start_run",
+    "AnyTask", "Cleanup", "Guard", "Hold", "RunState", "current_run", "outcome_of", "resend",
+    "start_run",
 ]  # fmt: skip
+
+AnyTask = Task[Any, Any]
+"""Any Celery task, whatever its parameters and result."""
 
 logger = logging.getLogger(__name__)
 

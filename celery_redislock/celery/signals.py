@@ -8,7 +8,7 @@ receiver that raises is logged and does not disturb the task.
 ``sender`` is always the task (its instance). Common arguments:
 
 * ``task_id`` -- id of the task call the event is about (None when not yet known);
-* ``key`` -- the lock name (see :mod:`.signature`), or the semaphore pool name;
+* ``key`` -- the lock name (see :mod:`.singleton.signature`), or the semaphore pool name;
 * ``stage`` -- ``"enqueue"`` (in ``apply_async``), ``"run"`` (in the worker, around
   the body), or ``"cleanup"`` (in the worker's main process after a revoke, a time
   limit or a lost worker).

@@ -3,10 +3,10 @@
 Where each part runs (celery 5.7):
 
 * ``apply_async`` (the producer) takes the singleton lock for the queue and puts its
-  token in the message (:mod:`.enqueue`);
+  token in the message (:mod:`.singleton.enqueue`);
 * ``before_start`` (the worker, in the same ``try`` as the body, so ``Ignore`` or an
   error there is the task's outcome) enters the task's guards (:mod:`.execution`,
-  :mod:`.singleton`, then :mod:`.bounded`);
+  :mod:`.singleton.guard`, then :mod:`.bounded.guard`);
 * ``__call__`` runs the body and gives every hold back in its ``finally``, before the
   tracer stores the result (``task_postrun`` is a safety net, :mod:`.cleanup`);
 * the worker's main process cleans up after revoke, time limit and lost children.
@@ -23,12 +23,13 @@ from typing import Any, ClassVar, ParamSpec, TypeVar
 from celery import Celery, Task
 from celery.result import AsyncResult
 
-from . import cleanup, enqueue
-from .bounded import CONCURRENCY
-from .bounded_options import PoolKey
+from . import cleanup
+from .bounded.guard import CONCURRENCY
+from .bounded.options import PoolKey
 from .execution import Guard, current_run, outcome_of, start_run
-from .options import check_class_options
-from .singleton import SINGLETON
+from .singleton import enqueue
+from .singleton.guard import SINGLETON
+from .singleton.options import check_class_options
 
 __all__ = ["RedisLockTask", "SingletonTask"]
 
@@ -42,7 +43,7 @@ class RedisLockTask(Task[_P, _R]):
     Every feature is an option: a class attribute, settable with
     ``@app.task(base=RedisLockTask, option=...)``, by subclassing, or through
     ``task_annotations``. ``None`` means "the app's ``redislock_*`` setting". See
-    :mod:`celery_redislock.celery.options` for the full table.
+    :mod:`celery_redislock.celery.singleton.options` for the full table.
 
     Subclasses that override ``apply_async``, ``before_start`` or ``__call__`` must
     call ``super()``. To add a resource every run must hold, append a
@@ -125,7 +126,7 @@ class RedisLockTask(Task[_P, _R]):
         shadow: str | None = None,
         **options: Any,
     ) -> AsyncResult[_R] | None:
-        """Send the task, taking its singleton lock first (see :mod:`.enqueue`).
+        """Send the task, taking its singleton lock first (see :mod:`.singleton.enqueue`).
 
         Returns the new task's ``AsyncResult``; for a duplicate, what
         ``on_duplicate`` says: the existing copy's ``AsyncResult`` (``"existing"``),

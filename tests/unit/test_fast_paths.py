@@ -13,10 +13,10 @@ import pytest
 from celery import Celery
 
 from celery_redislock import Lease
-from celery_redislock.celery.binding import bind_arguments
 from celery_redislock.celery.config import conf_fingerprint, settings_for
 from celery_redislock.celery.identity import IdentityCache
-from celery_redislock.celery.options import singleton_options
+from celery_redislock.celery.singleton.binding import bind_arguments
+from celery_redislock.celery.singleton.options import singleton_options
 from celery_redislock.core.renewal.scheduler import Renewer
 
 
@@ -189,7 +189,7 @@ def _memo_calls() -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
 
 
 def test_remembered_keys_are_the_keys_of_the_slow_path(app: Celery) -> None:
-    from celery_redislock.celery.signature import call_key
+    from celery_redislock.celery.singleton.signature import call_key
 
     @app.task(shared=False)
     def f(a: Any, b: int = 2) -> None: ...
@@ -204,7 +204,7 @@ def test_remembered_keys_are_the_keys_of_the_slow_path(app: Celery) -> None:
 
 
 def test_memo_is_bounded(app: Celery) -> None:
-    from celery_redislock.celery.signature import _MEMO_SIZE, call_key
+    from celery_redislock.celery.singleton.signature import _MEMO_SIZE, call_key
 
     @app.task(shared=False)
     def f(a: int) -> None: ...
@@ -217,7 +217,7 @@ def test_memo_is_bounded(app: Celery) -> None:
 
 def test_apply_async_memo_follows_the_task_options(app: Celery) -> None:
     from celery_redislock import SingletonTask
-    from celery_redislock.celery.signature import call_key
+    from celery_redislock.celery.singleton.signature import call_key
 
     @app.task(shared=False, base=SingletonTask)
     def lazy(a: int, b: int) -> None: ...
@@ -256,7 +256,7 @@ def test_keys_are_not_remembered_where_they_may_change_in_place(app: Celery) -> 
 
 def test_an_unbounded_run_still_refuses_a_key_without_a_limit(app: Celery) -> None:
     from celery_redislock import RedisLockTask
-    from celery_redislock.celery.bounded import CONCURRENCY
+    from celery_redislock.celery.bounded.guard import CONCURRENCY
     from celery_redislock.celery.execution import RunState
     from celery_redislock.errors import ConfigurationError
 
@@ -274,7 +274,7 @@ def test_an_unbounded_run_still_refuses_a_key_without_a_limit(app: Celery) -> No
 def test_kept_locks_follow_the_client_settings(app: Celery) -> None:
     from celery_redislock import SingletonTask
     from celery_redislock.celery.client import get_redis
-    from celery_redislock.celery.leases import lock_for
+    from celery_redislock.celery.singleton.leases import lock_for
 
     @app.task(base=SingletonTask, shared=False)
     def lazy() -> None: ...

@@ -1,7 +1,7 @@
 """The singleton guard: the worker's side of the per-signature lock.
 
 When a run starts it adopts the queued lease its message carries (token header) under
-its execution token (:func:`~.tokens.run_token`) and a running owner id, with a short
+its execution token (:func:`~..tokens.run_token`) and a running owner id, with a short
 lease (``lock_ttl``) renewed while it runs. Without a live queued lease (``send_task``,
 beat bypassing ``apply_async``, a queued lease that lapsed) it takes the lock afresh.
 If another copy holds the lock, this copy is a **runtime duplicate**: it is skipped
@@ -15,22 +15,21 @@ import functools
 import logging
 from typing import Any
 
-from ..core import Lease, RedisLock
-from ..core.renewal import keep_alive
-from .binding import AnyTask
-from .duplicates import runtime_duplicate
-from .execution import Cleanup, Guard, Hold, RunState
-from .leases import extend_token, hand_over, lock_for, release_token
-from .options import SingletonOptions, singleton_options
-from .signals import lease_lost, singleton_acquired, singleton_released
-from .signature import received_key
-from .tokens import (
+from ...core import Lease, RedisLock
+from ...core.renewal import keep_alive
+from ..execution import AnyTask, Cleanup, Guard, Hold, RunState
+from ..signals import lease_lost, singleton_acquired, singleton_released
+from ..tokens import (
     KEY_HEADER,
     NONCE_HEADER,
     TOKEN_HEADER,
     run_token,
     running_owner,
 )
+from .duplicates import runtime_duplicate
+from .leases import extend_token, hand_over, lock_for, release_token
+from .options import SingletonOptions, singleton_options
+from .signature import received_key
 
 __all__ = ["SINGLETON", "SingletonGuard", "SingletonHold"]
 

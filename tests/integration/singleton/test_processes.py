@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from celery_redislock.celery.signature import call_key
+from celery_redislock.celery.singleton.signature import call_key
 
-from .helpers import lock_info, wait_until
-from .workers import AppModule, WorkerProcess
+from ..helpers import lock_info, wait_until
+from ..workers import AppModule, WorkerProcess
 
 pytestmark = pytest.mark.slow
 

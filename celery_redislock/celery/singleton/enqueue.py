@@ -6,7 +6,7 @@ callbacks, ``retry()`` and beat (for tasks registered in beat's process). In ord
 1. the key is computed first (a bad call raises ``TypeError``, an argument the
    serializer cannot encode ``ConfigurationError``), before anything touches Redis;
 2. ``retry()`` of a running copy (same task id, from inside the run) hands the running
-   lease to the retry message, kept through the countdown (:meth:`.Hold.on_retry`);
+   lease to the retry message, kept through the countdown (:meth:`..execution.Hold.on_retry`);
 3. a re-send of a message whose run died (Celery's ``retry_on_worker_lost`` publishes
    it from the worker's main process, with the old headers) takes over the dead run's
    lease, which nothing else would release before it expires;
@@ -26,15 +26,10 @@ from typing import Any
 from celery.result import AsyncResult
 from celery.utils import uuid
 
-from ..core import Lease
-from .binding import AnyTask
-from .duplicates import enqueue_duplicate, revoke_replaced
-from .execution import RunState, current_run
-from .leases import lock_for
-from .options import singleton_options
-from .signals import singleton_acquired, singleton_released
-from .signature import call_key
-from .tokens import (
+from ...core import Lease
+from ..execution import AnyTask, RunState, current_run
+from ..signals import singleton_acquired, singleton_released
+from ..tokens import (
     HEADERS,
     KEY_HEADER,
     NONCE_HEADER,
@@ -43,6 +38,10 @@ from .tokens import (
     queued_owner,
     run_token,
 )
+from .duplicates import enqueue_duplicate, revoke_replaced
+from .leases import lock_for
+from .options import singleton_options
+from .signature import call_key
 
 __all__ = ["Publish", "apply_async", "delay_of"]
 

@@ -19,10 +19,11 @@ from typing import Any, Final
 from kombu.exceptions import KombuError, SerializerNotInstalled
 from kombu.serialization import dumps, loads
 
-from ..errors import ConfigurationError
-from .binding import AnyTask, bind_arguments, check_unique_on, select_arguments
+from ...errors import ConfigurationError
+from ..config import task_option
+from ..execution import AnyTask
+from .binding import bind_arguments, check_unique_on, select_arguments
 from .canonical import UNSET, canonical_json, digest
-from .config import task_option
 
 __all__ = ["call_key", "received_key", "serializer_for"]
 

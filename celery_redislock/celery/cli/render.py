@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from ..core.inventory import Entry, Holder
+from ...core.inventory import Entry, Holder
 
 __all__ = ["format_duration", "render_entry", "render_list", "table"]
 

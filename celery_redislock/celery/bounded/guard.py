@@ -24,7 +24,7 @@ The copy goes through ``RedisLockTask.apply_async`` as a ``retry()`` does, so a
 singleton task hands its lock over to it (held through the countdown) instead of
 letting it go. Meanwhile the task's ``AsyncResult`` reads ``PENDING`` (with
 ``task_track_started``, the ``STARTED`` the worker stored is set back to
-``PENDING``). Each re-schedule sends :data:`~.signals.permit_rescheduled`;
+``PENDING``). Each re-schedule sends :data:`~..signals.permit_rescheduled`;
 ``concurrency_wait=0`` never waits in place.
 
 In eager mode (``apply()``, ``task_always_eager``) there is no queue to go back to:
@@ -46,15 +46,14 @@ import celery.app.task as celery_task_module
 from celery import states
 from celery.exceptions import Ignore
 
-from ..core import Lease, RedisSemaphore
-from .binding import AnyTask
-from .bounded_options import BoundedOptions, bounded_options
-from .client import get_redis
-from .config import task_option
-from .execution import Cleanup, Guard, Hold, RunState
-from .options import singleton_options
-from .signals import lease_lost, permit_acquired, permit_released, permit_rescheduled
-from .tokens import NONCE_HEADER, TOKEN_HEADER, running_owner
+from ...core import Lease, RedisSemaphore
+from ..client import get_redis
+from ..config import task_option
+from ..execution import AnyTask, Cleanup, Guard, Hold, RunState
+from ..signals import lease_lost, permit_acquired, permit_released, permit_rescheduled
+from ..singleton.options import singleton_options
+from ..tokens import NONCE_HEADER, TOKEN_HEADER, running_owner
+from .options import BoundedOptions, bounded_options
 
 __all__ = [
     "CONCURRENCY",
@@ -70,7 +69,7 @@ logger = logging.getLogger(__name__)
 WAIT_HEADER: Final = "redislock_permit_wait"
 """Header of a re-scheduled message: ``"<first refusal, epoch s> <re-schedules>
 <retries>"``, so the run that finally gets a permit can report how long it waited.
-Not one of :data:`~.tokens.HEADERS` (``apply_async`` would drop it); ``retry()``
+Not one of :data:`~..tokens.HEADERS` (``apply_async`` would drop it); ``retry()``
 copies it, which the retries count in it tells apart."""
 
 _KEPT: Final = 1024

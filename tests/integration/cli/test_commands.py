@@ -28,12 +28,12 @@ from click.testing import CliRunner
 
 from celery_redislock import RedisLock, RedisSemaphore, SingletonTask
 from celery_redislock.celery.cli import redislock
-from celery_redislock.celery.signature import call_key
+from celery_redislock.celery.singleton.signature import call_key
 from celery_redislock.celery.tokens import parse_owner, queued_owner, running_owner
 from celery_redislock.core.keys import KeySpace
 
-from .helpers import wait_until
-from .workers import BROKER_DB, LOCKS_DB, db_url
+from ..helpers import wait_until
+from ..workers import BROKER_DB, LOCKS_DB, db_url
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 

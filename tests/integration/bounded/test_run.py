@@ -13,19 +13,19 @@ import redis
 from celery import Celery
 
 from celery_redislock import ConfigurationError, RedisLockTask, RedisSemaphore, bounded_task
-from celery_redislock.celery.bounded import WAIT_HEADER
+from celery_redislock.celery.bounded.guard import WAIT_HEADER
 from celery_redislock.celery.signals import (
     permit_acquired,
     permit_released,
     permit_rescheduled,
     singleton_duplicate,
 )
-from celery_redislock.celery.signature import call_key
+from celery_redislock.celery.singleton.signature import call_key
 from celery_redislock.celery.tokens import parse_owner
 
-from .bounded_helpers import holders, peak
-from .conftest import MakeApp
-from .helpers import lock_info, wait_until
+from ..conftest import MakeApp
+from ..helpers import lock_info, wait_until
+from .helpers import holders, peak
 
 # Re-scheduled copies come back fast, so the tests do not wait for them long.
 FAST = {"concurrency_countdown": 0.05, "concurrency_jitter": 0.05}

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from celery_redislock.celery.signature import call_key
+from celery_redislock.celery.singleton.signature import call_key
 
-from .bounded_helpers import RECORD, holders, peak, runs
-from .helpers import lock_info, wait_until
-from .workers import AppModule, WorkerProcess
+from ..helpers import lock_info, wait_until
+from ..workers import AppModule, WorkerProcess
+from .helpers import RECORD, holders, peak, runs
 
 pytestmark = pytest.mark.slow
 

@@ -1,8 +1,8 @@
-"""The singleton options of a :class:`~.task.RedisLockTask`, read and validated.
+"""The singleton options of a :class:`~..task.RedisLockTask`, read and validated.
 
 Every option is a class attribute of the task: set it with ``@app.task(base=...,
 option=value)``, by subclassing, or through ``task_annotations``. ``None`` means "use
-the app's setting" (see :mod:`.config`). Options are read when used, not copied at
+the app's setting" (see :mod:`..config`). Options are read when used, not copied at
 definition time, so annotations and ``app.conf.update`` made later still count; a bad
 value raises :class:`~celery_redislock.errors.ConfigurationError` naming the task, the
 option and the value (already when the task is bound to its app, for values set on
@@ -29,11 +29,11 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..core import RedisLock
-from ..errors import ConfigurationError
+from ...core import RedisLock
+from ...errors import ConfigurationError
+from ..bounded.options import check_bounded_options
+from ..config import OptionsMemo, Settings, check_on_duplicate, check_ttl, settings_for, task_option
 from .binding import has_immutable_defaults
-from .bounded_options import check_bounded_options
-from .config import OptionsMemo, Settings, check_on_duplicate, check_ttl, settings_for, task_option
 
 __all__ = [
     "MODES",
@@ -164,7 +164,7 @@ def _task_level(task: Any) -> dict[str, Any]:
 def check_class_options(task: Any) -> None:
     """Validate the options set on a task (class or instance); raise if one is bad.
 
-    Covers the bounded-concurrency options too (:mod:`.bounded_options`).
+    Covers the bounded-concurrency options too (:mod:`..bounded.options`).
     """
     _task_level(task)
     check_bounded_options(task)

@@ -1,4 +1,4 @@
-"""The bounded-concurrency options of a :class:`~.task.RedisLockTask`, read and validated.
+"""The bounded-concurrency options of a :class:`~..task.RedisLockTask`, read and validated.
 
 Task options (class attributes, ``@app.task(...)`` keywords or ``task_annotations``;
 ``None`` means "the app's setting"):
@@ -47,9 +47,9 @@ from typing import Any, Final, TypeAlias
 
 from celery import Celery
 
-from ..errors import ConfigurationError
-from .config import OptionsMemo, check_ttl, conf_fingerprint, task_option
-from .identity import IdentityCache
+from ...errors import ConfigurationError
+from ..config import OptionsMemo, check_ttl, conf_fingerprint, task_option
+from ..identity import IdentityCache
 
 __all__ = [
     "DEFAULT_COUNTDOWN",

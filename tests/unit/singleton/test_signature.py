@@ -12,8 +12,8 @@ import pytest
 from celery import Celery, Task
 from celery.contrib.testing.worker import start_worker
 
-from celery_redislock.celery.canonical import DIGEST_LENGTH
-from celery_redislock.celery.signature import call_key, received_key, serializer_for
+from celery_redislock.celery.singleton.canonical import DIGEST_LENGTH
+from celery_redislock.celery.singleton.signature import call_key, received_key, serializer_for
 from celery_redislock.errors import ConfigurationError
 
 _MISSING = object()

@@ -21,13 +21,13 @@ from celery_redislock.celery.signals import (
     singleton_duplicate,
     singleton_released,
 )
-from celery_redislock.celery.signature import call_key
+from celery_redislock.celery.singleton.signature import call_key
 from celery_redislock.celery.tokens import KEY_HEADER, TOKEN_HEADER, parse_owner
 from celery_redislock.testing import RedisServer
 
-from .conftest import MakeApp
-from .helpers import lock_info, wait_until
-from .workers import BROKER_DB, LOCKS_DB, RESULTS_DB, db_url
+from ..conftest import MakeApp
+from ..helpers import lock_info, wait_until
+from ..workers import BROKER_DB, LOCKS_DB, RESULTS_DB, db_url
 
 
 def test_run_adopts_the_lock_and_renews_a_short_lease(app: Celery, locks: redis.Redis,

@@ -14,18 +14,14 @@ import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from celery import Task
-
-from ..errors import ConfigurationError
+from ...errors import ConfigurationError
+from ..config import task_option
+from ..execution import AnyTask
 from .canonical import UNSET
-from .config import task_option
 
 __all__ = [
-    "AnyTask", "bind_arguments", "check_unique_on", "has_immutable_defaults", "select_arguments",
+    "bind_arguments", "check_unique_on", "has_immutable_defaults", "select_arguments",
 ]  # fmt: skip
-
-AnyTask = Task[Any, Any]
-"""Any Celery task, whatever its parameters and result."""
 
 _VAR_KEYWORD = inspect.Parameter.VAR_KEYWORD
 # (run function, bound?) -> its signature and simple form (see _Form);

@@ -20,12 +20,11 @@ from typing import Any
 from celery.exceptions import Ignore
 from celery.result import AsyncResult
 
-from ..errors import DuplicateTask
-from .binding import AnyTask
-from .execution import RunState, resend
+from ...errors import DuplicateTask
+from ..execution import AnyTask, RunState, resend
+from ..signals import singleton_duplicate
+from ..tokens import RECHECK_HEADER, parse_owner
 from .options import SingletonOptions
-from .signals import singleton_duplicate
-from .tokens import RECHECK_HEADER, parse_owner
 
 __all__ = ["enqueue_duplicate", "revoke_replaced", "runtime_duplicate"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from celery_redislock.celery.canonical import UNSET, canonical_json, digest
+from celery_redislock.celery.singleton.canonical import UNSET, canonical_json, digest
 
 DISTINCT: list[Any] = [
     None, True, False, 0, 1, 1.0, -0.5, "", "1", "l", "b", "00",

@@ -19,11 +19,11 @@ from celery_redislock.celery.signals import (
     singleton_duplicate,
     singleton_released,
 )
-from celery_redislock.celery.signature import call_key
+from celery_redislock.celery.singleton.signature import call_key
 from celery_redislock.celery.tokens import parse_owner
 
-from .conftest import MakeApp
-from .helpers import lock_info, wait_until
+from ..conftest import MakeApp
+from ..helpers import lock_info, wait_until
 
 
 def test_enqueue_takes_the_lock_owned_by_the_task_id(app: Celery, locks: redis.Redis,

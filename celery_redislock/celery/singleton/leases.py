@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..core import Lease, RedisLock
-from ..core.lease import current_pid
-from .binding import AnyTask
-from .client import get_redis
+from ...core import Lease, RedisLock
+from ...core.lease import current_pid
+from ..client import get_redis
+from ..execution import AnyTask
 from .options import SingletonOptions
 
 __all__ = ["extend_token", "hand_over", "lock_for", "release_token"]
