@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .core import Lease, RedisLock, RedisSemaphore
+from .core import Lease, RedisLock, RedisSemaphore, RedlockLock
 from .errors import (
     ConfigurationError,
     DuplicateTask,
@@ -17,6 +17,7 @@ from .errors import (
     LockTimeout,
     NotReplicated,
     RedisLockError,
+    RedlockUnavailable,
 )
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ __all__ = [
     "Lease",
     "RedisLock",
     "RedisSemaphore",
+    "RedlockLock",
     # Celery
     "RedisLockTask",
     "SingletonTask",
@@ -46,6 +48,7 @@ __all__ = [
     "LockTimeout",
     "NotReplicated",
     "RedisLockError",
+    "RedlockUnavailable",
 ]
 
 _CELERY_NAMES = frozenset({"RedisLockTask", "SingletonTask", "bounded_task", "singleton_task"})

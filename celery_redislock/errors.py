@@ -13,6 +13,7 @@ __all__ = [
     "LockTimeout",
     "NotReplicated",
     "RedisLockError",
+    "RedlockUnavailable",
 ]
 
 
@@ -26,6 +27,11 @@ class ConfigurationError(RedisLockError, ValueError):
     The message names the argument and the value, e.g.
     ``ConfigurationError("ttl must be a finite number of seconds > 0, got -1")``.
     """
+
+
+class RedlockUnavailable(RedisLockError):
+    """Fewer than a majority of a Redlock's masters answered: the lock can be neither
+    granted nor refused. The message names each master that failed and its error."""
 
 
 class LockNotOwned(RedisLockError):

@@ -10,6 +10,15 @@ from .clear import release_all
 from .keys import DEFAULT_PREFIX, KeySpace
 from .lease import Lease
 from .lock import RedisLock
+from .redlock import RedlockLock
 from .semaphore import RedisSemaphore
 
-__all__ = ["DEFAULT_PREFIX", "KeySpace", "Lease", "RedisLock", "RedisSemaphore", "release_all"]
+__all__ = [
+    "DEFAULT_PREFIX",
+    "KeySpace",
+    "Lease",
+    "RedisLock",
+    "RedisSemaphore",
+    "RedlockLock",
+    "release_all",
+]

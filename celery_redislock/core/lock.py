@@ -33,13 +33,18 @@ from .waiting import (
     wait_until_granted,
 )
 
-__all__ = ["FENCE_MEMORY_MS", "SCRIPT_CONSTANTS", "RedisLock"]
+__all__ = ["BOOT_MARKER_MS", "FENCE_MEMORY_MS", "SCRIPT_CONSTANTS", "RedisLock"]
 
 FENCE_MEMORY_MS = 3_600_000
 """How long a name's fence counter outlives its last grant (it then restarts from
 the server's clock, which is already past every fence it granted)."""
 
+BOOT_MARKER_MS = 86_400_000
+"""How long a Redlock master's boot marker is kept (see ``core/redlock``); once it
+lapses the next acquire checks the server's uptime again and sets it anew."""
+
 SCRIPT_CONSTANTS = {
+    "BOOT_MARKER_MS": BOOT_MARKER_MS,
     "FENCE_MEMORY_MS": FENCE_MEMORY_MS,
     "WAITER_HEARTBEAT_MS": WAITER_HEARTBEAT_MS,
 }

@@ -8,16 +8,25 @@
 -- KEYS[4]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
 -- KEYS[5]  asks     hash: each waiting token's request, "<ttl ms> <owner>", so a
 --                   release can grant the lock to it directly (lock_release.lua).
+-- KEYS[6]  boot     optional (Redlock only): this server's boot marker, a string
+--                   key named after its run id and the grace (core/redlock/): while
+--                   it is missing and the server started less than ARGV[6] ms ago,
+--                   nothing is granted (it may have lost leases in a restart).
 -- ARGV[1]  token    the new lease's random token.
 -- ARGV[2]  ttl      lease time, milliseconds (integer > 0).
 -- ARGV[3]  owner    optional, default "" (none): owner id allowing counted re-entry.
 -- ARGV[4]  wait     optional, default "0": "1": if refused, join (or stay in) the
 --                   wait queue; "0": do not.
+-- ARGV[5]  floor    optional (Redlock): least fence to grant, an integer on the
+--                   microsecond scale; a new fence is max(last + 1, now in µs, floor).
+-- ARGV[6]  grace    with KEYS[6]: milliseconds after start during which a server
+--                   without its boot marker grants nothing (the longest lease TTL).
 -- (A caller leaves trailing defaults out: each argument costs client CPU.)
 -- The wake-up channel (told the new head when a dead head is dropped; on
 -- `channel:<tag>` when its token ends in ".<tag>") is derived from KEYS[1] (see
 -- wake_channel in lib_lock.lua).
--- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
+-- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS; BOOT_MARKER_MS
+-- (how long a boot marker is kept; it is set again after it lapses).
 --
 -- Returns the new lease's fence (a bare integer) when granted a new lease, so the
 -- common reply is the cheapest to build and parse; {1, fence, ms_left} when the
@@ -25,7 +34,8 @@
 -- idempotent; or a lease a release granted to this waiter: ms_left is the TTL it
 -- has left); {0, wait_ms, holder} when refused: wait_ms is the holder's TTL left,
 -- or 0 when the lock is free but reserved for an earlier waiter; holder is the
--- holding owner id ("" when none or free).
+-- holding owner id ("" when none or free); {0, wait_ms, "", "restarted"} when the
+-- boot marker is missing within the grace (wait_ms: until the grace ends).
 
 local holders, fence_key, queue = KEYS[1], KEYS[2], KEYS[3]
 local token, ttl, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3] or ''
@@ -34,11 +44,27 @@ local token, ttl, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3] or ''
 
 local now, now_us = server_clock()
 
+-- Redlock: a server that may have lost leases in a restart (no boot marker, started
+-- within the grace) grants nothing until every lease it could have held expired.
+-- INFO's uptime is whole seconds, rounded down: never later than the real start.
+local boot = KEYS[6]
+if boot and redis.call('EXISTS', boot) == 0 then
+  local info = redis.call('INFO', 'server')
+  local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000
+  local grace = tonumber(ARGV[6])
+  if up < grace then return {0, grace - up, '', 'restarted'} end
+  redis.call('SET', boot, string.format('%d', now), 'PX', {{BOOT_MARKER_MS}})
+end
+-- The fence base: the server's µs clock, or the caller's floor when higher.
+local fence_us = now_us
+local floor = tonumber(ARGV[5])
+if floor and floor > now_us then fence_us = floor end
+
 -- Uncontended: neither held nor anyone queued (one EXISTS for both keys). This
 -- runs before the other helpers are defined: a run that returns here never makes
 -- their closures.
 if redis.call('EXISTS', holders, queue) == 0 then
-  local fence = next_fence(fence_key, now_us)
+  local fence = next_fence(fence_key, fence_us)
   grant_lock(holders, token, owner, ttl, now, fence)
   return tonumber(fence)
 end
@@ -50,7 +76,7 @@ local wait = ARGV[4] == '1'
 
 -- Another lease of the holding owner (re-entry).
 local function reenter()
-  local fence, expiry = next_fence(fence_key, now_us), string.format('%d', now + ttl)
+  local fence, expiry = next_fence(fence_key, fence_us), string.format('%d', now + ttl)
   redis.call('HSET', holders, 'fence', fence, 't:' .. token, expiry, 'f:' .. token, fence)
   if redis.call('PTTL', holders) < ttl then redis.call('PEXPIREAT', holders, expiry) end
   return tonumber(fence)
@@ -86,6 +112,6 @@ if redis.call('EXISTS', queue) == 1 then
   end
   if head then dequeue_waiter(queue, alive, asks, token) end
 end
-local fence = next_fence(fence_key, now_us)
+local fence = next_fence(fence_key, fence_us)
 grant_lock(holders, token, owner, ttl, now, fence)
 return tonumber(fence)

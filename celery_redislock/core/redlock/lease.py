@@ -1,0 +1,116 @@
+"""The lease of a :class:`~.lock.RedlockLock`, and its renewal.
+
+A Redlock lease is valid while a majority of the masters hold it: its local deadline
+is when the majority's earliest expiry is due, less the clock-drift allowance. An
+``extend()`` or a renewal sends ``lock_extend.lua`` to every master at once and
+counts the confirmations: a majority moves the deadline on; fewer answering "held"
+than a majority could still make is a loss at once; no majority before the deadline
+is a loss at the deadline.
+
+Renewal (``renew=True``) is one daemon thread per renewed lease, renewing every
+TTL/3 and retrying failed rounds until the deadline. Redlock leases are few (one
+per singleton task at most), and a thread of its own keeps a stopped master from
+delaying any other lease's loss report.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING
+
+from ..lease import Lease, current_pid
+from ..renewal.entry import report
+from ..validate import ttl_to_ms
+
+if TYPE_CHECKING:
+    from .lock import RedlockLock
+
+__all__ = ["RedlockLease", "keep_alive"]
+
+log = logging.getLogger(__name__)
+
+
+class RedlockLease(Lease):
+    """A :class:`~celery_redislock.Lease` held on a majority of Redlock masters.
+
+    Same contract as the single-server lease; :attr:`fence` is the largest fence the
+    granting masters gave, stored on a majority of them before ``acquire`` returned
+    (see ``RedlockLock``).
+    """
+
+    __slots__ = ()
+
+    def extend(self, ttl: float | None = None) -> bool:
+        """Reset the lease to ``ttl`` seconds (default: its TTL) on every master.
+
+        True when a majority confirmed in time; False (and :attr:`lost` set) when
+        no majority holds it any more. An expired lease is never brought back.
+        """
+        if self._released or self._pid != current_pid():
+            return False
+        lock: RedlockLock = self._holder  # type: ignore[assignment]
+        ttl_ms = lock._check_ttl(self.ttl if ttl is None else ttl, "ttl")
+        held, deadline, error = lock._extend_all(self.token, ttl_ms)
+        if held and self._confirmed(ttl_ms, deadline):
+            return True
+        self._mark_lost(f"extend found no majority of {lock.quorum} masters holding the "
+                        f"lease in time ({error or 'validity passed'})")  # fmt: skip
+        return False
+
+    def _confirmed(self, ttl_ms: int, deadline: float) -> bool:
+        """Record a majority's confirmation valid until local ``deadline``."""
+        if deadline <= time.monotonic():
+            return False
+        self.ttl = ttl_ms / 1000.0
+        self._confirm(deadline)
+        return True
+
+
+def keep_alive(lease: RedlockLease, lock: RedlockLock) -> None:
+    """Renew ``lease`` on every master from a thread of its own until it is
+    released, lost or collected."""
+    stop = threading.Event()
+    lease._stop_renewal = stop.set
+    thread = threading.Thread(
+        target=_renew, args=(weakref.ref(lease), lock, stop), daemon=True,
+        name=f"celery-redislock-redlock-renewal-{lease.name}",
+    )  # fmt: skip
+    thread.start()
+
+
+def _renew(ref: weakref.ref[RedlockLease], lock: RedlockLock, stop: threading.Event) -> None:
+    error = ""
+    while True:
+        lease = ref()
+        if lease is None or lease.released or lease._lost:
+            return
+        ttl = lease.ttl
+        ttl_ms = ttl_to_ms(ttl)
+        due = lease.deadline - ttl * 2 / 3  # a third of the TTL after the last grant
+        wait = min(max(0.0, due - time.monotonic()), max(0.0, lease.remaining()))
+        del lease  # never keep the lease alive while asleep
+        if stop.wait(wait):
+            return
+        lease = ref()
+        if lease is None or lease.released or lease._lost:
+            return
+        if time.monotonic() >= lease.deadline:
+            report([(lease, f"no majority of {lock.quorum} masters confirmed the lease "
+                            f"before its deadline (last error: {error or 'none'})")])
+            return
+        held, deadline, error = lock._extend_all(lease.token, ttl_ms)
+        if stop.is_set():
+            return  # released meanwhile: the release decides
+        if held and lease._confirmed(ttl_ms, deadline):
+            continue
+        if held is False:
+            report([(lease, f"renewal found fewer than {lock.quorum} masters that could "
+                            f"still hold the lease ({error})")])
+            return
+        # No majority answered (masters down or slow): try again soon, until the deadline.
+        log.debug("celery_redislock: Redlock renewal of %r failed: %s", lease.name, error)
+        if stop.wait(min(max(0.02, ttl / 10), max(0.0, lease.remaining()))):
+            return

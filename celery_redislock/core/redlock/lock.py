@@ -1,0 +1,297 @@
+"""``RedlockLock``: one lock over N independent Redis masters, granted by a majority.
+
+Each operation runs the single-server lock's script on every master at once (see
+:mod:`.masters`, :mod:`.rounds`). A lease is granted when a majority granted it
+within its validity (TTL - time taken - drift allowance); otherwise what was
+granted is given back on every master that granted or did not answer.
+
+Fences: each master proposes max(its last fence + 1, its µs clock, the client's µs
+clock + 1 s); the lease's fence is the largest, and before ``acquire`` returns every
+granting master whose own fence was lower has its counter raised to it
+(``redlock_floor.lua``), so a majority stores the fence. Any later majority shares a
+master with it, which grants only higher fences, so fences strictly increase as
+long as no master of that majority lost its data. A master that restarted without
+its data refuses grants for ``max_ttl`` after its start (its boot marker, a key
+named after its run id, is missing), so no lease it forgot can still be live when it
+grants again; fences then stay ordered by the clocks, which have moved on by
+``max_ttl`` (assumed: masters' clocks differ by less than that).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import time
+from typing import Any
+
+from ...errors import ConfigurationError, RedlockUnavailable
+from ..info import PrimitiveInfo
+from ..keys import DEFAULT_PREFIX
+from ..lease import OnLost
+from ..lock import RedisLock
+from ..primitive import Primitive, fresh_token
+from ..validate import acquire_deadline, check_bool, ttl_to_ms
+from ..waiting import Notifier, poll_slice
+from . import rounds
+from .lease import RedlockLease, keep_alive
+from .masters import Master, check_masters
+
+__all__ = ["FENCE_LEAD_US", "RedlockLock"]
+
+FENCE_LEAD_US = 1_000_000
+"""How far ahead of its own clock (µs) a client proposes the next fence: when it is
+above every master's own proposal, they all grant this same fence and no floor needs
+raising (one round trip)."""
+
+
+class RedlockLock(Primitive):
+    """A lock held by a majority of N >= 3 (odd) independent Redis masters.
+
+    Same contract as :class:`~celery_redislock.RedisLock` (``acquire``, ``with``,
+    :class:`~celery_redislock.Lease` with ``release``/``extend``/``lost``, renewal).
+
+    Args:
+        clients: ``redis.Redis`` clients of independent masters (not replicas of one
+            another), an odd number of at least 3, each a different server.
+        name: the lock's name; the same keys as a ``RedisLock`` on each master.
+        ttl: lease time in seconds.
+        max_ttl: the longest lease any client of these masters takes (default:
+            ``ttl``): a master that restarted without its data grants nothing for
+            this long after its start. Larger TTLs are refused.
+        drift: clock-drift allowance as a fraction of the TTL (plus 2 ms) taken off
+            every lease's validity.
+        master_timeout: seconds a round waits for the masters' replies (default
+            min(0.5, ttl / 5)); a master slower than this counts as not answering.
+        retry_jitter: most seconds added at random before retrying after a split
+            round (grants on fewer than a majority), so contenders spread out.
+        renew: renew leases in the background (every master, every TTL/3).
+    """
+
+    kind = "lock"
+
+    def __init__(
+        self,
+        clients: list[Any],
+        name: str,
+        *,
+        ttl: float = 30.0,
+        prefix: str = DEFAULT_PREFIX,
+        renew: bool = False,
+        max_ttl: float | None = None,
+        drift: float = 0.01,
+        master_timeout: float | None = None,
+        retry_jitter: float = 0.05,
+    ) -> None:
+        self._masters: list[Master] = check_masters(clients)
+        super().__init__(self._masters[0].client, name, ttl=ttl, prefix=prefix,
+                         renew=check_bool(renew, "renew"), max_hold=None)  # fmt: skip
+        self.quorum = len(self._masters) // 2 + 1
+        self._max_ttl_ms = self._ttl_ms if max_ttl is None else ttl_to_ms(max_ttl, "max_ttl")
+        if self._ttl_ms > self._max_ttl_ms:
+            raise ConfigurationError(f"ttl must be <= max_ttl ({max_ttl!r}), got {ttl!r}")
+        if isinstance(drift, bool) or not isinstance(drift, (int, float)) or not 0 <= drift < 0.5:
+            raise ConfigurationError(f"drift must be a fraction >= 0 and < 0.5, got {drift!r}")
+        self._drift = float(drift)
+        self._timeout = (min(0.5, self._ttl_ms / 5000) if master_timeout is None
+                         else ttl_to_ms(master_timeout, "master_timeout") / 1000)  # fmt: skip
+        if isinstance(retry_jitter, bool) or not isinstance(retry_jitter, (int, float)) or not (
+            0 <= retry_jitter < math.inf
+        ):
+            raise ConfigurationError(f"retry_jitter must be seconds >= 0, got {retry_jitter!r}")
+        self._jitter = float(retry_jitter)
+        keys = self._keys
+        holders, fence, queue, alive, asks = (
+            key.encode() for key in (keys.holders, keys.fence, keys.queue, keys.alive, keys.asks)
+        )
+        self._acquire_keys = [holders, fence, queue, alive, asks]
+        self._release_keys = [holders, queue, alive, asks, fence]
+        self._queue_keys = [holders, queue, alive, asks]
+        self._holders_key = [holders]
+        self._fence_key = fence
+        self._boot_prefix = f"{prefix}:redlock:boot:"
+
+    @property
+    def masters(self) -> list[str]:
+        """``host:port`` of each master, in the order given."""
+        return [master.label for master in self._masters]
+
+    @property
+    def clients(self) -> list[Any]:
+        """The masters' clients, in the order given."""
+        return [master.client for master in self._masters]
+
+    def acquire(
+        self,
+        blocking: bool = True,
+        timeout: float | None = None,
+        owner: str | None = None,
+        *,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: OnLost | None = None,
+    ) -> RedlockLease | None:
+        """Take the lock on a majority; return the lease, or None if not granted in time.
+
+        ``blocking=False`` (or ``timeout=0``) tries once. Otherwise retries until
+        ``timeout`` (None: for ever), woken by the masters' releases, with jitter.
+        Raises :class:`~celery_redislock.errors.RedlockUnavailable` when fewer than a
+        majority of masters answered (the last attempt, at the deadline).
+        """
+        deadline = acquire_deadline(blocking, timeout)
+        if owner is not None and (not isinstance(owner, str) or not owner):
+            raise ConfigurationError(f"owner must be a non-empty string or None, got {owner!r}")
+        ttl_ms = self._ttl_ms if ttl is None else self._check_ttl(ttl, "ttl")
+        token, tag = fresh_token()
+        if deadline is None:
+            lease, outcome = self._try(token, owner, ttl_ms, False)
+            if lease is None and outcome.answered < self.quorum:
+                raise self._unavailable(outcome)
+        else:
+            lease = self._wait(token, tag, owner, ttl_ms, deadline)
+        if lease is not None:
+            lease.on_lost = on_lost
+            if self.renew if renew is None else renew:
+                keep_alive(lease, self)
+        return lease
+
+    def _check_ttl(self, ttl: object, argument: str) -> int:
+        ttl_ms = ttl_to_ms(ttl, argument)
+        if ttl_ms > self._max_ttl_ms:
+            raise ConfigurationError(
+                f"{argument} must be <= max_ttl ({self._max_ttl_ms / 1000}s: the restart "
+                f"grace of the masters), got {ttl!r}"
+            )
+        return ttl_ms
+
+    def _drift_s(self, ttl_ms: int) -> float:
+        return ttl_ms * self._drift / 1000 + 0.002
+
+    def _try(self, token: str, owner: str | None, ttl_ms: int,
+             wait: bool) -> tuple[RedlockLease | None, rounds.Round]:  # fmt: skip
+        """One round; the lease when a majority granted in time, else everything
+        granted (or possibly granted) given back."""
+        floor = time.time_ns() // 1000 + FENCE_LEAD_US
+        args = [token, ttl_ms, owner or "", b"1" if wait else b"0", floor, self._max_ttl_ms]
+        outcome = rounds.attempt(self._masters, self._acquire_keys, self._boot_prefix, args,
+                                 ttl_ms, self._timeout)  # fmt: skip
+        grants = outcome.grants
+        if len(grants) >= self.quorum:
+            fence = max(granted for granted, _ in grants.values())
+            stored = rounds.raise_floors(self._masters, self._fence_key, grants, fence,
+                                         self._timeout)  # fmt: skip
+            expiries = sorted((start for _, start in grants.values()), reverse=True)
+            valid_until = expiries[self.quorum - 1] + ttl_ms / 1000 - self._drift_s(ttl_ms)
+            if stored >= self.quorum and valid_until > time.monotonic():
+                lease = RedlockLease(self, token, fence, ttl_ms / 1000, owner=owner,
+                                     granted_at=valid_until - ttl_ms / 1000)  # fmt: skip
+                return lease, outcome
+        if grants or outcome.errors:
+            rounds.run_each(self._masters, sorted({*grants, *outcome.errors}), rounds.RELEASE,
+                            self._release_keys, [token], self._timeout)  # fmt: skip
+        return None, outcome
+
+    def _wait(self, token: str, tag: str, owner: str | None, ttl_ms: int,
+              deadline: float) -> RedlockLease | None:  # fmt: skip
+        """Rounds until granted or ``deadline``; queued on every master meanwhile, so a
+        release wakes this waiter (on the first master that answered)."""
+        channel = f"{self._keys.channel}:{tag}"
+        outcome = rounds.Round()
+        granted = False
+        try:
+            with contextlib.ExitStack() as stack:
+                notifier, waiter = None, None
+                while True:
+                    if waiter is not None:
+                        waiter.notified = False
+                    lease, outcome = self._try(token, owner, ttl_ms, True)
+                    if lease is not None:
+                        granted = True
+                        return lease
+                    if waiter is None and outcome.answered:
+                        first = min([*outcome.grants, *outcome.refused])
+                        notifier = Notifier.for_client(self._masters[first].client)
+                        waiter = stack.enter_context(notifier.listen(channel, token))
+                        continue  # once subscribed, ask again: no release missed
+                    sleep = min(outcome.wait_hint() or math.inf, poll_slice(ttl_ms))
+                    if outcome.grants or outcome.errors:  # a split or a failure
+                        sleep = min(sleep, random.uniform(0, self._jitter) + 0.001)
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    sleep = min(sleep * random.uniform(0.8, 1.0), left)
+                    if notifier is not None and waiter is not None:
+                        notifier.wait(waiter, sleep)
+                    else:
+                        time.sleep(sleep)
+        finally:
+            # Out of the queues: where refused (or silent) when granted, else everywhere.
+            self._leave(token, granted, sorted({*outcome.refused, *outcome.errors})
+                        if granted else list(range(len(self._masters))))  # fmt: skip
+        if outcome.answered < self.quorum:
+            raise self._unavailable(outcome)
+        return None
+
+    def _leave(self, token: str, granted: bool, indexes: list[int]) -> None:
+        """Leave the wait queue on ``masters[i]`` for each i in ``indexes``; a lease a
+        release granted meanwhile is given back unless the wait ended granted (the
+        lease's release then reaches it with the others)."""
+        left = rounds.run_each(self._masters, indexes, rounds.LEAVE,
+                               self._queue_keys, [token, "lock"], self._timeout)  # fmt: skip
+        stray = [i for i, reply in left.items()
+                 if not isinstance(reply, BaseException) and int(reply[1])]  # fmt: skip
+        if stray and not granted:
+            rounds.run_each(self._masters, stray, rounds.RELEASE, self._release_keys,
+                            [token], self._timeout)  # fmt: skip
+
+    def _unavailable(self, outcome: rounds.Round) -> RedlockUnavailable:
+        return RedlockUnavailable(
+            f"Redlock {self.name!r}: only {outcome.answered} of {len(self._masters)} masters "
+            f"answered, {self.quorum} needed: {rounds.errors_text(self._masters, outcome.errors)}"
+        )
+
+    def locked(self) -> bool:
+        """True while a majority of the masters hold the lock."""
+        return sum(1 for info in self.info_by_master().values()
+                   if isinstance(info, PrimitiveInfo) and info.holders) >= self.quorum  # fmt: skip
+
+    def info_by_master(self) -> dict[str, PrimitiveInfo | Exception]:
+        """Each master's view of the lock (``host:port`` -> its info, or the error)."""
+        views: dict[str, PrimitiveInfo | Exception] = {}
+        for master in self._masters:
+            try:
+                views[master.label] = RedisLock(master.client, self.name,
+                                                prefix=self._keys.prefix).info()  # fmt: skip
+            except Exception as exc:  # a master down is part of the picture
+                views[master.label] = exc
+        return views
+
+    def __repr__(self) -> str:
+        return f"<RedlockLock {self.name!r} ttl={self.ttl} masters={self.masters}>"
+
+    # -- the lease's side --------------------------------------------------------------
+
+    def _release_token(self, token: str) -> bool:
+        replies = rounds.run_each(self._masters, list(range(len(self._masters))),
+                                  rounds.RELEASE, self._release_keys, [token],
+                                  self._timeout)  # fmt: skip
+        return sum(1 for reply in replies.values() if reply == 1) >= self.quorum
+
+    def _extend_token(self, token: str, ttl_ms: int) -> bool:
+        return self._extend_all(token, ttl_ms)[0] is True
+
+    def _extend_all(self, token: str, ttl_ms: int) -> tuple[bool | None, float, str]:
+        """Extend on every master: (True, new local deadline, "") with a majority;
+        (False, 0, why) when too few can still hold it; (None, 0, errors) otherwise."""
+        sent_at = time.monotonic()
+        replies = rounds.run_each(self._masters, list(range(len(self._masters))),
+                                  rounds.EXTEND, self._holders_key, [token, ttl_ms],
+                                  self._timeout)  # fmt: skip
+        held = sum(1 for reply in replies.values() if reply == 1)
+        gone = sum(1 for reply in replies.values() if reply == 0)
+        errors = {i: r for i, r in replies.items() if isinstance(r, BaseException)}
+        if held >= self.quorum:
+            return True, sent_at + ttl_ms / 1000 - self._drift_s(ttl_ms), ""
+        if len(self._masters) - gone < self.quorum:
+            return False, 0.0, f"{gone} of {len(self._masters)} masters no longer hold it"
+        return None, 0.0, rounds.errors_text(self._masters, errors) or "no majority"

@@ -1,0 +1,112 @@
+"""One Redlock round: the lock scripts run on every master at once, the replies
+counted against the majority.
+
+The scripts are the single-server lock's own (``lock_acquire.lua``,
+``lock_release.lua``, ``lock_extend.lua``, ``queue_leave.lua``, ``lock_info.lua``),
+read by the same code (:func:`~celery_redislock.core.lock._grant_of`); only the fence
+floor (``redlock_floor.lua``) is Redlock's own.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..lock import SCRIPT_CONSTANTS, _grant_of
+from ..scripts import LuaScript, as_text
+from ..waiting import Grant
+from .masters import Call, Master, fan_out
+
+__all__ = ["ACQUIRE", "EXTEND", "FLOOR", "LEAVE", "RELEASE", "Round", "errors_text"]
+
+ACQUIRE = LuaScript("lock_acquire.lua", SCRIPT_CONSTANTS)
+RELEASE = LuaScript("lock_release.lua", SCRIPT_CONSTANTS)
+EXTEND = LuaScript("lock_extend.lua", SCRIPT_CONSTANTS)
+LEAVE = LuaScript("queue_leave.lua", SCRIPT_CONSTANTS)
+FLOOR = LuaScript("redlock_floor.lua", SCRIPT_CONSTANTS)
+
+
+@dataclass
+class Round:
+    """The outcome of one acquire attempt on every master."""
+
+    grants: dict[int, Grant] = field(default_factory=dict)  # master index -> grant
+    refused: dict[int, Any] = field(default_factory=dict)  # master index -> reply
+    errors: dict[int, BaseException] = field(default_factory=dict)
+
+    @property
+    def answered(self) -> int:
+        """How many masters answered (granted or refused)."""
+        return len(self.grants) + len(self.refused)
+
+    def wait_hint(self) -> float:
+        """Seconds until a refusing master may grant (its holder's TTL left, or the
+        rest of a restart grace); 0 when unknown."""
+        waits = [int(reply[1]) for reply in self.refused.values() if int(reply[1]) > 0]
+        return min(waits) / 1000.0 if waits else 0.0
+
+    def restarting(self) -> list[int]:
+        """Masters that refused because they restarted within the grace."""
+        return [i for i, reply in self.refused.items() if len(reply) > 3]
+
+    def holder(self) -> str | None:
+        """The owner id a refusing master named, if any."""
+        for reply in self.refused.values():
+            if as_text(reply[2]):
+                return as_text(reply[2])
+        return None
+
+
+def attempt(masters: list[Master], keys: list[Any], boot_prefix: str, args: list[Any],
+            ttl_ms: int, timeout: float) -> Round:  # fmt: skip
+    """Send ``lock_acquire.lua`` to every master; sort the replies."""
+    boot_suffix = f":{args[5]}"
+
+    def call(index: int, run_id: str) -> Call:
+        return Call(ACQUIRE, [*keys, f"{boot_prefix}{run_id}{boot_suffix}".encode()], args)
+
+    sent_at = time.monotonic()
+    outcome = Round()
+    for index, answer in enumerate(fan_out(masters, call, timeout)):
+        if isinstance(answer, BaseException):
+            outcome.errors[index] = answer
+            continue
+        grant = _grant_of(answer, sent_at, ttl_ms)
+        if grant is None:
+            outcome.refused[index] = answer
+        else:
+            outcome.grants[index] = grant
+    return outcome
+
+
+def raise_floors(masters: list[Master], fence_key: Any, grants: dict[int, Grant], fence: int,
+                 timeout: float) -> int:  # fmt: skip
+    """Raise the fence counter of every granting master below ``fence`` to it; return
+    how many granting masters now store a fence >= ``fence``."""
+    stored = sum(1 for granted, _ in grants.values() if granted >= fence)
+    lower = [index for index, (granted, _) in grants.items() if granted < fence]
+    if lower:
+        request = Call(FLOOR, [fence_key], [fence])
+        replies = fan_out([masters[i] for i in lower], lambda _i, _r: request,
+                          timeout)  # fmt: skip
+        stored += sum(1 for reply in replies if reply == 1)
+    return stored
+
+
+def run_each(masters: list[Master], indexes: list[int], script: LuaScript, keys: list[Any],
+             args: list[Any], timeout: float) -> dict[int, Any]:  # fmt: skip
+    """Run one script with the same KEYS/ARGV on ``masters[i]`` for each ``i`` in
+    ``indexes``; each master's reply or exception by index."""
+    if not indexes:
+        return {}
+    chosen = [masters[i] for i in indexes]
+    request = Call(script, keys, args)
+    replies = fan_out(chosen, lambda _i, _r: request, timeout)
+    return dict(zip(indexes, replies, strict=True))
+
+
+def errors_text(masters: list[Master], errors: dict[int, Any]) -> str:
+    """``host:port: error; ...`` for the masters that failed."""
+    return "; ".join(f"{masters[i].label}: {type(exc).__name__}: {exc}"
+                     for i, exc in sorted(errors.items()))  # fmt: skip

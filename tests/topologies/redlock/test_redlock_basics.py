@@ -1,0 +1,102 @@
+"""RedlockLock on five real redis-server masters: contract, bad input, fences, waiting."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from celery_redislock import ConfigurationError, LockNotOwned, RedisLock, RedlockLock
+from celery_redislock.testing import RedisServer
+from tests.faults import FaultProxy
+from tests.topologies.redlock.conftest import GRACE
+
+
+def make(clients: list[redis.Redis], name: str = "job", **options: object) -> RedlockLock:
+    options.setdefault("ttl", GRACE)
+    return RedlockLock(clients, name, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 4])
+def test_too_few_or_an_even_number_of_masters_is_refused(
+    clients: list[redis.Redis], count: int
+) -> None:
+    with pytest.raises(ConfigurationError, match=f"odd number of at least 3 masters.*got {count}"):
+        RedlockLock(clients[:count], "job")
+
+
+def test_two_clients_of_one_server_are_refused(masters: list[RedisServer]) -> None:
+    port = masters[0].port
+    same = [redis.Redis(port=port), redis.Redis(host="localhost", port=port, db=3),
+            redis.Redis(port=masters[1].port)]  # fmt: skip
+    message = rf"clients\[0\] and clients\[1\].*127.0.0.1:{port}"
+    with pytest.raises(ConfigurationError, match=message):
+        RedlockLock(same, "job")
+
+
+def test_bad_values_are_named(clients: list[redis.Redis]) -> None:
+    with pytest.raises(ConfigurationError, match=r"clients must be a list.*'redis://x'"):
+        RedlockLock("redis://x", "job")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"clients must be redis.Redis.*'nope'"):
+        RedlockLock([*clients[:2], "nope"], "job")
+    with pytest.raises(ConfigurationError, match=r"ttl must be <= max_ttl \(2\), got 5"):
+        RedlockLock(clients[:3], "job", ttl=5, max_ttl=2)
+    with pytest.raises(ConfigurationError, match=r"drift must be .* got 0.7"):
+        RedlockLock(clients[:3], "job", drift=0.7)
+    lock = make(clients[:3])
+    with pytest.raises(ConfigurationError, match=r"ttl must be <= max_ttl .* got 60"):
+        lock.acquire(ttl=60)
+
+
+def test_contract_acquire_release_extend_with(clients: list[redis.Redis]) -> None:
+    lock, other = make(clients), make(clients)
+    lease = lock.acquire(blocking=False)
+    assert lease is not None and not lease.lost
+    assert other.acquire(blocking=False) is None
+    assert lock.locked()
+    assert lease.extend() and lease.remaining() > GRACE * 0.9
+    assert lease.release() and not lease.lost
+    assert not lock.locked()
+    with other as second:
+        assert second.fence > lease.fence
+        views = other.info_by_master()
+        assert len(views) == 5 and all(view.holders for view in views.values())  # type: ignore[union-attr]
+    # A lease that expired is lost and never brought back; leaving `with` says so.
+    with pytest.raises(LockNotOwned), lock as third:
+        time.sleep(GRACE + 0.1)
+    assert third.lost and not third.extend()
+
+
+def test_each_master_keeps_the_lease_in_its_own_lock_keys(clients: list[redis.Redis]) -> None:
+    lease = make(clients).acquire()
+    assert lease is not None
+    for client in clients:  # the single-server lock reads it: the same scripts, same keys
+        info = RedisLock(client, "job").info()
+        assert [holder.fence for holder in info.holders] == [lease.fence]
+    lease.release()
+
+
+def test_latency_is_the_slowest_master_not_the_sum(masters: list[RedisServer]) -> None:
+    # Three of five masters behind a proxy adding 0.1 s each way: a round trip to each
+    # costs 0.2 s; in sequence an acquire would take 0.6 s, in parallel 0.2 s.
+    proxies = [FaultProxy("127.0.0.1", server.port).start() for server in masters[:3]]
+    try:
+        for proxy in proxies:
+            proxy.delay = 0.1
+        clients = [redis.Redis(port=proxy.port) for proxy in proxies]
+        clients += [redis.Redis(port=server.port) for server in masters[3:]]
+        lock = make(clients, ttl=3.0, max_ttl=3.0, master_timeout=1.0)
+        # Connections made (handshakes at 0.2 s a round trip: this one runs out of
+        # validity and gives back what it got), scripts loaded.
+        warm = lock.acquire(blocking=False)
+        if warm is not None:
+            warm.release()
+        wait_start = time.monotonic()
+        lease = lock.acquire(blocking=False)
+        took = time.monotonic() - wait_start
+        assert lease is not None, "granted"
+        assert 0.19 < took < 0.45, took
+    finally:
+        for proxy in proxies:
+            proxy.stop()
