@@ -21,9 +21,10 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
+from ...errors import ConfigurationError
 from ..lease import Lease, current_pid
 from ..renewal.entry import report
-from ..validate import ttl_to_ms
+from ..validate import check_bool, ttl_to_ms
 
 if TYPE_CHECKING:
     from .lock import RedlockLock
@@ -43,15 +44,20 @@ class RedlockLease(Lease):
 
     __slots__ = ()
 
-    def extend(self, ttl: float | None = None) -> bool:
-        """Reset the lease to ``ttl`` seconds (default: its TTL) on every master.
+    def extend(self, ttl: float | None = None, *, add: bool = False) -> bool:
+        """Reset the lease to ``ttl`` seconds (default: its TTL) on every master; with
+        ``add=True``, to the time it has left (by the local deadline) plus ``ttl``.
 
         True when a majority confirmed in time; False (and :attr:`lost` set) when
         no majority holds it any more. An expired lease is never brought back.
         """
+        if check_bool(add, "add") and ttl is None:
+            raise ConfigurationError("extend(add=True) needs ttl, the seconds to add; got None")
         if self._released or self._pid != current_pid():
             return False
         lock: RedlockLock = self._holder  # type: ignore[assignment]
+        if add:
+            ttl = max(0.0, self.remaining()) + ttl_to_ms(ttl) / 1000
         ttl_ms = lock._check_ttl(self.ttl if ttl is None else ttl, "ttl")
         held, deadline, error = lock._extend_all(self.token, ttl_ms)
         if held and self._confirmed(ttl_ms, deadline):

@@ -130,6 +130,7 @@ class RedlockLock(Primitive):
         ttl: float | None = None,
         renew: bool | None = None,
         on_lost: OnLost | None = None,
+        max_hold: float | None = None,
     ) -> RedlockLease | None:
         """Take the lock on a majority; return the lease, or None if not granted in time.
 
@@ -137,7 +138,10 @@ class RedlockLock(Primitive):
         ``timeout`` (None: for ever), woken by the masters' releases, with jitter.
         Raises :class:`~celery_redislock.errors.RedlockUnavailable` when fewer than a
         majority of masters answered (the last attempt, at the deadline).
+        ``max_hold`` is not offered on Redlock (ConfigurationError when given).
         """
+        if max_hold is not None:
+            raise ConfigurationError(f"max_hold is not supported by RedlockLock, got {max_hold!r}")
         deadline = acquire_deadline(blocking, timeout)
         if owner is not None and (not isinstance(owner, str) or not owner):
             raise ConfigurationError(f"owner must be a non-empty string or None, got {owner!r}")
