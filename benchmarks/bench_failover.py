@@ -1,0 +1,178 @@
+"""What a Sentinel failover does to a lock, with and without replica acknowledgement.
+
+Run from the repository root (~8 min for 20 trials per mode)::
+
+    python benchmarks/bench_failover.py              # 20 trials per mode
+    python benchmarks/bench_failover.py --trials 3   # a smoke test
+
+It starts a primary, two replicas and three Sentinels
+(``celery_redislock.testing_sentinel.SentinelGroup``: ``down-after-milliseconds``
+1000, ``failover-timeout`` 3000) and runs, per trial, for one mode at a time (the
+modes interleaved trial by trial: no acks, ``min_replicas=1``, ``min_replicas=2``):
+
+1. a holder, through ``Sentinel.master_for``, is granted a lease (TTL 8 s);
+2. the primary is SIGKILLed right after the grant returned;
+3. the holder "finishes its work" 0.5 s after its grant and releases, retrying
+   through the outage until some primary answers (True: its lease survived; False:
+   it was lost, and ``lease.lost`` reports it);
+4. a second client acquires the same name through Sentinel from the moment of the
+   kill (retrying while no primary answers); the trial records when it is granted.
+
+Reported per mode: **double grants** (the second client was granted the name while
+the holder's lease, lost with the primary, was still valid by the holder's own
+clock), the **time until the name is usable** again (kill -> second grant, p50 and
+max), **leases reported lost**, fence order (the second fence must exceed the
+first), a stale release that touched the new holder (must be 0), and the
+steady-state **acquire p50** of each mode (acquire-only latency, the modes
+interleaved call by call on the healthy group before the trials).
+
+After each trial the killed node is started again (empty) as a replica, and the
+next trial waits until the Sentinels agree and every replica is online.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import secrets
+import sys
+import threading
+import time
+from typing import Any
+
+import redis
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import percentile, print_table
+
+from celery_redislock import NotReplicated, RedisLock
+from celery_redislock.testing_sentinel import SentinelGroup
+
+MODES = {"no acks": 0, "min_replicas=1": 1, "min_replicas=2": 2}
+TTL = 8.0
+WORK = 0.5
+CLIENT = {"socket_timeout": 1.0, "socket_connect_timeout": 0.5}
+REPLICA_TIMEOUT = 0.5
+
+
+def _until_answered(call: Any, deadline: float) -> Any:
+    """``call()``, retried while no primary answers (the failover window)."""
+    while True:
+        try:
+            return call()
+        except (redis.ConnectionError, redis.TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def steady_state(group: SentinelGroup, rounds: int) -> dict[str, float]:
+    """Acquire-only p50 (µs) per mode, interleaved call by call, on a healthy group."""
+    client = group.master_client(**CLIENT)
+    locks = {
+        mode: RedisLock(client, f"steady-{mode}", ttl=10, min_replicas=n,
+                        replica_timeout=REPLICA_TIMEOUT)
+        for mode, n in MODES.items()
+    }
+    samples: dict[str, list[float]] = {mode: [] for mode in MODES}
+    order = list(MODES)
+    for i in range(rounds + 50):
+        random.shuffle(order)
+        for mode in order:
+            started = time.perf_counter()
+            lease = locks[mode].acquire(blocking=False)
+            took = time.perf_counter() - started
+            assert lease is not None
+            lease.release()
+            if i >= 50:  # warm-up (the first WAIT after a sync can take ~0.9 s)
+                samples[mode].append(took)
+    return {mode: percentile(values, 50) * 1e6 for mode, values in samples.items()}
+
+
+def trial(group: SentinelGroup, min_replicas: int) -> dict[str, Any]:
+    """One grant, one SIGKILL of the primary, one second client; what happened."""
+    name = f"failover-{secrets.token_hex(4)}"
+    holder = RedisLock(group.master_client(**CLIENT), name, ttl=TTL,
+                       min_replicas=min_replicas, replica_timeout=REPLICA_TIMEOUT)  # fmt: skip
+    contender = RedisLock(group.master_client(**CLIENT), name, ttl=TTL)
+    asked_at = time.monotonic()  # the lease counts from here, by the holder's clock
+    try:
+        lease = holder.acquire(blocking=False)
+    except NotReplicated:
+        return {"refused": True}
+    assert lease is not None
+    killed = group.kill_primary()
+    killed_at = time.monotonic()
+    out: dict[str, Any] = {"refused": False, "fence": lease.fence}
+
+    def release() -> None:
+        time.sleep(max(0.0, WORK - (time.monotonic() - killed_at)))
+        out["released"] = _until_answered(lease.release, killed_at + 60)
+        out["released_at"] = time.monotonic()
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+    second = _until_answered(lambda: contender.acquire(timeout=30), killed_at + 60)
+    granted_at = time.monotonic()
+    releaser.join(60)
+    assert second is not None
+    out["usable"] = granted_at - killed_at
+    out["lost"] = lease.lost
+    # Lost with the primary, the holder's lease was still valid by its own clock
+    # (until grant + TTL) when the second client was granted the name.
+    out["double"] = not out["released"] and granted_at < asked_at + TTL
+    out["fence_ok"] = second.fence > lease.fence
+    out["stale_touched"] = not second.extend()  # the stale release left it alone?
+    second.release()
+    group.wait_promoted(killed)
+    group.restart_node(killed)
+    group.wait_stable(timeout=60)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=20, help="trials per mode")
+    parser.add_argument("--steady", type=int, default=500, help="steady-state rounds")
+    args = parser.parse_args()
+    results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+    with SentinelGroup() as group:
+        group.wait_stable()
+        cost = steady_state(group, args.steady)
+        started = time.monotonic()
+        for i in range(args.trials):
+            order = list(MODES)
+            random.shuffle(order)
+            for mode in order:
+                outcome = trial(group, MODES[mode])
+                results[mode].append(outcome)
+                print(f"trial {i + 1}/{args.trials} {mode}: {outcome}", flush=True)
+        took = time.monotonic() - started
+        version = group.node_client(group.wait_stable()).info("server")["redis_version"]
+    rows = []
+    for mode, outcomes in results.items():
+        done = [o for o in outcomes if not o["refused"]]
+        usable = [o["usable"] for o in done]
+        rows.append([
+            mode, len(outcomes), sum(o["refused"] for o in outcomes),
+            sum(o["double"] for o in done), sum(o["lost"] for o in done),
+            f"{percentile(usable, 50):.2f}", f"{max(usable, default=float('nan')):.2f}",
+            sum(not o["fence_ok"] for o in done), sum(o["stale_touched"] for o in done),
+            f"{cost[mode]:.0f}", f"{cost[mode] / cost['no acks']:.2f}x",
+        ])  # fmt: skip
+    print()
+    print_table(
+        ["mode", "trials", "refused", "double grants", "reported lost", "usable p50 s",
+         "usable max s", "fence not increasing", "stale touched new", "acquire p50 µs",
+         "vs no acks"],
+        rows,
+    )  # fmt: skip
+    print(f"\n{args.trials * len(MODES)} trials in {took:.0f} s; redis-server {version}, "
+          f"Python {platform.python_version()}, load average {os.getloadavg()}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
