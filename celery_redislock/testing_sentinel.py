@@ -13,7 +13,7 @@ the ``with`` block (or :meth:`stop`) kills every process and removes the dir::
         old = group.kill_primary()          # SIGKILL, as a crash would
         new = group.wait_promoted(old)      # the port every Sentinel now names
         group.restart_node(old)             # back as a replica of the new primary
-        group.wait_stable()                 # before the next trial
+        group.wait_stable()                 # before the next trial (or: group.heal())
 
 Like :mod:`.testing`, it imports only the standard library and redis-py.
 """
@@ -185,6 +185,17 @@ class SentinelGroup:
         if primary is None:
             raise RuntimeError("no agreed primary to replicate")
         self._start_node(port, primary)
+
+    def heal(self, timeout: float = 60.0) -> int:
+        """Resume paused nodes, start killed data nodes again as replicas (once a
+        replica took over), and :meth:`wait_stable`; return the primary's port."""
+        for process in self._processes.values():
+            process.send_signal(signal.SIGCONT)  # a no-op unless paused
+        for port in self.nodes:
+            if port not in self._processes:
+                self.wait_promoted(port, timeout)
+                self.restart_node(port)
+        return self.wait_stable(timeout)
 
     def wait_promoted(self, old: int, timeout: float = 30.0) -> int:
         """Wait until every Sentinel names a primary other than ``old``; its port."""

@@ -1,9 +1,14 @@
 """The Redis client of an app: ``redislock_url`` and friends, one client per process.
 
 ==============================  ======================================================
-``redislock_url``               ``redis://``, ``rediss://`` or ``unix://`` URL of the
-                                Redis holding the locks; default: the broker URL when
-                                the broker is Redis (``broker_use_ssl`` then applies)
+``redislock_url``               ``redis://``, ``rediss://``, ``unix://`` or Sentinel
+                                (``sentinel://h:p;sentinel://h2:p``) URL of the Redis
+                                holding the locks; default: the broker URL when the
+                                broker is Redis or Sentinel (``broker_use_ssl`` then
+                                applies), else a Redis result backend's URL
+``redislock_transport_options`` ``master_name`` and ``sentinel_kwargs`` of a Sentinel
+                                URL; default: the transport options of the broker
+                                (or backend) whose URL is used
 ``redislock_client_options``    keyword arguments for ``from_url`` (timeouts, TLS, ...)
 ``redislock_cluster``           connect with ``redis.cluster.RedisCluster`` (False)
 ==============================  ======================================================
@@ -18,17 +23,19 @@ from urllib.parse import urlsplit
 
 import redis
 from celery import Celery
-from kombu.utils.url import maybe_sanitize_url
 from redis.cluster import RedisCluster
 
 from ..core.validate import check_bool
 from ..errors import ConfigurationError
 from .config import CLIENT_KEYS, conf_fingerprint
 from .identity import IdentityCache
+from .sentinel import SENTINEL_SCHEME, is_sentinel_url, masked_url, sentinel_client
 
-__all__ = ["get_redis", "redis_url"]
+__all__ = ["connection_source", "get_redis", "redis_url", "transport_options"]
 
 _REDIS_SCHEMES: Final = frozenset({"redis", "rediss", "unix", "redis+socket"})
+_SCHEMES: Final = _REDIS_SCHEMES | {SENTINEL_SCHEME}
+_OWN_OPTIONS: Final = "redislock_transport_options"
 
 # app -> (pid, url, options, client, conf fingerprint); weak, so a discarded app frees
 # its pool.
@@ -38,30 +45,69 @@ _clients: IdentityCache[tuple[int, str, dict[str, Any], Any, Hashable | None]] =
 
 
 def redis_url(app: Celery) -> str:
-    """``redislock_url``, else the broker URL when the broker is Redis, else raise.
+    """The URL of the Redis holding the locks (see :func:`connection_source`)."""
+    return connection_source(app)[0]
+
+
+def connection_source(app: Celery) -> tuple[str, str]:
+    """``(url, transport-options setting)``: ``redislock_url``, else the broker URL
+    when the broker is Redis or Sentinel, else the result backend's when it is, else
+    raise. The setting named goes with a Sentinel URL (``master_name``,
+    ``sentinel_kwargs``): ``redislock_transport_options`` when set, else that of the
+    URL's source (``broker_transport_options``, ``result_backend_transport_options``).
 
     Passwords are masked in error messages.
     """
     url = app.conf.get("redislock_url")
     if url is not None:
-        if not isinstance(url, str) or urlsplit(url).scheme not in _REDIS_SCHEMES:
+        if not isinstance(url, str) or _scheme(url) not in _SCHEMES:
             raise ConfigurationError(
-                "redislock_url must be a redis://, rediss:// or unix:// URL, "
-                f"got {maybe_sanitize_url(url)!r}"
+                "redislock_url must be a redis://, rediss://, unix:// or sentinel:// URL, "
+                f"got {masked_url(url) if isinstance(url, str) else url!r}"
             )
-        return _redis_py_url(url)
-    broker = app.conf.broker_write_url  # also honours CELERY_BROKER_URL and friends
-    if isinstance(broker, (list, tuple)):
-        broker = broker[0] if broker else None
-    elif isinstance(broker, str):
-        broker = broker.split(";")[0]  # a failover list: the first URL is the primary
-    if isinstance(broker, str) and urlsplit(broker).scheme in _REDIS_SCHEMES:
-        return _redis_py_url(broker)
+        return _redis_py_url(url), _OWN_OPTIONS
+    broker = _one_url(app.conf.broker_write_url)  # also honours CELERY_BROKER_URL, ...
+    if broker is not None and _scheme(broker) in _SCHEMES:
+        return _redis_py_url(broker), "broker_transport_options"
+    # A RabbitMQ broker beside a Redis result backend is a common deployment.
+    backend = _one_url(app.conf.get("result_backend"))
+    if backend is not None and _scheme(backend) in _SCHEMES:
+        return _redis_py_url(backend), "result_backend_transport_options"
     raise ConfigurationError(
-        f"redislock_url is not set and the broker URL {maybe_sanitize_url(broker)!r} is "
-        "not a Redis URL: set redislock_url, e.g. app.conf.redislock_url = "
-        "'redis://localhost:6379/0' (CELERY_REDISLOCK_URL with namespace='CELERY')"
+        f"redislock_url is not set and neither the broker URL {_masked(broker)!r} nor the "
+        f"result backend {_masked(backend)!r} is a Redis or Sentinel URL: set "
+        "redislock_url, e.g. app.conf.redislock_url = 'redis://localhost:6379/0' "
+        "(CELERY_REDISLOCK_URL with namespace='CELERY')"
     )
+
+
+def _masked(url: str | None) -> str | None:
+    return None if url is None else masked_url(url)
+
+
+def _scheme(url: str) -> str:
+    return urlsplit(url.split(";")[0].strip()).scheme
+
+
+def _one_url(value: object) -> str | None:
+    """The URL to use of a setting that may list several: all of a Sentinel list
+    (its addresses), else the first (a failover list: the first is the primary)."""
+    if isinstance(value, (list, tuple)):
+        value = ";".join(v for v in value if isinstance(v, str))
+    if not isinstance(value, str) or not value:
+        return None
+    return value if is_sentinel_url(value) else value.split(";")[0]
+
+
+def transport_options(app: Celery, setting: str) -> Mapping[str, Any]:
+    """``redislock_transport_options`` when set, else ``setting``'s (the options of
+    the broker or backend whose URL the locks use); checked to be a dict."""
+    own = app.conf.get(_OWN_OPTIONS)
+    name, options = (_OWN_OPTIONS, own) if own is not None else (setting, app.conf.get(setting))
+    options = {} if options is None else options
+    if not isinstance(options, Mapping):
+        raise ConfigurationError(f"{name} must be a dict, got {options!r}")
+    return options
 
 
 def _redis_py_url(url: str) -> str:
@@ -106,14 +152,25 @@ def get_redis(app: Celery) -> Any:
     if (cached is not None and fingerprint is not None and cached[0] == pid
             and cached[4] == fingerprint):  # fmt: skip
         return cached[3]
-    url = redis_url(app)
+    url, setting = connection_source(app)
     options = _client_options(app, url)
-    if cached is not None and cached[:3] == (pid, url, options):
+    sentinel = is_sentinel_url(url)
+    transport = transport_options(app, setting) if sentinel else {}
+    source = f"{url}#{transport!r}" if sentinel else url
+    if cached is not None and cached[:3] == (pid, source, options):
         _clients.set(app, (*cached[:4], fingerprint))
         return cached[3]
-    if check_bool(app.conf.get("redislock_cluster", False), "redislock_cluster"):
-        client: Any = RedisCluster.from_url(url, **options)
+    cluster = check_bool(app.conf.get("redislock_cluster", False), "redislock_cluster")
+    if sentinel:
+        if cluster:
+            raise ConfigurationError(
+                "redislock_cluster=True cannot use a Sentinel URL "
+                f"({masked_url(url)!r}): a cluster has no Sentinels"
+            )
+        client: Any = sentinel_client(url, transport, options, setting)
+    elif cluster:
+        client = RedisCluster.from_url(url, **options)
     else:
         client = redis.Redis.from_url(url, **options)
-    _clients.set(app, (pid, url, options, client, fingerprint))
+    _clients.set(app, (pid, source, options, client, fingerprint))
     return client
