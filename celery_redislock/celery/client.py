@@ -10,6 +10,10 @@
                                 URL; default: the transport options of the broker
                                 (or backend) whose URL is used
 ``redislock_client_options``    keyword arguments for ``from_url`` (timeouts, TLS, ...)
+``redislock_min_replicas``      a grant counts once this many replicas acknowledged it
+                                (``WAIT``); 0: at once (see core/replicas.py)
+``redislock_replica_timeout``   seconds a grant waits for them (1.0)
+``redislock_wait_aof``          confirm with ``WAITAOF`` (Redis >= 7.2, AOF on)
 ``redislock_cluster``           connect with ``redis.cluster.RedisCluster`` (False)
 ==============================  ======================================================
 """
@@ -25,13 +29,15 @@ import redis
 from celery import Celery
 from redis.cluster import RedisCluster
 
-from ..core.validate import check_bool
+from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
+from ..core.validate import check_bool, ttl_to_ms
 from ..errors import ConfigurationError
 from .config import CLIENT_KEYS, conf_fingerprint
 from .identity import IdentityCache
 from .sentinel import SENTINEL_SCHEME, is_sentinel_url, masked_url, sentinel_client
 
-__all__ = ["connection_source", "get_redis", "redis_url", "transport_options"]
+__all__ = ["connection_source", "get_redis", "redis_url", "replica_options",
+           "transport_options"]
 
 _REDIS_SCHEMES: Final = frozenset({"redis", "rediss", "unix", "redis+socket"})
 _SCHEMES: Final = _REDIS_SCHEMES | {SENTINEL_SCHEME}
@@ -174,3 +180,32 @@ def get_redis(app: Celery) -> Any:
         client = redis.Redis.from_url(url, **options)
     _clients.set(app, (pid, source, options, client, fingerprint))
     return client
+
+
+_REPLICA_KEYS: Final = ("redislock_min_replicas", "redislock_replica_timeout",
+                        "redislock_wait_aof")  # fmt: skip
+_replicas: IdentityCache[tuple[Hashable | None, dict[str, Any]]] = IdentityCache()
+
+
+def replica_options(app: Celery) -> dict[str, Any]:
+    """The ``min_replicas`` / ``replica_timeout`` / ``wait_aof`` keyword arguments of
+    the app's locks and semaphores (``redislock_min_replicas``, ...), checked; ``{}``
+    when grants count at once (the default). Read again when the settings change."""
+    fingerprint = conf_fingerprint(app, _REPLICA_KEYS)
+    cached = _replicas.get(app)
+    if cached is not None and fingerprint is not None and cached[0] == fingerprint:
+        return cached[1]
+    get = app.conf.get
+    min_replicas = get("redislock_min_replicas", 0)
+    if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 0:
+        raise ConfigurationError(
+            f"redislock_min_replicas must be an int >= 0, got {min_replicas!r}"
+        )
+    timeout = ttl_to_ms(get("redislock_replica_timeout", DEFAULT_REPLICA_TIMEOUT),
+                        "redislock_replica_timeout") / 1000.0  # fmt: skip
+    wait_aof = check_bool(get("redislock_wait_aof", False), "redislock_wait_aof")
+    options: dict[str, Any] = {}
+    if min_replicas or wait_aof:
+        options = {"min_replicas": min_replicas, "replica_timeout": timeout, "wait_aof": wait_aof}
+    _replicas.set(app, (fingerprint, options))
+    return options

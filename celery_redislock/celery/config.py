@@ -87,7 +87,9 @@ class Settings:
 CLIENT_KEYS: Final = ("redislock_url", "redislock_client_options", "redislock_cluster",
                       "broker_url", "broker_write_url", "broker_use_ssl",
                       "redislock_transport_options", "broker_transport_options",
-                      "result_backend", "result_backend_transport_options")  # fmt: skip
+                      "result_backend", "result_backend_transport_options",
+                      "redislock_min_replicas", "redislock_replica_timeout",
+                      "redislock_wait_aof")  # fmt: skip
 """The settings the app's Redis client is made from (:func:`.client.get_redis`;
 ``broker_url`` and ``broker_write_url`` feed the default URL)."""
 

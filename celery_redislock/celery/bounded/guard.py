@@ -47,7 +47,7 @@ from celery import states
 from celery.exceptions import Ignore
 
 from ...core import Lease, RedisSemaphore
-from ..client import get_redis
+from ..client import get_redis, replica_options
 from ..config import task_option
 from ..execution import AnyTask, Cleanup, Guard, Hold, RunState
 from ..signals import lease_lost, permit_acquired, permit_released, permit_rescheduled
@@ -73,7 +73,7 @@ Not one of :data:`~..tokens.HEADERS` (``apply_async`` would drop it); ``retry()`
 copies it, which the retries count in it tells apart."""
 
 _KEPT: Final = 1024
-_semaphores: OrderedDict[tuple[int, str, str, int, float], RedisSemaphore] = OrderedDict()
+_semaphores: OrderedDict[tuple[Any, ...], RedisSemaphore] = OrderedDict()
 _semaphores_guard = threading.Lock()
 
 
@@ -84,13 +84,14 @@ def semaphore_for(task: AnyTask, pool: str, limit: int, ttl: float, prefix: str)
     building one costs more than the call it makes.
     """
     client = get_redis(task.app)
-    cache_key = (id(client), prefix, pool, limit, ttl)
+    acks = replica_options(task.app)
+    cache_key = (id(client), prefix, pool, limit, ttl, *acks.values())
     with _semaphores_guard:
         sem = _semaphores.get(cache_key)
         if sem is not None and sem.client is client:
             _semaphores.move_to_end(cache_key)
             return sem
-    sem = RedisSemaphore(client, pool, limit=limit, ttl=ttl, prefix=prefix)
+    sem = RedisSemaphore(client, pool, limit=limit, ttl=ttl, prefix=prefix, **acks)
     with _semaphores_guard:
         _semaphores[cache_key] = sem
         while len(_semaphores) > _KEPT:

@@ -13,7 +13,7 @@ from typing import Final
 
 from ...core import Lease, RedisLock
 from ...core.lease import current_pid
-from ..client import get_redis
+from ..client import get_redis, replica_options
 from ..execution import AnyTask
 from .options import SingletonOptions
 
@@ -35,7 +35,8 @@ def lock_for(task: AnyTask, key: str, options: SingletonOptions) -> RedisLock:
     cached = options.locks.get(key)
     if cached is not None and cached[0] == pid:
         return cached[1]
-    lock = RedisLock(get_redis(task.app), key, ttl=options.lock_ttl, prefix=options.prefix)
+    lock = RedisLock(get_redis(task.app), key, ttl=options.lock_ttl, prefix=options.prefix,
+                     **replica_options(task.app))  # fmt: skip
     if len(options.locks) >= _LOCKS_KEPT:
         options.locks.clear()  # one C call, safe beside other threads; refilled on use
     options.locks[key] = (pid, lock)

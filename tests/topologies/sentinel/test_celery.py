@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from celery_redislock import SingletonTask
-from celery_redislock.celery.client import get_redis
+from celery_redislock import ConfigurationError, NotReplicated, SingletonTask
+from celery_redislock.celery.client import get_redis, replica_options
 from celery_redislock.testing_sentinel import SentinelGroup
 
 
@@ -74,7 +74,31 @@ def test_explicit_sentinel_url_with_min_replicas(app: Celery, group: SentinelGro
         broker_url="memory://",
         redislock_url=group.url,
         redislock_transport_options={"master_name": group.master_name},
+        redislock_min_replicas=2,
+        redislock_replica_timeout=0.5,
     )
-    assert get_redis(app).ping()
-    seen = _run_singleton(app, group)
-    assert sum(seen) >= 1
+    assert _run_singleton(app, group) == [1, 1, 1]  # acknowledged by both replicas
+
+    app.conf.redislock_min_replicas = 3  # more than there are
+
+    @app.task(base=SingletonTask, shared=False)
+    def never(n: int) -> int:
+        raise AssertionError("ran without a trusted lock")
+
+    with pytest.raises(NotReplicated, match="min_replicas=3"):
+        never.delay(1)
+    assert get_redis(app).keys("redislock:lock:*:holders") == []  # released
+
+
+def test_bad_replica_settings_are_named(app: Celery, group: SentinelGroup) -> None:
+    app.conf.update(broker_url="memory://", redislock_url=group.url,
+                    redislock_transport_options={"master_name": group.master_name})  # fmt: skip
+    for key, value in (("redislock_min_replicas", -1), ("redislock_replica_timeout", 0),
+                       ("redislock_wait_aof", "no")):  # fmt: skip
+        app.conf[key] = value
+        with pytest.raises(ConfigurationError, match=key):
+            replica_options(app)
+        app.conf[key] = {"redislock_min_replicas": 1, "redislock_replica_timeout": 1.0,
+                         "redislock_wait_aof": False}[key]  # fmt: skip
+    assert replica_options(app) == {"min_replicas": 1, "replica_timeout": 1.0,
+                                    "wait_aof": False}  # fmt: skip
