@@ -193,7 +193,7 @@ class LocalCluster:
             if (
                 "master" in row["flags"]
                 and "fail" not in row["flags"]
-                and any(int(first) <= slot <= int(last) for first, last in row["slots"])
+                and any(int(span[0]) <= slot <= int(span[-1]) for span in row["slots"])
             ):
                 return self.node_of_port(port)
         raise LookupError(f"no primary serves slot {slot}")

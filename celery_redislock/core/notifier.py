@@ -66,13 +66,14 @@ class Waiter:
 
 
 class _Channel:
-    __slots__ = ("confirmed", "idle_since", "sent", "waiters")
+    __slots__ = ("confirmed", "deaf", "idle_since", "sent", "waiters")
 
     def __init__(self) -> None:
         self.waiters: dict[str, Waiter] = {}
         self.confirmed = threading.Event()
         self.idle_since: float | None = None
         self.sent = False  # SUBSCRIBE reached redis-py (which re-sends it on reconnect)
+        self.deaf = False  # lost after it was confirmed: messages may have been missed
 
 
 class Notifier:
@@ -234,6 +235,7 @@ class Notifier:
                 # waiters poll.
                 log.debug("celery_redislock: subscriber connection error: %r", exc)
                 for entry in list(self._channels.values()):
+                    entry.deaf = entry.deaf or entry.confirmed.is_set()
                     entry.confirmed.clear()
                 time.sleep(min(0.2, max(0.0, left)))
                 continue
@@ -249,14 +251,19 @@ class Notifier:
         kind = as_text(message.get("type"))
         if kind == self._mode.confirmed:
             entry.confirmed.set()
+            # Subscribed again after a loss: a release meanwhile was not heard, so the
+            # waiters ask again (else they would wait for their next poll).
+            deaf, entry.deaf = entry.deaf, False
             for waiter in list(entry.waiters.values()):
+                waiter.notified = waiter.notified or deaf
                 waiter.event.set()
         elif kind == self._mode.ended and entry.waiters:
             # Not asked for (idle channels are dropped before UNSUBSCRIBE): the node
             # gave the slot away. Every waiter asks again at once; the MOVED that
             # answers refreshes the client's slot map, and redis-py then subscribes
-            # again on the slot's new owner (see .pubsub).
+            # again on the slot's new owner (see .pubsub), which wakes them once more.
             entry.confirmed.clear()
+            entry.deaf = True
             for waiter in list(entry.waiters.values()):
                 waiter.notified = True
                 waiter.event.set()
