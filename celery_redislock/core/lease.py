@@ -21,16 +21,15 @@ from types import TracebackType
 from typing import Protocol
 
 from ..errors import ConfigurationError, LockNotOwned
+from .lease_state import EXPIRED, LeaseState, lost_lock
 
 __all__ = ["Lease", "LeaseHolder", "OnLost", "current_pid"]
 
-_LOST_LOCK = threading.Lock()
 _PID = os.getpid()  # os.getpid() is a system call; a lease checks it on every operation
 
 
 def _after_fork_in_child() -> None:
-    global _LOST_LOCK, _PID
-    _LOST_LOCK = threading.Lock()  # a fork while another thread held it must not deadlock
+    global _PID
     _PID = os.getpid()
 
 
@@ -71,34 +70,16 @@ class LeaseHolder(Protocol):
         ...
 
 
-class Lease:
-    """Ownership of one lock or semaphore permit, identified by an unguessable token.
+class Lease(LeaseState):
+    """Ownership of one lock or semaphore permit, identified by an unguessable token
+    (see :class:`~.lease_state.LeaseState` for its attributes).
 
-    Attributes:
-        token: the lease's random token (``secrets``); the only proof of ownership.
-        fence: an int that strictly increases with every grant of the name; pass it to
-            the resource you protect so it can refuse writes from a stale holder.
-        ttl: the lease time in seconds the lease was last granted or extended for.
-        owner: the owner id given to ``acquire`` (e.g. a Celery task id), or None.
-        on_lost: called once, with the lease, when the lease is found lost.
+    Its holder's calls are sync; it belongs to the process that acquired it.
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_deadline",
-        "_holder",
-        "_lost",
-        "_lost_event",
-        "_lost_reason",
-        "_pid",
-        "_released",
-        "_stop_renewal",
-        "fence",
-        "on_lost",
-        "owner",
-        "token",
-        "ttl",
-    )
+    __slots__ = ("_lost_event", "_pid")
+
+    _holder: LeaseHolder
 
     def __init__(
         self,
@@ -111,31 +92,12 @@ class Lease:
         granted_at: float | None = None,
         on_lost: Callable[[Lease], None] | None = None,
     ) -> None:
-        self._holder = holder
-        self.token = token
-        self.fence = fence
-        self.ttl = ttl
-        self.owner = owner
-        self.on_lost = on_lost
-        # The local deadline counts from *before* the request was sent, so it never
-        # outlives the server's own expiry.
-        start = time.monotonic() if granted_at is None else granted_at
-        self._deadline = start + ttl
+        super().__init__(holder, token, fence, ttl, owner=owner, granted_at=granted_at,
+                         on_lost=on_lost)  # fmt: skip
         self._pid = _PID
-        self._lost = False
-        self._lost_reason = ""
-        self._released = False
         # Made on first use: most leases are never waited on, and an Event costs
         # about as much as the rest of a lease (see benchmarks/bench_lock.py).
         self._lost_event: threading.Event | None = None
-        # Set by the renewer (renewal.keep_alive); called once when the lease is given
-        # back, *before* the release is sent, so renewal never outlives release.
-        self._stop_renewal: Callable[[], None] | None = None
-
-    @property
-    def name(self) -> str:
-        """The name of the lock or semaphore this lease holds."""
-        return self._holder.name
 
     @property
     def holder(self) -> LeaseHolder:
@@ -148,40 +110,21 @@ class Lease:
         if self._pid != _PID:
             return True
         if not self._lost and not self._released and time.monotonic() >= self._deadline:
-            self._mark_lost("the lease expired: its TTL passed without a renewal")
+            self._mark_lost(EXPIRED)
         return self._lost
-
-    @property
-    def lost_reason(self) -> str:
-        """Why the lease was found lost ('' while it is not)."""
-        return self._lost_reason
-
-    @property
-    def released(self) -> bool:
-        """True once :meth:`release` gave the lease back."""
-        return self._released
-
-    @property
-    def deadline(self) -> float:
-        """Local ``time.monotonic()`` instant after which the lease may have expired."""
-        return self._deadline
 
     @property
     def lost_event(self) -> threading.Event:
         """An event set when the lease is found lost; user code may ``wait()`` on it."""
         event = self._lost_event
         if event is None:
-            with _LOST_LOCK:  # one event, and set if the lease was lost meanwhile
+            with lost_lock():  # one event, and set if the lease was lost meanwhile
                 if self._lost_event is None:
                     self._lost_event = threading.Event()
                     if self._lost:
                         self._lost_event.set()
                 event = self._lost_event
         return event
-
-    def remaining(self) -> float:
-        """Seconds left before the local deadline (negative once passed)."""
-        return self._deadline - time.monotonic()
 
     def release(self) -> bool:
         """Give the lease back; False (and :attr:`lost` set) when it was no longer ours."""
@@ -282,29 +225,10 @@ class Lease:
 
     # -- used by the lock, the semaphore and the renewer ---------------------------
 
-    def _confirm(self, deadline: float) -> None:
-        """Record a reply that confirmed ownership until local ``deadline``."""
-        if not self._lost:
-            self._deadline = deadline
-
-    def _mark_lost(self, reason: str) -> None:
-        """Flag the lease lost once: set the event and run ``on_lost``."""
-        with _LOST_LOCK:  # the renewer and a user thread may both find it lost
-            if self._lost:
-                return
-            self._lost = True
-            self._lost_reason = reason
-            event = self._lost_event
+    def _signal_lost(self) -> None:
+        event = self._lost_event
         if event is not None:
             event.set()
-        callback = self.on_lost
-        if callback is not None:
-            callback(self)
-
-    def _mark_released(self) -> None:
-        """Record that the lease was given back by its holder (e.g. a re-entrant exit)."""
-        self._end_renewal()
-        self._released = True
 
     def _end_renewal(self) -> None:
         """Stop background renewal of this lease, if any (once; never in a forked child,

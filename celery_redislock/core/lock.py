@@ -15,65 +15,38 @@ import time
 from typing import Any
 
 from ..errors import ConfigurationError
-from .info import HolderInfo, PrimitiveInfo
+from .info import PrimitiveInfo
 from .keys import DEFAULT_PREFIX
 from .lease import Lease, OnLost
+from .lock_scripts import (
+    ACQUIRE,
+    ADOPT,
+    BOOT_MARKER_MS,
+    EXTEND,
+    EXTEND_ADD,
+    FENCE_MEMORY_MS,
+    HELD,
+    INFO,
+    LEAVE,
+    RELEASE,
+    RELEASE_OWNER,
+    RENEW,
+    SCRIPT_CONSTANTS,
+    LockScripts,
+    acquire_reply,
+    adopt_reply,
+    info_reply,
+    leave_reply,
+    refusal_holder,
+    refusal_wait_ms,
+)
 from .primitive import Primitive, fresh_token
 from .replicas import DEFAULT_REPLICA_TIMEOUT
-from .scripts import LuaScript, as_text
-from .validate import (
-    acquire_deadline,
-)
-from .waiting import (
-    WAITER_HEARTBEAT_MS,
-    Grant,
-    Notifier,
-    granted_lease,
-    poll_slice,
-    wait_until_granted,
-)
+from .scripts import LuaScript
+from .validate import acquire_deadline
+from .waiting import Grant, Notifier, poll_slice, wait_until_granted
 
 __all__ = ["BOOT_MARKER_MS", "FENCE_MEMORY_MS", "SCRIPT_CONSTANTS", "RedisLock"]
-
-FENCE_MEMORY_MS = 3_600_000
-"""How long a name's fence counter outlives its last grant (it then restarts from
-the server's clock, which is already past every fence it granted)."""
-
-BOOT_MARKER_MS = 86_400_000
-"""How long a Redlock master's boot marker is kept (see ``core/redlock``); once it
-lapses the next acquire checks the server's uptime again and sets it anew."""
-
-SCRIPT_CONSTANTS = {
-    "BOOT_MARKER_MS": BOOT_MARKER_MS,
-    "FENCE_MEMORY_MS": FENCE_MEMORY_MS,
-    "WAITER_HEARTBEAT_MS": WAITER_HEARTBEAT_MS,
-}
-"""The ``{{NAME}}`` constants of the lock and semaphore scripts (see lib_lock.lua):
-written into their text at import rather than sent with every call."""
-
-_ACQUIRE = LuaScript("lock_acquire.lua", SCRIPT_CONSTANTS)
-_RELEASE = LuaScript("lock_release.lua", SCRIPT_CONSTANTS)
-_EXTEND = LuaScript("lock_extend.lua", SCRIPT_CONSTANTS)
-_ADOPT = LuaScript("lock_adopt.lua", SCRIPT_CONSTANTS)
-_LEAVE = LuaScript("queue_leave.lua", SCRIPT_CONSTANTS)
-_INFO = LuaScript("lock_info.lua", SCRIPT_CONSTANTS)
-_RELEASE_OWNER = LuaScript("lock_release_owner.lua", SCRIPT_CONSTANTS)
-_RENEW = LuaScript("lock_renew.lua", SCRIPT_CONSTANTS)
-_HELD = LuaScript("lock_held.lua", SCRIPT_CONSTANTS)
-_EXTEND_ADD = LuaScript("lock_extend_add.lua", SCRIPT_CONSTANTS)
-
-# Constant script argument, encoded once (see RedisLock.__init__).
-_WAIT = b"1"
-
-
-def _grant_of(answer: Any, sent_at: float, ttl_ms: int) -> Grant | None:
-    """The grant in a ``lock_acquire.lua`` reply to an attempt sent at ``sent_at``, or
-    None when it was refused (``{0, wait_ms, holder}``)."""
-    if isinstance(answer, int):
-        return answer, sent_at  # a new lease: its fence, its full TTL left
-    if answer[0] == 1:  # a lease this token holds already (a re-sent request, a grant)
-        return granted_lease(int(answer[1]), sent_at, int(answer[2]), ttl_ms)
-    return None
 
 
 class RedisLock(Primitive):
@@ -116,20 +89,11 @@ class RedisLock(Primitive):
         super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold,
                          min_replicas=min_replicas, replica_timeout=replica_timeout,
                          wait_aof=wait_aof)  # fmt: skip
-        # The hot path sends these as they are: keys encoded once with the client's own
-        # encoder (what redis-py would send for the str), not per call. The scripts
-        # derive the wake-up channel from the holders key (KeySpace.channel).
-        encode = self._client.get_encoder().encode
-        keys = self._keys
-        holders, fence, queue, alive, asks = (
-            encode(key) for key in (keys.holders, keys.fence, keys.queue, keys.alive, keys.asks)
-        )
-        self._acquire_keys: list[Any] = [holders, fence, queue, alive, asks]
-        self._release_keys = [holders, queue, alive, asks, fence]
-        self._queue_keys = [holders, queue, alive, asks]
-        self._adopt_keys = [holders, fence]
-        self._holders_key = [holders]
-        self._channel = keys.channel
+        # Keys encoded once; arguments and replies read as the async lock reads them.
+        self._scripts = scripts = LockScripts(self._client, self._keys)
+        self._acquire_keys = scripts.acquire_keys  # the hot path's, read directly
+        self._release_keys = scripts.release_keys
+        self._channel = scripts.channel
 
     def acquire(
         self,
@@ -202,14 +166,14 @@ class RedisLock(Primitive):
             # script's trailing defaults (no owner, no wait) are left out.
             args: list[Any] = [token, ttl_ms, owner] if owner else [token, ttl_ms]
             sent_at = time.monotonic()
-            answer = _ACQUIRE(self._client, self._acquire_keys, args)
-            grant = _grant_of(answer, sent_at, ttl_ms)
+            answer = ACQUIRE(self._client, self._acquire_keys, args)
+            grant = acquire_reply(answer, sent_at, ttl_ms)
             if grant is None:
                 reply = answer
                 if deadline is not None and deadline > time.monotonic():
                     grant = self._wait(token, owner, ttl_ms, channel, reply, deadline)
         if grant is None:  # refused (blocking=False, timeout=0) or timed out
-            return None, as_text(reply[2]) or None
+            return None, refusal_holder(reply)
         lease = self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
                                 max_hold)  # fmt: skip
         return lease, None
@@ -219,20 +183,20 @@ class RedisLock(Primitive):
         """Queue as ``token`` until granted (see :func:`.waiting.wait_until_granted`);
         ``reply`` keeps the last refusal (its holder's owner id)."""
         client = self._client
-        args = [token, ttl_ms, owner or "", _WAIT]  # each attempt joins (or stays in) the queue
+        scripts = self._scripts
+        args = scripts.wait_args(token, ttl_ms, owner)  # each attempt joins (or stays in) the queue
 
         def attempt() -> Grant | int:
             sent_at = time.monotonic()
-            answer = _ACQUIRE(client, self._acquire_keys, args)
-            grant = _grant_of(answer, sent_at, ttl_ms)
+            answer = ACQUIRE(client, self._acquire_keys, args)
+            grant = acquire_reply(answer, sent_at, ttl_ms)
             if grant is not None:
                 return grant
             reply[:] = answer
-            return int(answer[1])  # refused: the holder's TTL left, ms
+            return refusal_wait_ms(answer)
 
         def leave() -> int:
-            left = _LEAVE(client, self._queue_keys, [token, "lock"])
-            return int(left[1])
+            return leave_reply(LEAVE(client, scripts.queue_keys, scripts.leave_args(token)))
 
         return wait_until_granted(
             client, channel, token, attempt, leave,
@@ -266,13 +230,12 @@ class RedisLock(Primitive):
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
         new_token = new_token or secrets.token_hex(16)
         sent_at = time.monotonic()
-        granted, fence = _ADOPT(
-            self._client, self._adopt_keys, [token, new_token, ttl_ms, owner or ""]
-        )
-        if granted != 1:
+        fence = adopt_reply(ADOPT(self._client, self._scripts.adopt_keys,
+                                  LockScripts.adopt_args(token, new_token, ttl_ms, owner)))
+        if not fence:
             return None
         return self._new_lease(
-            new_token, int(fence), ttl_ms, owner, sent_at, renew, on_lost, max_hold
+            new_token, fence, ttl_ms, owner, sent_at, renew, on_lost, max_hold
         )
 
     def release_owner(self, owner: str) -> int:
@@ -294,7 +257,7 @@ class RedisLock(Primitive):
         return self._release_owner("")
 
     def _release_owner(self, owner: str) -> int:
-        return int(_RELEASE_OWNER(self._client, self._queue_keys, [owner]))
+        return int(RELEASE_OWNER(self._client, self._scripts.queue_keys, [owner]))
 
     def locked(self) -> bool:
         """True while any lease holds the lock."""
@@ -302,27 +265,7 @@ class RedisLock(Primitive):
 
     def info(self) -> PrimitiveInfo:
         """The lock's holders, owner, fence and number of waiters, read-only."""
-        now_ms, flat, waiters = _INFO(self._client, [self._keys.holders, self._keys.queue], [])
-        fields = {as_text(flat[i]): as_text(flat[i + 1]) for i in range(0, len(flat), 2)}
-        holders = [
-            HolderInfo(
-                token_hint=name[2:10],
-                ttl_left=(int(value) - now_ms) / 1000.0,
-                fence=int(fields.get("f:" + name[2:], "0")),
-                owner=fields.get("owner") or None,
-            )
-            for name, value in fields.items()
-            if name.startswith("t:") and int(value) > now_ms
-        ]
-        return PrimitiveInfo(
-            kind="lock",
-            name=self.name,
-            holders=holders,
-            waiters=int(waiters),
-            owner=(fields.get("owner") or None) if holders else None,
-            since=int(fields["since"]) / 1000.0 if holders and "since" in fields else None,
-            fence=int(fields["fence"]) if holders and "fence" in fields else None,
-        )
+        return info_reply(self.name, INFO(self._client, self._scripts.info_keys, []))
 
     def __repr__(self) -> str:
         return f"<RedisLock {self.name!r} ttl={self.ttl}>"
@@ -330,17 +273,16 @@ class RedisLock(Primitive):
     # -- the lease's side (LeaseHolder) -----------------------------------------------
 
     def _release_token(self, token: str) -> bool:
-        return bool(_RELEASE(self._client, self._release_keys, [token]))
+        return bool(RELEASE(self._client, self._release_keys, [token]))
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
-        return bool(_EXTEND(self._client, self._holders_key, [token, ttl_ms]))
+        return bool(EXTEND(self._client, self._scripts.holders_key, [token, ttl_ms]))
 
     def _held_token(self, token: str) -> int:
-        return int(_HELD(self._client, self._holders_key, [token]))
+        return int(HELD(self._client, self._scripts.holders_key, [token]))
 
     def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
-        keys = [self._keys.holders, self._keys.added]
-        return int(_EXTEND_ADD(self._client, keys, [token, ttl_ms, nonce]))
+        return int(EXTEND_ADD(self._client, self._scripts.add_keys, [token, ttl_ms, nonce]))
 
     def _hold_attempt(
         self, blocking: bool, timeout: float | None, owner: str | None, ttl: float | None,
@@ -350,11 +292,11 @@ class RedisLock(Primitive):
         return self._acquire(deadline, owner, ttl, renew, on_lost, max_hold)
 
     def _extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
-        return _EXTEND, self._holders_key, [token, ttl_ms]
+        return EXTEND, self._scripts.holders_key, [token, ttl_ms]
 
     # -- the renewer's side (renewal.Renewable) ---------------------------------------
 
-    _renew_script = _RENEW
+    _renew_script = RENEW
 
     @property
     def _renew_keys(self) -> tuple[str, ...]:

@@ -21,14 +21,12 @@ from .replicas import DEFAULT_REPLICA_TIMEOUT, check_replica_ack, remaining_ms
 from .scripts import LuaScript
 from .validate import capped_ttl_ms, check_bool, check_client, check_max_hold, ttl_to_ms
 
-__all__ = ["Primitive", "fresh_token"]
+__all__ = ["Primitive", "PrimitiveBase", "fresh_token"]
 
 
-class Primitive:
-    """Base of the lock and the semaphore: a named thing that grants :class:`Lease`\\ s.
-
-    Subclasses set :attr:`kind` (the key-space kind) and implement ``acquire``.
-    """
+class PrimitiveBase:
+    """What the sync and async locks and semaphores share, with no I/O: checked
+    settings, keys and lease terms. Subclasses set :attr:`kind` (the key-space kind)."""
 
     kind: ClassVar[str]
 
@@ -41,17 +39,17 @@ class Primitive:
         prefix: str,
         renew: bool,
         max_hold: float | None,
-        min_replicas: int = 0,
-        replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
-        wait_aof: bool = False,
     ) -> None:
-        self._client = check_client(client)
+        self._client = self._checked_client(client)
         self._keys = KeySpace.build(prefix, self.kind, name)
         self._ttl_ms = ttl_to_ms(ttl)
         self.renew = check_bool(renew, "renew")
         self.max_hold = check_max_hold(max_hold)
-        self._ack = check_replica_ack(self._client, min_replicas, replica_timeout, wait_aof)
-        self._local = threading.local()
+
+    @staticmethod
+    def _checked_client(client: Any) -> Any:
+        """``client`` if it is a client of the kind the subclass talks through."""
+        return check_client(client)
 
     @property
     def name(self) -> str:
@@ -72,6 +70,39 @@ class Primitive:
     def ttl(self) -> float:
         """Default lease time in seconds."""
         return self._ttl_ms / 1000.0
+
+    def _lease_terms(
+        self, ttl: float | None, max_hold: float | None, owner: str | None
+    ) -> tuple[int, float | None]:
+        """Check one acquire's arguments; its TTL in ms (capped) and its ``max_hold``."""
+        if owner is not None and (not isinstance(owner, str) or not owner):
+            raise ConfigurationError(f"owner must be a non-empty string or None, got {owner!r}")
+        max_hold = self.max_hold if max_hold is None else check_max_hold(max_hold)
+        return capped_ttl_ms(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold), max_hold
+
+
+class Primitive(PrimitiveBase):
+    """Base of the sync lock and semaphore: a named thing that grants :class:`Lease`\\ s.
+
+    Subclasses implement ``acquire``.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        ttl: float,
+        prefix: str,
+        renew: bool,
+        max_hold: float | None,
+        min_replicas: int = 0,
+        replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
+        wait_aof: bool = False,
+    ) -> None:
+        super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold)
+        self._ack = check_replica_ack(self._client, min_replicas, replica_timeout, wait_aof)
+        self._local = threading.local()
 
     def acquire(
         self,
@@ -167,15 +198,6 @@ class Primitive:
     def _extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
         """The script, keys and args of :meth:`_extend_token` (replica confirmation)."""
         raise NotImplementedError
-
-    def _lease_terms(
-        self, ttl: float | None, max_hold: float | None, owner: str | None
-    ) -> tuple[int, float | None]:
-        """Check one acquire's arguments; its TTL in ms (capped) and its ``max_hold``."""
-        if owner is not None and (not isinstance(owner, str) or not owner):
-            raise ConfigurationError(f"owner must be a non-empty string or None, got {owner!r}")
-        max_hold = self.max_hold if max_hold is None else check_max_hold(max_hold)
-        return capped_ttl_ms(self._ttl_ms if ttl is None else ttl_to_ms(ttl), max_hold), max_hold
 
     def _new_lease(
         self,

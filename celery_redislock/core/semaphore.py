@@ -19,10 +19,24 @@ from ..errors import ConfigurationError
 from .info import PrimitiveInfo
 from .keys import DEFAULT_PREFIX
 from .lease import Lease, OnLost
+from .lock_scripts import leave_reply
 from .primitive import Primitive, fresh_token
 from .replicas import DEFAULT_REPLICA_TIMEOUT
 from .scripts import LuaScript
-from .semaphore_scripts import RENEW, SemaphoreScripts
+from .semaphore_scripts import (
+    ACQUIRE,
+    EXTEND,
+    EXTEND_ADD,
+    HELD,
+    INFO,
+    LEAVE,
+    RELEASE,
+    RELEASE_OWNER,
+    RENEW,
+    SemaphoreScripts,
+    acquire_reply,
+    info_reply,
+)
 from .validate import (
     acquire_deadline,
     check_bool,
@@ -142,7 +156,7 @@ class RedisSemaphore(Primitive):
                 return None
             grant = wait_until_granted(
                 self._client, channel, token, attempt,
-                lambda: self._scripts.leave(token), lambda: self._release_token(token),
+                lambda: self._leave(token), lambda: self._release_token(token),
                 None if deadline == math.inf else deadline, poll_slice(ttl_ms),
             )  # fmt: skip
             if grant is None:
@@ -167,7 +181,7 @@ class RedisSemaphore(Primitive):
         """
         if not isinstance(owner, str) or not owner:
             raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
-        return self._scripts.release_owner(owner)
+        return self._release_owner(owner)
 
     def force_release(self) -> int:
         """Release every lease of the semaphore, whoever holds it; the number released.
@@ -175,11 +189,12 @@ class RedisSemaphore(Primitive):
         The holders' leases report themselves lost at their next renewal, release or
         extend. Meant for operators clearing stuck permits, never for normal flow.
         """
-        return self._scripts.release_owner("")
+        return self._release_owner("")
 
     def info(self) -> PrimitiveInfo:
         """Live leases with their TTL left, the waiters and the stored limit, read-only."""
-        return self._scripts.info(self.name, self._limit)
+        reply = INFO(self._client, self._scripts.info_keys, [])
+        return info_reply(self.name, self._limit, reply)
 
     def __repr__(self) -> str:
         fair = " fair" if self._fair else ""
@@ -190,26 +205,47 @@ class RedisSemaphore(Primitive):
     def _attempt(self, token: str, owner: str, ttl_ms: int, wait: bool) -> tuple[int, int, int]:
         """One acquire round trip: ``(1, fence, ms_left)`` granted, ``(0, wait_ms, 0)``
         refused."""
-        granted, value, previous, left = self._scripts.acquire(token, owner, ttl_ms, wait)
-        if previous and not self._warned_limit:
+        scripts = self._scripts
+        reply = ACQUIRE(self._client, scripts.acquire_keys,
+                        scripts.acquire_args(token, owner, ttl_ms, wait))  # fmt: skip
+        granted, value, previous, left = acquire_reply(reply)
+        if previous:
+            self._limit_changed(previous)
+        return granted, value, left
+
+    def _limit_changed(self, previous: int) -> None:
+        """Log, once per object, that an acquire replaced the stored limit."""
+        if not self._warned_limit:
             self._warned_limit = True
             log.warning(
                 "celery_redislock: semaphore %r was limited to %s; now enforcing limit=%s",
                 self.name, previous, self._limit,
             )  # fmt: skip
-        return granted, value, left
+
+    def _leave(self, token: str) -> int:
+        """Take waiter ``token`` out of the queue, waking the one that takes its place;
+        the fence of a permit a release granted ``token`` meanwhile, else 0."""
+        scripts = self._scripts
+        return leave_reply(LEAVE(self._client, scripts.leave_keys, scripts.leave_args(token)))
+
+    def _release_owner(self, owner: str) -> int:
+        scripts = self._scripts
+        args = scripts.release_owner_args(owner)
+        return int(RELEASE_OWNER(self._client, scripts.state_keys, args))
 
     def _release_token(self, token: str) -> bool:
-        return self._scripts.release(token)
+        scripts = self._scripts
+        return bool(RELEASE(self._client, scripts.release_keys, scripts.release_args(token)))
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
-        return self._scripts.extend(token, ttl_ms)
+        scripts = self._scripts
+        return bool(EXTEND(self._client, scripts.state_keys, scripts.extend_args(token, ttl_ms)))
 
     def _held_token(self, token: str) -> int:
-        return self._scripts.held(token)
+        return int(HELD(self._client, self._scripts.add_keys[:1], [token]))
 
     def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
-        return self._scripts.extend_add(token, ttl_ms, nonce)
+        return int(EXTEND_ADD(self._client, self._scripts.add_keys, [token, ttl_ms, nonce]))
 
     def _extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
         return self._scripts.extend_call(token, ttl_ms)

@@ -26,8 +26,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .notifier import WAKE_ALL, Notifier, Waiter
 
-__all__ = ["MAX_POLL", "OUTAGE_GRACE", "WAITER_HEARTBEAT_MS", "WAKE_ALL", "Grant", "Notifier",
-           "Waiter", "granted_lease", "poll_slice", "wait_until_granted"]
+__all__ = ["MAX_POLL", "OUTAGE_ERRORS", "OUTAGE_GRACE", "WAITER_HEARTBEAT_MS", "WAKE_ALL",
+           "Grant", "Notifier", "WaitClock", "Waiter", "granted_lease", "poll_slice",
+           "wait_until_granted"]
 
 Grant = tuple[int, float]
 """A lease granted to a waiter: its fence, and a ``time.monotonic()`` no later than
@@ -44,6 +45,11 @@ OUTAGE_GRACE = 30.0
 Sentinel failover takes a few seconds) before it raises the last one."""
 
 
+OUTAGE_ERRORS = (RedisConnectionError, RedisTimeoutError)
+"""Errors of an attempt that a waiter rides out (see :meth:`WaitClock.failed`); the
+async client raises the same classes."""
+
+
 def granted_lease(fence: int, sent_at: float, ms_left: int, ttl_ms: int) -> Grant:
     """The :data:`Grant` an attempt sent at ``sent_at`` answered with ``ms_left`` of a
     ``ttl_ms`` lease: less than ``ttl_ms`` left means a release granted it earlier,
@@ -56,6 +62,65 @@ def poll_slice(ttl_ms: int) -> float:
     message counts from the last request (see :func:`wait_until_granted`), so a short
     lease needs requests close enough together to start with most of its TTL."""
     return min(MAX_POLL, ttl_ms / 3000.0)
+
+
+class WaitClock:
+    """The decisions of one queued wait, with no I/O: the sync driver
+    (:func:`wait_until_granted`) and the async one (``celery_redislock.asyncio``) both
+    follow them, so their waits cannot drift apart.
+
+    Per round: :meth:`granted` (did a release grant the lease by message?), then
+    :meth:`asking` right before an attempt is sent; after a refusal
+    :meth:`sleep_after` says how long to wait for a message (None: the deadline
+    passed, so leave the queue and end with :meth:`granted` of the fence the leave
+    found); after a connection error :meth:`failed` says whether to give up.
+    """
+
+    __slots__ = ("deadline", "failing_since", "last_asked", "max_poll")
+
+    def __init__(self, deadline: float | None, max_poll: float = MAX_POLL) -> None:
+        self.deadline = deadline
+        self.max_poll = max_poll
+        self.last_asked = time.monotonic()
+        self.failing_since: float | None = None
+
+    def granted(self, fence: int) -> Grant | None:
+        """The grant of a lease of ``fence`` that a release (or a leave) found, else
+        None. Granted after our last (refused) request was sent: the lease's local
+        deadline counts from then, so it never outlives the server's."""
+        return (fence, self.last_asked) if fence else None
+
+    def asking(self) -> None:
+        """An attempt is about to be sent."""
+        self.last_asked = time.monotonic()
+
+    def answered(self) -> None:
+        """An attempt got an answer: any outage is over."""
+        self.failing_since = None
+
+    def failed(self) -> bool:
+        """An attempt failed with one of :data:`OUTAGE_ERRORS`: True to give up (raise
+        it), when the next try would come after the deadline (or after
+        :data:`OUTAGE_GRACE` seconds of errors without one); else ask again, treating
+        the failure as a refusal of unknown length (``sleep_after(0)``)."""
+        now = time.monotonic()
+        if self.failing_since is None:
+            self.failing_since = now
+        limit = self.failing_since + OUTAGE_GRACE if self.deadline is None else self.deadline
+        return now + self.max_poll >= limit
+
+    def sleep_after(self, wait_ms: int) -> float | None:
+        """Seconds to wait for a message after a refusal whose holder has ``wait_ms``
+        left (0: unknown): until that TTL, ``max_poll`` or the deadline, whichever
+        comes first; None once the deadline passed."""
+        max_poll = self.max_poll
+        sleep = max_poll if wait_ms <= 0 else min(max_poll, wait_ms / 1000.0 + 0.001)
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                return None
+            sleep = min(sleep, left)
+        return sleep
 
 
 def wait_until_granted(
@@ -72,12 +137,12 @@ def wait_until_granted(
 
     ``attempt()`` tries once, queued, and returns the :data:`Grant`, else the
     milliseconds the holder's lease has left (0 when unknown). Between attempts the
-    waiter sleeps until its wake-up message, the holder's TTL, ``max_poll`` or the
-    deadline, whichever comes first; a message that says a release granted the lease
-    ends the wait without another attempt. Unless granted, ``leave()`` removes the
-    waiter from the queue on the way out and returns the fence of a lease granted to
-    it meanwhile (else 0): on a timeout that lease is kept (it was granted in time),
-    on an exception or interrupt ``release()`` gives it up.
+    waiter sleeps as :class:`WaitClock` says: until its wake-up message, the holder's
+    TTL, ``max_poll`` or the deadline; a message that says a release granted the
+    lease ends the wait without another attempt. Unless granted, ``leave()`` removes
+    the waiter from the queue on the way out and returns the fence of a lease granted
+    to it meanwhile (else 0): on a timeout that lease is kept (it was granted in
+    time), on an exception or interrupt ``release()`` gives it up.
 
     A connection error of an attempt made while waiting (a failover, a restart) does
     not end the wait: the waiter asks again every ``max_poll`` seconds (a Sentinel-
@@ -85,46 +150,35 @@ def wait_until_granted(
     error if it still has no answer then (or after :data:`OUTAGE_GRACE` seconds of
     errors without a deadline). It never outlives its deadline.
     """
-    last_asked = time.monotonic()
-    failing_since: float | None = None
+    clock = WaitClock(deadline, max_poll)
     notifier = Notifier.for_client(client)
     try:
         with notifier.listen(channel, token) as waiter:
             while True:
                 waiter.notified = False
-                if waiter.fence:
-                    # Granted after our last (refused) request was sent: the lease's
-                    # local deadline counts from then, so it never outlives the server's.
-                    return waiter.fence, last_asked
-                last_asked = time.monotonic()
+                grant = clock.granted(waiter.fence)
+                if grant is not None:
+                    return grant
+                clock.asking()
                 try:
                     outcome = attempt()
-                    failing_since = None
-                except (RedisConnectionError, RedisTimeoutError):
-                    now = time.monotonic()
-                    failing_since = now if failing_since is None else failing_since
-                    give_up = now + max_poll >= (
-                        failing_since + OUTAGE_GRACE if deadline is None else deadline
-                    )
-                    if give_up:
+                    clock.answered()
+                except OUTAGE_ERRORS:
+                    if clock.failed():
                         raise
                     outcome = 0
                 if isinstance(outcome, tuple):
                     return outcome
-                sleep = max_poll if outcome <= 0 else min(max_poll, outcome / 1000.0 + 0.001)
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    sleep = min(sleep, left)
+                sleep = clock.sleep_after(outcome)
+                if sleep is None:
+                    break
                 notifier.wait(waiter, sleep)
     except BaseException:
         with contextlib.suppress(RedisError):
             if _leave_quietly(leave):
                 release()
         raise
-    fence = _leave_quietly(leave)
-    return (fence, last_asked) if fence else None
+    return clock.granted(_leave_quietly(leave))
 
 
 def _leave_quietly(leave: Callable[[], int]) -> int:

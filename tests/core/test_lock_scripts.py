@@ -41,7 +41,7 @@ def release_call(lock: RedisLock, token: str) -> tuple[list[str], list[Any]]:
 
 def acquire(r: redis.Redis, lock: RedisLock, token: str, **options: Any) -> list[int]:
     """lock_acquire.lua's reply, a new lease's bare fence shown as [1, fence, ttl_ms]."""
-    reply = lock_module._ACQUIRE(r, *acquire_call(lock, token, **options))
+    reply = lock_module.ACQUIRE(r, *acquire_call(lock, token, **options))
     if isinstance(reply, int):
         return [1, reply, options.get("ttl_ms", 30_000)]
     return list(reply)
@@ -75,13 +75,13 @@ def test_resent_acquire_is_granted_with_the_same_fence(r: redis.Redis, lock: Red
 
 def test_a_new_lease_is_answered_by_its_bare_fence(r: redis.Redis, lock: RedisLock) -> None:
     # The common reply is the cheapest one to build and parse: an integer, not an array.
-    fresh = lock_module._ACQUIRE(r, *acquire_call(lock, "a" * 32, owner="o"))
+    fresh = lock_module.ACQUIRE(r, *acquire_call(lock, "a" * 32, owner="o"))
     assert isinstance(fresh, int)
-    reentered = lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, owner="o"))
+    reentered = lock_module.ACQUIRE(r, *acquire_call(lock, "b" * 32, owner="o"))
     assert isinstance(reentered, int) and reentered > fresh
-    resent = lock_module._ACQUIRE(r, *acquire_call(lock, "b" * 32, owner="o"))
+    resent = lock_module.ACQUIRE(r, *acquire_call(lock, "b" * 32, owner="o"))
     assert resent[:2] == [1, reentered] and 29_000 < resent[2] <= 30_000
-    refused = lock_module._ACQUIRE(r, *acquire_call(lock, "c" * 32))
+    refused = lock_module.ACQUIRE(r, *acquire_call(lock, "c" * 32))
     assert refused[0] == 0 and refused[2] == b"o"
 
 
@@ -96,13 +96,13 @@ def test_resent_reentrant_acquire_is_one_lease(r: redis.Redis, lock: RedisLock) 
 def test_resent_release_changes_nothing(r: redis.Redis, lock: RedisLock) -> None:
     mine = "a" * 32
     acquire(r, lock, mine)
-    assert lock_module._RELEASE(r, *release_call(lock, mine)) == 1
-    assert lock_module._RELEASE(r, *release_call(lock, mine)) == 0
+    assert lock_module.RELEASE(r, *release_call(lock, mine)) == 1
+    assert lock_module.RELEASE(r, *release_call(lock, mine)) == 0
     # ... also once someone else holds the lock: the re-send does not free it.
     theirs = "b" * 32
     assert acquire(r, lock, theirs)[0] == 1
     state = snapshot(r, lock)
-    assert lock_module._RELEASE(r, *release_call(lock, mine)) == 0
+    assert lock_module.RELEASE(r, *release_call(lock, mine)) == 0
     assert snapshot(r, lock) == state
     # ... and a re-sent acquire of the released token does not take it back.
     assert acquire(r, lock, mine)[0] == 0
@@ -113,9 +113,9 @@ def test_resent_extend_is_harmless(r: redis.Redis, lock: RedisLock) -> None:
     token = "a" * 32
     acquire(r, lock, token, ttl_ms=1000)
     for _ in range(2):
-        assert lock_module._EXTEND(r, [lock.keys.holders], [token, 5000]) == 1
+        assert lock_module.EXTEND(r, [lock.keys.holders], [token, 5000]) == 1
         assert 4900 < r.pttl(lock.keys.holders) <= 5000
-    assert lock_module._EXTEND(r, [lock.keys.holders], ["b" * 32, 5000]) == 0
+    assert lock_module.EXTEND(r, [lock.keys.holders], ["b" * 32, 5000]) == 0
 
 
 def test_refused_acquire_reports_the_ttl_left(r: redis.Redis, lock: RedisLock) -> None:
@@ -150,7 +150,7 @@ def test_release_grants_the_lock_to_the_head_and_tells_it(r: redis.Redis, lock: 
     first = acquire(r, lock, "a" * 32)
     acquire(r, lock, "b" * 32, wait="1", owner="B", ttl_ms=7000)
     acquire(r, lock, "c" * 32, wait="1")
-    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1
+    assert lock_module.RELEASE(r, *release_call(lock, "a" * 32)) == 1
     message = pubsub.get_message(timeout=2)
     assert message is not None
     token, fence = message["data"].split()
@@ -179,7 +179,7 @@ def test_release_does_not_grant_a_waiter_nobody_listens_for(
     # announcing a grant that was not written would make two holders.
     acquire(r, lock, "a" * 32)
     acquire(r, lock, "b" * 32 + ".0badcafe", wait="1")
-    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1
+    assert lock_module.RELEASE(r, *release_call(lock, "a" * 32)) == 1
     assert not lock.locked()
     assert r.zrange(lock.keys.queue, 0, -1) == [b"b" * 32 + b".0badcafe"]
 
@@ -191,13 +191,13 @@ def test_owner_reentering_while_queued_leaves_the_queue(r: redis.Redis, lock: Re
     acquire(r, lock, "a" * 32, owner="other")
     for token in ("h" * 32, "t" * 32):  # two waits of one owner (e.g. a task's retry)
         acquire(r, lock, token, wait="1", owner="o")
-    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1  # granted to "h"
+    assert lock_module.RELEASE(r, *release_call(lock, "a" * 32)) == 1  # granted to "h"
     reentered = acquire(r, lock, "t" * 32, wait="1", owner="o")
     assert reentered[0] == 1
     # Out of the queue: a later release must not grant "t" a second, unused lease.
     assert r.zcard(lock.keys.queue) == 0 and r.hlen(lock.keys.asks) == 0
     for token in ("h" * 32, "t" * 32):
-        assert lock_module._RELEASE(r, *release_call(lock, token)) == 1
+        assert lock_module.RELEASE(r, *release_call(lock, token)) == 1
     assert not lock.locked()
     pubsub.close()
 
@@ -215,7 +215,7 @@ def test_release_only_wakes_a_head_that_has_not_checked_in_lately(
     seconds, micros = r.time()
     now_ms = seconds * 1000 + micros // 1000
     r.zadd(lock.keys.alive, {"b" * 32: now_ms + WAITER_HEARTBEAT_MS // 2 - 500})
-    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1
+    assert lock_module.RELEASE(r, *release_call(lock, "a" * 32)) == 1
     message = pubsub.get_message(timeout=2)
     assert message is not None and message["data"] == b"b" * 32
     assert not lock.locked()
@@ -233,7 +233,7 @@ def test_wake_up_of_a_tagged_token_goes_to_its_process_channel(
         assert pubsub.get_message(timeout=2)["type"] == "subscribe"  # type: ignore[index]
     acquire(r, lock, "a" * 32)
     acquire(r, lock, waiter, wait="1")
-    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1
+    assert lock_module.RELEASE(r, *release_call(lock, "a" * 32)) == 1
     message = pubsub.get_message(timeout=2)
     assert message is not None
     assert message["channel"] == f"{lock.keys.channel}:0badcafe".encode()
@@ -271,16 +271,16 @@ def test_scripts_publish_on_the_channel_keys_names(r: redis.Redis, name: str) ->
 def test_trailing_defaults_may_be_left_out(r: redis.Redis, lock: RedisLock) -> None:
     keys = acquire_call(lock, "a" * 32)[0]
     # token and ttl only: no owner, and a refusal does not queue.
-    fence = lock_module._ACQUIRE(r, keys, ["a" * 32, 30_000])
+    fence = lock_module.ACQUIRE(r, keys, ["a" * 32, 30_000])
     assert isinstance(fence, int)
     assert r.hget(lock.keys.holders, "owner") == b""
-    refused = lock_module._ACQUIRE(r, keys, ["b" * 32, 30_000])
+    refused = lock_module.ACQUIRE(r, keys, ["b" * 32, 30_000])
     assert refused[0] == 0 and not r.exists(lock.keys.queue)
-    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 1
+    assert lock_module.RELEASE(r, *release_call(lock, "a" * 32)) == 1
     # An owner without the wait flag: re-entry counts, a refusal still does not queue.
-    assert isinstance(lock_module._ACQUIRE(r, keys, ["c" * 32, 30_000, "o"]), int)
-    assert isinstance(lock_module._ACQUIRE(r, keys, ["d" * 32, 30_000, "o"]), int)
-    assert lock_module._ACQUIRE(r, keys, ["e" * 32, 30_000, "x"])[0] == 0
+    assert isinstance(lock_module.ACQUIRE(r, keys, ["c" * 32, 30_000, "o"]), int)
+    assert isinstance(lock_module.ACQUIRE(r, keys, ["d" * 32, 30_000, "o"]), int)
+    assert lock_module.ACQUIRE(r, keys, ["e" * 32, 30_000, "x"])[0] == 0
     assert not r.exists(lock.keys.queue)
 
 
@@ -292,13 +292,13 @@ def test_release_of_an_expired_lease_wakes_the_head(r: redis.Redis, lock: RedisL
     acquire(r, lock, "b" * 32, wait="1")
     time.sleep(0.08)  # "a" expired: the lock is free, and nobody told "b"
     state = snapshot(r, lock)
-    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 0
+    assert lock_module.RELEASE(r, *release_call(lock, "a" * 32)) == 0
     message = pubsub.get_message(timeout=2)
     assert message is not None and message["data"] == b"b" * 32
     assert snapshot(r, lock) == state  # a wake-up, no change
     # While someone else holds it, a stale release tells nobody anything.
     assert acquire(r, lock, "b" * 32, wait="1")[0] == 1
-    assert lock_module._RELEASE(r, *release_call(lock, "a" * 32)) == 0
+    assert lock_module.RELEASE(r, *release_call(lock, "a" * 32)) == 0
     assert pubsub.get_message(timeout=0.1) is None
     pubsub.close()
 

@@ -148,7 +148,7 @@ def test_newcomer_does_not_barge_past_a_queued_waiter(r: redis.Redis, lock: Redi
     holder = lock.acquire()
     assert holder is not None
     # A queued waiter (via the script: no thread that would take the lock at once).
-    reply = lock_module._ACQUIRE(
+    reply = lock_module.ACQUIRE(
         r, [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive,
          lock.keys.asks],
         ["a" * 32, 30000, "", "1"],
@@ -166,7 +166,7 @@ def test_dead_waiter_is_dropped_after_its_heartbeat(r: redis.Redis, lock: RedisL
     args = ["d" * 32, 30000, "", "1"]
     holder = lock.acquire()
     assert holder is not None
-    assert lock_module._ACQUIRE(r, keys, args)[0] == 0  # queued; then it "dies"
+    assert lock_module.ACQUIRE(r, keys, args)[0] == 0  # queued; then it "dies"
     holder.release()
     assert lock.acquire(blocking=False) is None
     r.zadd(lock.keys.alive, {"d" * 32: 0})  # its heartbeat deadline has passed
@@ -219,13 +219,13 @@ def test_leaving_head_of_a_free_lock_wakes_the_next_waiter(
     head = "h" * 32
     holder = lock.acquire()
     assert holder is not None
-    assert lock_module._ACQUIRE(r, keys, [head, 30000, "", "1"])[0] == 0
+    assert lock_module.ACQUIRE(r, keys, [head, 30000, "", "1"])[0] == 0
     waiter = start_waiter(r, lock, waiters, queued=2, timeout=10)
     holder.release()  # wakes the head, which never comes ...
     time.sleep(0.1)
     assert waiter.is_alive()
     left_at = time.monotonic()  # ... until it gives up, which must wake the next one
-    lock_module._LEAVE(r, [lock.keys.holders, lock.keys.queue, lock.keys.alive, lock.keys.asks],
+    lock_module.LEAVE(r, [lock.keys.holders, lock.keys.queue, lock.keys.alive, lock.keys.asks],
                        [head, "lock"])  # fmt: skip
     lease = waiter.result()
     assert lease is not None and waiter.returned_at - left_at < 0.5

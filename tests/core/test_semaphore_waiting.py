@@ -80,8 +80,8 @@ def test_release_grants_each_freed_permit_to_the_next_waiter_only(
     assert [m.split()[0] for m in woken(sem)] == ["w1"]
     assert r.zrange(sem.keys.queue, 0, -1) == [b"w2", b"w3"]
     assert r.hkeys(sem.keys.asks) == [b"w2", b"w3"]
-    assert sem._scripts.leave("w0") == int(fence)  # granted already: leaving says so
-    assert sem._scripts.leave("w3") == 0 and woken(sem) == []  # all held: nobody to wake
+    assert sem._leave("w0") == int(fence)  # granted already: leaving says so
+    assert sem._leave("w3") == 0 and woken(sem) == []  # all held: nobody to wake
 
 
 def test_a_dead_head_is_reaped_and_the_permit_granted_to_the_next_waiter(
@@ -113,9 +113,9 @@ def test_release_wakes_the_waiters_it_cannot_grant(
     assert r.zscore(sem.keys.holders, "w0") is None
     assert held[1] and held[1].release()
     assert woken(sem) == ["w1"]  # w0 was told already; w1 is eligible, not granted
-    assert sem._scripts.leave("w0") == 0  # w0 gives up its place: w2 takes it
+    assert sem._leave("w0") == 0  # w0 gives up its place: w2 takes it
     assert woken(sem) == ["w2"]
-    assert sem._scripts.leave("w3") == 0 and woken(sem) == []  # not eligible
+    assert sem._leave("w3") == 0 and woken(sem) == []  # not eligible
 
 
 def test_fair_wakes_the_head_only_and_each_grant_the_next(
@@ -133,7 +133,7 @@ def test_fair_wakes_the_head_only_and_each_grant_the_next(
     assert sem._attempt("w1", "", 5000, True)[0] == 0  # not its turn
     assert sem._attempt("w0", "", 5000, True)[0] == 1
     assert woken(sem) == ["w1"]  # the grant passes the turn on
-    assert sem._scripts.leave("w1") == 0  # the head gives up: w2's turn
+    assert sem._leave("w1") == 0  # the head gives up: w2's turn
     assert woken(sem) == ["w2"]
 
 

@@ -3,7 +3,7 @@ counted against the majority.
 
 The scripts are the single-server lock's own (``lock_acquire.lua``,
 ``lock_release.lua``, ``lock_extend.lua``, ``queue_leave.lua``, ``lock_info.lua``),
-read by the same code (:func:`~celery_redislock.core.lock._grant_of`); only the fence
+read by the same code (:mod:`~celery_redislock.core.lock_scripts`); only the fence
 floor (``redlock_floor.lua``) is Redlock's own.
 """
 
@@ -13,17 +13,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..lock import SCRIPT_CONSTANTS, _grant_of
+from ..lock_scripts import ACQUIRE, EXTEND, LEAVE, RELEASE, SCRIPT_CONSTANTS, acquire_reply
 from ..scripts import LuaScript, as_text
 from ..waiting import Grant
 from .masters import Call, Master, fan_out
 
 __all__ = ["ACQUIRE", "EXTEND", "FLOOR", "LEAVE", "RELEASE", "Round", "errors_text"]
 
-ACQUIRE = LuaScript("lock_acquire.lua", SCRIPT_CONSTANTS)
-RELEASE = LuaScript("lock_release.lua", SCRIPT_CONSTANTS)
-EXTEND = LuaScript("lock_extend.lua", SCRIPT_CONSTANTS)
-LEAVE = LuaScript("queue_leave.lua", SCRIPT_CONSTANTS)
 FLOOR = LuaScript("redlock_floor.lua", SCRIPT_CONSTANTS)
 
 
@@ -72,7 +68,7 @@ def attempt(masters: list[Master], keys: list[Any], boot_prefix: str, args: list
         if isinstance(answer, BaseException):
             outcome.errors[index] = answer
             continue
-        grant = _grant_of(answer, sent_at, ttl_ms)
+        grant = acquire_reply(answer, sent_at, ttl_ms)
         if grant is None:
             outcome.refused[index] = answer
         else:

@@ -14,9 +14,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from ..lease import Lease
+from ..lease_state import LeaseState
 from ..scripts import LuaScript
 
 __all__ = [
@@ -65,7 +66,7 @@ class Entry:
 
     def __init__(
         self,
-        lease: Lease,
+        lease: LeaseState,
         holder: Renewable,
         stop: Callable[[Entry], None],
         stop_at: float | None,
@@ -100,7 +101,7 @@ class Entry:
         """The keys' Redis Cluster hash slot (0 on a standalone server)."""
         slot = self._slot
         if slot is None:
-            is_cluster = isinstance(self.client, RedisCluster)
+            is_cluster = isinstance(self.client, (RedisCluster, AsyncRedisCluster))
             slot = self._slot = self.client.keyslot(self.keys[0]) if is_cluster else 0
         return slot
 
@@ -139,7 +140,7 @@ def loss_reason(entry: Entry) -> str:
     return f"{_NO_REPLY} (Redis did not answer in time)"
 
 
-def report(lost: list[tuple[Lease, str]]) -> None:
+def report(lost: list[tuple[LeaseState, str]]) -> None:
     """Mark each lease lost (event, ``on_lost``); call without the renewer's lock."""
     for lease, reason in lost:
         # One event, one log line: a lease with an on_lost callback is reported by

@@ -20,7 +20,8 @@ from redis.exceptions import ResponseError
 from ..scripts import LuaScript
 from .entry import Entry, Reply
 
-__all__ = ["MAX_BATCH", "Sender"]
+__all__ = ["MAX_BATCH", "Sender", "batch_call", "batch_replies", "check_batch_reply",
+           "failure", "splits"]
 
 log = logging.getLogger(__name__)
 
@@ -72,27 +73,57 @@ class Sender:
                     self._send(script, items[start : start + MAX_BATCH])
 
     def _send(self, script: LuaScript, items: list[tuple[Entry, int]]) -> None:
-        keys = [key for entry, _ in items for key in entry.keys]
-        args: list[Any] = [entry.token for entry, _ in items]
-        args += [ttl_ms for _, ttl_ms in items]
+        keys, args = batch_call(items)
         sent_at = time.monotonic()
         error = ""
         renewed: list[Any] = []
         try:
-            renewed = list(script(self.client, keys, args))
-            if len(renewed) != len(items):
-                raise ValueError(f"{script.name} answered {len(renewed)} of {len(items)}")
+            renewed = check_batch_reply(script, items, script(self.client, keys, args))
         except Exception as exc:  # every failure is retried until the lease's deadline
-            if isinstance(exc, ResponseError) and len(items) > 1:
-                # A script error (e.g. WRONGTYPE: a key overwritten by someone else)
-                # fails the whole call; halve it so only the bad lease is affected.
+            if splits(exc, items):
                 self._send(script, items[: len(items) // 2])
                 self._send(script, items[len(items) // 2 :])
                 return
-            error = f"{type(exc).__name__}: {exc}"
-            log.debug("celery_redislock: renewal of %d leases failed: %s", len(items), error)
-        replies = [
-            (entry, ttl_ms, not error and int(renewed[i]) == 1)
-            for i, (entry, ttl_ms) in enumerate(items)
-        ]
-        self._on_replies(replies, sent_at, error)
+            error = failure(exc, items)
+        self._on_replies(batch_replies(items, renewed, error), sent_at, error)
+
+
+# -- what the sync sender and the async renewer share (no I/O) ------------------------
+
+
+def batch_call(items: list[tuple[Entry, int]]) -> tuple[list[Any], list[Any]]:
+    """KEYS and ARGV of one batch renewal call (see ``entry.Renewable``)."""
+    keys = [key for entry, _ in items for key in entry.keys]
+    args: list[Any] = [entry.token for entry, _ in items]
+    args += [ttl_ms for _, ttl_ms in items]
+    return keys, args
+
+
+def check_batch_reply(script: LuaScript, items: list[tuple[Entry, int]], reply: Any) -> list[Any]:
+    """The batch call's reply as a list of one answer per lease, else ValueError."""
+    renewed = list(reply)
+    if len(renewed) != len(items):
+        raise ValueError(f"{script.name} answered {len(renewed)} of {len(items)}")
+    return renewed
+
+
+def splits(exc: Exception, items: list[tuple[Entry, int]]) -> bool:
+    """True when a failed batch should be sent again as two halves: a script error
+    (e.g. WRONGTYPE: a key overwritten by someone else) fails the whole call, and
+    halving confines it to the bad lease."""
+    return isinstance(exc, ResponseError) and len(items) > 1
+
+
+def failure(exc: Exception, items: list[tuple[Entry, int]]) -> str:
+    """The error text recorded for a failed call (retried until each lease's deadline)."""
+    error = f"{type(exc).__name__}: {exc}"
+    log.debug("celery_redislock: renewal of %d leases failed: %s", len(items), error)
+    return error
+
+
+def batch_replies(items: list[tuple[Entry, int]], renewed: list[Any], error: str) -> list[Reply]:
+    """Each lease's outcome of one call, for :meth:`.schedule.Schedule.answered`."""
+    return [
+        (entry, ttl_ms, not error and int(renewed[i]) == 1)
+        for i, (entry, ttl_ms) in enumerate(items)
+    ]

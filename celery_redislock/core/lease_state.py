@@ -1,0 +1,172 @@
+"""``LeaseState``: what a lease knows, shared by the sync :class:`~.lease.Lease` and
+the async ``AsyncLease``, with no I/O.
+
+A lease keeps a local deadline on the monotonic clock: the time the confirming
+request was *sent* plus the TTL it set, so it never outlives the server's expiry.
+It is lost once that deadline passes unconfirmed, or once Redis answers that it is
+not held; then :attr:`LeaseState.lost` is True, the subclass's event is set and
+``on_lost(lease)`` runs, once. The renewers (sync and async) drive it through
+:meth:`LeaseState._confirm` and :meth:`LeaseState._mark_lost`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+__all__ = ["EXPIRED", "LeaseHolder", "LeaseState", "lost_lock"]
+
+EXPIRED = "the lease expired: its TTL passed without a renewal"
+"""Loss reason when the local deadline passed."""
+
+_LOST_LOCK = threading.Lock()  # the renewer and a user thread may both find it lost
+
+
+def lost_lock() -> threading.Lock:
+    """The lock that orders a loss report with the making of a lease's lost event."""
+    return _LOST_LOCK
+
+
+def _after_fork_in_child() -> None:
+    global _LOST_LOCK
+    _LOST_LOCK = threading.Lock()  # a fork while another thread held it must not deadlock
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class LeaseHolder(Protocol):
+    """What a lock or semaphore offers its leases (the core's internal seam)."""
+
+    @property
+    def name(self) -> str:
+        """The lock or semaphore name."""
+        ...
+
+
+class LeaseState:
+    """Ownership of one lock or semaphore permit, identified by an unguessable token.
+
+    Attributes:
+        token: the lease's random token (``secrets``); the only proof of ownership.
+        fence: an int that strictly increases with every grant of the name; pass it to
+            the resource you protect so it can refuse writes from a stale holder.
+        ttl: the lease time in seconds the lease was last granted or extended for.
+        owner: the owner id given to ``acquire`` (e.g. a Celery task id), or None.
+        on_lost: called once, with the lease, when the lease is found lost.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_deadline",
+        "_holder",
+        "_lost",
+        "_lost_reason",
+        "_released",
+        "_stop_renewal",
+        "fence",
+        "on_lost",
+        "owner",
+        "token",
+        "ttl",
+    )
+
+    def __init__(
+        self,
+        holder: Any,
+        token: str,
+        fence: int,
+        ttl: float,
+        *,
+        owner: str | None = None,
+        granted_at: float | None = None,
+        on_lost: Callable[[Any], None] | None = None,
+    ) -> None:
+        self._holder = holder
+        self.token = token
+        self.fence = fence
+        self.ttl = ttl
+        self.owner = owner
+        self.on_lost = on_lost
+        # The local deadline counts from *before* the request was sent, so it never
+        # outlives the server's own expiry.
+        start = time.monotonic() if granted_at is None else granted_at
+        self._deadline = start + ttl
+        self._lost = False
+        self._lost_reason = ""
+        self._released = False
+        # Set by the renewer; called once when the lease is given back, *before* the
+        # release is sent, so renewal never outlives release.
+        self._stop_renewal: Callable[[], None] | None = None
+
+    @property
+    def name(self) -> str:
+        """The name of the lock or semaphore this lease holds."""
+        return str(self._holder.name)
+
+    @property
+    def holder(self) -> Any:
+        """The lock or semaphore that granted this lease."""
+        return self._holder
+
+    @property
+    def lost(self) -> bool:
+        """True once the lease is known not to be ours (expired, taken over)."""
+        if not self._lost and not self._released and time.monotonic() >= self._deadline:
+            self._mark_lost(EXPIRED)
+        return self._lost
+
+    @property
+    def lost_reason(self) -> str:
+        """Why the lease was found lost ('' while it is not)."""
+        return self._lost_reason
+
+    @property
+    def released(self) -> bool:
+        """True once ``release()`` gave the lease back."""
+        return self._released
+
+    @property
+    def deadline(self) -> float:
+        """Local ``time.monotonic()`` instant after which the lease may have expired."""
+        return self._deadline
+
+    def remaining(self) -> float:
+        """Seconds left before the local deadline (negative once passed)."""
+        return self._deadline - time.monotonic()
+
+    # -- used by the locks, the semaphores and the renewers ----------------------------
+
+    def _confirm(self, deadline: float) -> None:
+        """Record a reply that confirmed ownership until local ``deadline``."""
+        if not self._lost:
+            self._deadline = deadline
+
+    def _mark_lost(self, reason: str) -> None:
+        """Flag the lease lost once: signal it (the subclass's event) and run ``on_lost``."""
+        with _LOST_LOCK:
+            if self._lost:
+                return
+            self._lost = True
+            self._lost_reason = reason
+        self._signal_lost()
+        callback = self.on_lost
+        if callback is not None:
+            callback(self)
+
+    def _signal_lost(self) -> None:
+        """Set the subclass's lost event, if it made one."""
+
+    def _mark_released(self) -> None:
+        """Record that the lease was given back by its holder (e.g. a re-entrant exit)."""
+        self._end_renewal()
+        self._released = True
+
+    def _end_renewal(self) -> None:
+        """Stop background renewal of this lease, if any (once)."""
+        stop, self._stop_renewal = self._stop_renewal, None
+        if stop is not None:
+            stop()

@@ -1,0 +1,158 @@
+"""The lock's Lua scripts, their keys and arguments, and what their replies mean.
+
+I/O-free: :class:`LockScripts` holds one lock's keys, encoded once, and builds each
+script's arguments; the ``*_reply`` functions read each script's reply. The sync
+:class:`~.lock.RedisLock` and the async ``AsyncRedisLock`` both use them, so the
+two differ only in how they send a call (``script(client, ...)`` or ``await
+script.call_async(client, ...)``) and can never disagree on what a reply means.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .info import HolderInfo, PrimitiveInfo
+from .keys import KeySpace
+from .scripts import LuaScript, as_text
+from .waiting import WAITER_HEARTBEAT_MS, Grant, granted_lease
+
+__all__ = [
+    "ACQUIRE", "ADOPT", "BOOT_MARKER_MS", "EXTEND", "EXTEND_ADD", "FENCE_MEMORY_MS", "HELD",
+    "INFO", "LEAVE", "RELEASE", "RELEASE_OWNER", "RENEW", "SCRIPT_CONSTANTS", "LockScripts",
+    "acquire_reply", "adopt_reply", "info_reply", "leave_reply", "refusal_holder",
+    "refusal_wait_ms",
+]  # fmt: skip
+
+FENCE_MEMORY_MS = 3_600_000
+"""How long a name's fence counter outlives its last grant (it then restarts from
+the server's clock, which is already past every fence it granted)."""
+
+BOOT_MARKER_MS = 86_400_000
+"""How long a Redlock master's boot marker is kept (see ``core/redlock``); once it
+lapses the next acquire checks the server's uptime again and sets it anew."""
+
+SCRIPT_CONSTANTS = {
+    "BOOT_MARKER_MS": BOOT_MARKER_MS,
+    "FENCE_MEMORY_MS": FENCE_MEMORY_MS,
+    "WAITER_HEARTBEAT_MS": WAITER_HEARTBEAT_MS,
+}
+"""The ``{{NAME}}`` constants of the lock and semaphore scripts (see lib_lock.lua):
+written into their text at import rather than sent with every call."""
+
+ACQUIRE = LuaScript("lock_acquire.lua", SCRIPT_CONSTANTS)
+RELEASE = LuaScript("lock_release.lua", SCRIPT_CONSTANTS)
+EXTEND = LuaScript("lock_extend.lua", SCRIPT_CONSTANTS)
+ADOPT = LuaScript("lock_adopt.lua", SCRIPT_CONSTANTS)
+LEAVE = LuaScript("queue_leave.lua", SCRIPT_CONSTANTS)
+INFO = LuaScript("lock_info.lua", SCRIPT_CONSTANTS)
+RELEASE_OWNER = LuaScript("lock_release_owner.lua", SCRIPT_CONSTANTS)
+RENEW = LuaScript("lock_renew.lua", SCRIPT_CONSTANTS)
+HELD = LuaScript("lock_held.lua", SCRIPT_CONSTANTS)
+EXTEND_ADD = LuaScript("lock_extend_add.lua", SCRIPT_CONSTANTS)
+
+_WAIT = b"1"  # constant script argument, encoded once
+_LOCK_RULE = "lock"
+
+
+class LockScripts:
+    """One lock's script keys, encoded once with the client's own encoder (what
+    redis-py would send for the str), and its argument lists; no I/O.
+
+    The scripts derive the wake-up channel from the holders key (``channel``).
+    """
+
+    __slots__ = ("acquire_keys", "add_keys", "adopt_keys", "channel", "holders_key", "info_keys",
+                 "queue_keys", "release_keys")  # fmt: skip
+
+    def __init__(self, client: Any, keys: KeySpace) -> None:
+        encode = client.get_encoder().encode
+        holders, fence, queue, alive, asks = (
+            encode(key) for key in (keys.holders, keys.fence, keys.queue, keys.alive, keys.asks)
+        )
+        self.acquire_keys: list[Any] = [holders, fence, queue, alive, asks]
+        self.release_keys: list[Any] = [holders, queue, alive, asks, fence]
+        self.queue_keys: list[Any] = [holders, queue, alive, asks]
+        self.adopt_keys: list[Any] = [holders, fence]
+        self.holders_key: list[Any] = [holders]
+        self.info_keys: list[Any] = [holders, queue]
+        self.add_keys: list[Any] = [holders, encode(keys.added)]
+        self.channel = keys.channel
+
+    @staticmethod
+    def acquire_args(token: str, ttl_ms: int, owner: str | None) -> list[Any]:
+        """A first attempt that does not queue: the script's trailing defaults (no
+        owner, no wait) left out, each argument costs client CPU."""
+        return [token, ttl_ms, owner] if owner else [token, ttl_ms]
+
+    @staticmethod
+    def wait_args(token: str, ttl_ms: int, owner: str | None) -> list[Any]:
+        """An attempt that joins (or stays in) the wait queue when refused."""
+        return [token, ttl_ms, owner or "", _WAIT]
+
+    @staticmethod
+    def leave_args(token: str) -> list[Any]:
+        """Waiter ``token`` gives up (``queue_leave.lua`` with the lock's rule)."""
+        return [token, _LOCK_RULE]
+
+    @staticmethod
+    def adopt_args(token: str, new_token: str, ttl_ms: int, owner: str | None) -> list[Any]:
+        """Lease ``token`` handed over to ``new_token``."""
+        return [token, new_token, ttl_ms, owner or ""]
+
+
+def acquire_reply(answer: Any, sent_at: float, ttl_ms: int) -> Grant | None:
+    """The grant in a ``lock_acquire.lua`` reply to an attempt sent at ``sent_at``, or
+    None when it was refused (``{0, wait_ms, holder}``: see :func:`refusal_wait_ms`)."""
+    if isinstance(answer, int):
+        return answer, sent_at  # a new lease: its fence, its full TTL left
+    if answer[0] == 1:  # a lease this token holds already (a re-sent request, a grant)
+        return granted_lease(int(answer[1]), sent_at, int(answer[2]), ttl_ms)
+    return None
+
+
+def refusal_wait_ms(answer: Any) -> int:
+    """The holder's TTL left (ms, 0 when unknown) in a refusal of ``lock_acquire.lua``."""
+    return int(answer[1])
+
+
+def refusal_holder(answer: Any) -> str | None:
+    """The holding owner id in a refusal of ``lock_acquire.lua`` (None: none given,
+    or the lock is free but promised to an earlier waiter)."""
+    return as_text(answer[2]) or None
+
+
+def leave_reply(answer: Any) -> int:
+    """The fence of a lease granted to the leaving waiter meanwhile (``queue_leave.lua``),
+    else 0."""
+    return int(answer[1])
+
+
+def adopt_reply(answer: Any) -> int:
+    """The new lease's fence in a ``lock_adopt.lua`` reply, 0 when not adopted."""
+    granted, fence = answer
+    return int(fence) if granted == 1 else 0
+
+
+def info_reply(name: str, answer: Any) -> PrimitiveInfo:
+    """The :class:`PrimitiveInfo` of a ``lock_info.lua`` reply."""
+    now_ms, flat, waiters = answer
+    fields = {as_text(flat[i]): as_text(flat[i + 1]) for i in range(0, len(flat), 2)}
+    holders = [
+        HolderInfo(
+            token_hint=field[2:10],
+            ttl_left=(int(value) - now_ms) / 1000.0,
+            fence=int(fields.get("f:" + field[2:], "0")),
+            owner=fields.get("owner") or None,
+        )
+        for field, value in fields.items()
+        if field.startswith("t:") and int(value) > now_ms
+    ]
+    return PrimitiveInfo(
+        kind="lock",
+        name=name,
+        holders=holders,
+        waiters=int(waiters),
+        owner=(fields.get("owner") or None) if holders else None,
+        since=int(fields["since"]) / 1000.0 if holders and "since" in fields else None,
+        fence=int(fields["fence"]) if holders and "fence" in fields else None,
+    )

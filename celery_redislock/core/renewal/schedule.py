@@ -1,0 +1,138 @@
+"""The renewer's decisions, with no I/O and no threads: which leases to renew when,
+what a reply means for each, when a lease is lost.
+
+One :class:`Schedule` is driven by the sync renewer (a scheduler thread, under its
+lock, see :mod:`.scheduler`) and by each event loop's async renewer
+(``celery_redislock.asyncio.renewal``), so the two apply the same tick, batch and loss
+rules (see the package's docstring) and cannot drift apart. Leases wait in a heap
+ordered by the time they are due (see :mod:`.entry` for its items).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable
+
+from ..lease_state import LeaseState
+from .entry import NOT_HELD, Entry, HeapItem, Reply, current, loss_reason, pop_superseded
+
+__all__ = ["DUE", "EARLY", "Lost", "Schedule"]
+
+DUE = 1 / 3
+"""Renew when this fraction of the TTL has passed since the last send ..."""
+
+EARLY = 1 / 6
+"""... and take along every lease at least this far into its TTL."""
+
+Lost = list[tuple[LeaseState, str]]
+"""Leases found lost, with the reason: report them (``entry.report``) outside any lock."""
+
+
+class Schedule:
+    """The heap of leases being renewed and the rules that move them.
+
+    ``wake()`` is called when a push is due before :attr:`wake_at`, the time the
+    driver, asleep, wakes by itself (``inf`` while it is awake: it reads the heap again
+    before it sleeps); a push due no later needs no wake-up.
+    """
+
+    __slots__ = ("_seq", "_wake", "heap", "live", "wake_at")
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.heap: list[HeapItem] = []
+        self._seq = itertools.count(1)
+        self.live = 0
+        self.wake_at = math.inf
+        self._wake = wake
+
+    def add(self, entry: Entry, lease: LeaseState) -> None:
+        """Track ``entry`` (of ``lease``, granted ``lease.ttl`` before its deadline)."""
+        granted = lease.deadline - lease.ttl
+        self.live += 1
+        if entry.stop_at is not None and lease.deadline >= entry.stop_at - 0.001:
+            entry.final = True
+            self.push(entry, lease.deadline, lease.deadline)
+        else:
+            self.push(entry, granted + lease.ttl * DUE, granted + lease.ttl * EARLY)
+        if len(self.heap) > 2 * self.live + 1024:
+            self.heap = [item for item in self.heap if current(item)]
+            heapq.heapify(self.heap)
+
+    def drop(self, entry: Entry) -> None:
+        """Stop tracking ``entry`` (released, lost or collected)."""
+        if not entry.dead:
+            entry.dead = True
+            self.live -= 1
+
+    def push(self, entry: Entry, due: float, early: float) -> None:
+        """Make ``(due, early)`` the entry's one current heap item."""
+        entry.ticket = next(self._seq)
+        heapq.heappush(self.heap, (due, entry.ticket, early, entry))
+        if due < self.wake_at:
+            self._wake()
+
+    def next_due(self) -> float | None:
+        """When the driver must look again (None: nothing tracked; the heap is cleared)."""
+        if self.live and self.heap:
+            return self.heap[0][0]  # never superseded: collect popped those
+        self.heap.clear()
+        return None
+
+    def collect(self, now: float, lost: Lost) -> list[tuple[Entry, int]]:
+        """If a lease is due by ``now``, pop it and every lease early enough to join;
+        returns the renewals to send, ``(entry, ttl_ms)``, and adds losses to ``lost``."""
+        ready: list[tuple[Entry, int]] = []
+        heap = self.heap
+        pop_superseded(heap)  # they must neither wake us nor start a tick
+        if not heap or heap[0][0] > now:
+            return ready
+        while heap and heap[0][2] <= now:
+            entry = heapq.heappop(heap)[3]
+            pop_superseded(heap)
+            lease = entry.lease()
+            if lease is None or lease._lost or lease.released:
+                self.drop(entry)
+                continue
+            deadline = lease.deadline
+            if now >= deadline:
+                self.drop(entry)
+                lost.append((lease, loss_reason(entry)))
+                continue
+            ttl = lease.ttl if entry.stop_at is None else min(lease.ttl, entry.stop_at - now)
+            if ttl < 0.001:
+                entry.final = True
+            if not (entry.inflight or entry.final):
+                entry.inflight = True
+                ready.append((entry, max(1, int(ttl * 1000))))
+            self.push(entry, deadline, deadline)  # the loss check, unless confirmed
+        return ready
+
+    def answered(self, replies: list[Reply], sent_at: float, error: str, now: float,
+                 lost: Lost) -> None:  # fmt: skip
+        """Record one call's outcome (``error`` non-empty: the call failed), sent at
+        ``sent_at`` and answered at ``now``; adds losses to ``lost``."""
+        for entry, ttl_ms, renewed in replies:
+            entry.inflight = False
+            entry.error = error
+            lease = entry.lease()
+            if entry.dead or lease is None or lease.released:
+                self.drop(entry)
+            elif not error and not renewed:
+                self.drop(entry)
+                lost.append((lease, NOT_HELD))
+            elif now >= lease.deadline:
+                self.drop(entry)
+                lost.append((lease, loss_reason(entry)))
+            elif error:
+                retry = min(now + max(0.02, min(lease.ttl * EARLY, 1.0)), lease.deadline)
+                self.push(entry, retry, retry)
+            else:
+                ttl = ttl_ms / 1000.0
+                lease._confirm(sent_at + ttl)
+                if entry.stop_at is not None and sent_at + ttl >= entry.stop_at - 0.001:
+                    entry.final = True
+                    self.push(entry, lease.deadline, lease.deadline)
+                else:
+                    self.push(entry, sent_at + ttl * DUE, sent_at + ttl * EARLY)
