@@ -120,13 +120,17 @@ end
 -- order is strict) and its request ("<ttl ms> <owner>" in the asks hash, so a release
 -- can grant it directly). The three keys always hold the same tokens (a waiter enters
 -- and leaves all three in one script), so the ZADD to alive, which counts the members
--- it added, tells whether the token is queued already.
-local function enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us)
+-- it added, tells whether the token is queued already. `given`, when not nil, is the
+-- ticket itself (a Redlock waiter's, the same on every master, so every master's
+-- queue has the same order and the same head; ties go by token).
+local function enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us, given)
   local beat = {{WAITER_HEARTBEAT_MS}}
   if redis.call('ZADD', alive, string.format('%d', now + beat), token) == 1 then
-    local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
-    local ticket = now_us
-    if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end
+    local ticket = given or now_us
+    if not given then
+      local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+      if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end
+    end
     redis.call('ZADD', queue, string.format('%d', ticket), token)
     redis.call('HSET', asks, token, string.format('%d', ttl) .. ' ' .. owner)
   end

@@ -21,6 +21,8 @@
 --                   microsecond scale; a new fence is max(last + 1, now in µs, floor).
 -- ARGV[6]  grace    with KEYS[6]: milliseconds after start during which a server
 --                   without its boot marker grants nothing (the longest lease TTL).
+-- ARGV[7]  ticket   optional (Redlock): the waiter's place in the queue (µs), the
+--                   same on every master; default: the server's clock.
 -- (A caller leaves trailing defaults out: each argument costs client CPU.)
 -- The wake-up channel (told the new head when a dead head is dropped; on
 -- `channel:<tag>` when its token ends in ".<tag>") is derived from KEYS[1] (see
@@ -83,7 +85,9 @@ local function reenter()
 end
 
 local function refuse(wait_ms, holder)
-  if wait then enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us) end
+  if wait then
+    enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us, tonumber(ARGV[7]))
+  end
   return {0, wait_ms, holder}
 end
 

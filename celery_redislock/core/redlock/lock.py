@@ -45,6 +45,11 @@ above every master's own proposal, they all grant this same fence and no floor n
 raising (one round trip)."""
 
 
+_SPLIT_RETRIES = 2
+"""Rounds a waiter asks again at once, keeping a minority's grants, before it gives
+them back and waits a random while (see ``RedlockLock._wait``)."""
+
+
 class RedlockLock(Primitive):
     """A lock held by a majority of N >= 3 (odd) independent Redis masters.
 
@@ -148,7 +153,7 @@ class RedlockLock(Primitive):
         ttl_ms = self._ttl_ms if ttl is None else self._check_ttl(ttl, "ttl")
         token, tag = fresh_token()
         if deadline is None:
-            lease, outcome = self._try(token, owner, ttl_ms, False)
+            lease, outcome = self._try(token, owner, ttl_ms)
             if lease is None and outcome.answered < self.quorum:
                 raise self._unavailable(outcome)
         else:
@@ -172,11 +177,16 @@ class RedlockLock(Primitive):
         return ttl_ms * self._drift / 1000 + 0.002
 
     def _try(self, token: str, owner: str | None, ttl_ms: int,
-             wait: bool) -> tuple[RedlockLease | None, rounds.Round]:  # fmt: skip
+             ticket: int = 0, give_back: bool = True,
+             ) -> tuple[RedlockLease | None, rounds.Round]:  # fmt: skip
         """One round; the lease when a majority granted in time, else everything
-        granted (or possibly granted) given back."""
+        granted (or possibly granted) given back (unless ``give_back`` is False: the
+        next round asks with the same token, and finds them). With a ``ticket`` (µs),
+        a refused attempt queues with that place on every master."""
         floor = time.time_ns() // 1000 + FENCE_LEAD_US
-        args = [token, ttl_ms, owner or "", b"1" if wait else b"0", floor, self._max_ttl_ms]
+        args = [token, ttl_ms, owner or "", b"1" if ticket else b"0", floor, self._max_ttl_ms]
+        if ticket:
+            args.append(ticket)
         outcome = rounds.attempt(self._masters, self._acquire_keys, self._boot_prefix, args,
                                  ttl_ms, self._timeout)  # fmt: skip
         grants = outcome.grants
@@ -190,7 +200,7 @@ class RedlockLock(Primitive):
                 lease = RedlockLease(self, token, fence, ttl_ms / 1000, owner=owner,
                                      granted_at=valid_until - ttl_ms / 1000)  # fmt: skip
                 return lease, outcome
-        if grants or outcome.errors:
+        if give_back and (grants or outcome.errors):
             rounds.run_each(self._masters, sorted({*grants, *outcome.errors}), rounds.RELEASE,
                             self._release_keys, [token], self._timeout)  # fmt: skip
         return None, outcome
@@ -202,16 +212,27 @@ class RedlockLock(Primitive):
         channel = f"{self._keys.channel}:{tag}"
         outcome = rounds.Round()
         granted = False
+        ticket = time.time_ns() // 1000  # one place in every master's queue
+        splits = 0
         try:
             with contextlib.ExitStack() as stack:
-                notifier, waiter = None, None
+                notifier, waiter = Notifier.for_client(self._masters[0].client), None
+                if notifier.subscribed(channel):  # waited here lately: listen at once
+                    waiter = stack.enter_context(notifier.listen(channel, token))
                 while True:
                     if waiter is not None:
                         waiter.notified = False
-                    lease, outcome = self._try(token, owner, ttl_ms, True)
+                    # A split (grants on a minority) is most often a release still on
+                    # its way to the other masters: ask again at once, keeping what
+                    # was granted, before giving it back and backing off with jitter.
+                    keep = splits < _SPLIT_RETRIES
+                    lease, outcome = self._try(token, owner, ttl_ms, ticket, keep)
                     if lease is not None:
                         granted = True
                         return lease
+                    splits = splits + 1 if outcome.grants and splits < _SPLIT_RETRIES else 0
+                    if splits:
+                        continue
                     if waiter is None and outcome.answered:
                         first = min([*outcome.grants, *outcome.refused])
                         notifier = Notifier.for_client(self._masters[first].client)
@@ -224,7 +245,7 @@ class RedlockLock(Primitive):
                     if left <= 0:
                         break
                     sleep = min(sleep * random.uniform(0.8, 1.0), left)
-                    if notifier is not None and waiter is not None:
+                    if waiter is not None:
                         notifier.wait(waiter, sleep)
                     else:
                         time.sleep(sleep)

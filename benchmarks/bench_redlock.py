@@ -1,0 +1,229 @@
+"""Benchmark ``RedlockLock`` on 3 and 5 local masters beside pottery's ``Redlock`` and
+our single-master ``RedisLock``.
+
+pottery is not a dependency: install it in the benchmark's environment only::
+
+    python3 -m venv /tmp/bench && /tmp/bench/bin/pip install -q pottery -e .
+    /tmp/bench/bin/python benchmarks/bench_redlock.py [--quick]
+
+Without pottery its rows are left out. It starts five private ``redis-server``s and
+measures, interleaved round by round so a busy machine hits every side alike:
+
+1. **Uncontended** acquire (non-blocking) + release, p50 / p99 per round, medians over
+   rounds; the ratio to ``RedisLock`` is the median of the per-round p50 ratios.
+2. **Contended hand-off**, 8 processes looping blocking acquire -> hold 1 ms ->
+   release for a few seconds: the gap between one section's release and the next
+   section's acquire returning (one clock: same machine), p50, and sections done.
+3. **Fan-out choices** for the record: the lock scripts sent to 5 masters through a
+   thread pool, through redis-py's connection pool, and as ``RedlockLock`` sends them
+   (its own connections, one packed request, replies read as they arrive).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import multiprocessing
+import os
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import redis
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from _common import median, percentile, print_table
+
+from celery_redislock import RedisLock, RedlockLock
+from celery_redislock.core.redlock import rounds
+from celery_redislock.testing import RedisServer
+
+try:
+    from pottery import Redlock
+except ImportError:  # not a dependency: see the module docs
+    Redlock = None
+
+TTL = 10.0
+
+
+def mark_booted(clients: list[redis.Redis], ttl: float) -> None:
+    """Fresh private servers held no lease before: skip their restart grace."""
+    for client in clients:
+        run_id = client.info("server")["run_id"]
+        client.set(f"redislock:redlock:boot:{run_id}:{round(ttl * 1000)}", 1)
+
+
+def cycles(ports: list[int], n: int) -> dict[str, Callable[[], None]]:
+    clients = [redis.Redis(port=port) for port in ports]
+    single = RedisLock(clients[0], "bench-single", ttl=TTL)
+    ours = RedlockLock(clients[:n], f"bench-{n}", ttl=TTL)
+
+    def redis_lock() -> None:
+        lease = single.acquire(blocking=False)
+        assert lease is not None
+        lease.release()
+
+    def redlock() -> None:
+        lease = ours.acquire(blocking=False)
+        assert lease is not None
+        lease.release()
+
+    out = {"RedisLock (1 master)": redis_lock, f"RedlockLock ({n})": redlock}
+    if Redlock is not None:
+        theirs = Redlock(key=f"bench-pottery-{n}", masters=set(clients[:n]),
+                         auto_release_time=TTL)  # fmt: skip
+
+        def pottery() -> None:
+            assert theirs.acquire(blocking=False)
+            theirs.release()
+
+        out[f"pottery Redlock ({n})"] = pottery
+    return out
+
+
+def uncontended(ports: list[int], n: int, rounds_: int, per_round: int) -> None:
+    fns = cycles(ports, n)
+    samples: dict[str, list[list[float]]] = {name: [] for name in fns}
+    for fn in fns.values():  # warm: connections, scripts
+        for _ in range(200):
+            fn()
+    for _ in range(rounds_):
+        for name, fn in fns.items():
+            times = []
+            for _ in range(per_round):
+                start = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - start)
+            samples[name].append(times)
+    base = "RedisLock (1 master)"
+    rows = []
+    for name, per in samples.items():
+        p50 = median([median(times) for times in per])
+        p99 = median([percentile(times, 99) for times in per])
+        ratio = median([median(t) / median(b) for t, b in zip(per, samples[base], strict=True)])
+        rows.append([name, f"{p50 * 1e6:.0f}", f"{p99 * 1e6:.0f}", f"{ratio:.2f}x"])
+    print(f"\nUncontended acquire + release, {n} masters ({rounds_} rounds x {per_round})")
+    print_table(["lock", "p50 µs", "p99 µs", "vs RedisLock"], rows)
+
+
+def _worker(kind: str, ports: list[int], n: int, seconds: float, out: Any) -> None:
+    clients = [redis.Redis(port=port) for port in ports[:n]]
+    name = f"contended-{kind}-{n}"
+    stop = time.time() + seconds
+    spans = []
+    if kind == "pottery":
+        lock = Redlock(key=name, masters=set(clients), auto_release_time=TTL)
+        while time.time() < stop:
+            lock.acquire(blocking=True, timeout=5)
+            got = time.time()
+            time.sleep(0.001)
+            done = time.time()
+            lock.release()
+            spans.append((got, done))
+    else:
+        ours: Any = (RedisLock(clients[0], name, ttl=TTL) if kind == "single"
+                     else RedlockLock(clients, name, ttl=TTL))  # fmt: skip
+        while time.time() < stop:
+            lease = ours.acquire(timeout=5)
+            got = time.time()
+            time.sleep(0.001)
+            done = time.time()
+            lease.release()
+            spans.append((got, done))
+    out.put(spans)
+
+
+def contended(ports: list[int], n: int, seconds: float) -> None:
+    kinds = ["single", "redlock"] + (["pottery"] if Redlock is not None else [])
+    labels = {"single": "RedisLock (1 master)", "redlock": f"RedlockLock ({n})",
+              "pottery": f"pottery Redlock ({n})"}  # fmt: skip
+    rows = []
+    ctx = multiprocessing.get_context("fork")
+    for kind in kinds:
+        queue = ctx.Queue()
+        procs = [ctx.Process(target=_worker, args=(kind, ports, n, seconds, queue))
+                 for _ in range(8)]  # fmt: skip
+        for proc in procs:
+            proc.start()
+        spans = sorted(span for _ in procs for span in queue.get())
+        for proc in procs:
+            proc.join()
+        gaps = [b[0] - a[1] for a, b in itertools.pairwise(spans)]
+        rows.append([labels[kind], f"{median(gaps) * 1e3:.2f}", f"{percentile(gaps, 99) * 1e3:.2f}",
+                     str(len(spans))])  # fmt: skip
+    print(f"\nContended hand-off, 8 processes, 1 ms hold, {seconds:.0f} s each, {n} masters")
+    print_table(["lock", "hand-off p50 ms", "p99 ms", "sections"], rows)
+
+
+def fan_out_choices(ports: list[int], count: int) -> None:
+    clients = [redis.Redis(port=port) for port in ports]
+    lock = RedlockLock(clients, "fan", ttl=TTL)
+    keys = lock._acquire_keys
+    pool = ThreadPoolExecutor(5)
+
+    def threads() -> None:
+        token = secrets.token_hex(16)
+        list(pool.map(lambda c: rounds.ACQUIRE(c, keys, [token, 10000]), clients))
+        list(pool.map(lambda c: rounds.RELEASE(c, lock._release_keys, [token]), clients))
+
+    def redis_pool() -> None:
+        token = secrets.token_hex(16)
+        for script, ks, args in ((rounds.ACQUIRE, keys, [token, 10000]),
+                                 (rounds.RELEASE, lock._release_keys, [token])):  # fmt: skip
+            conns = [c.connection_pool.get_connection() for c in clients]
+            for conn in conns:
+                conn.send_command("EVALSHA", script.sha, len(ks), *ks, *args)
+            for client, conn in zip(clients, conns, strict=True):
+                conn.read_response()
+                client.connection_pool.release(conn)
+
+    def ours() -> None:
+        lease = lock.acquire(blocking=False)
+        assert lease is not None
+        lease.release()
+
+    for fn in (threads, redis_pool, ours):
+        for _ in range(100):
+            fn()
+    rows = []
+    for name, fn in (("thread pool", threads), ("redis-py pool, pipelined", redis_pool),
+                     ("RedlockLock", ours)):  # fmt: skip
+        times = []
+        for _ in range(count):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        rows.append([name, f"{median(times) * 1e6:.0f}"])
+    print("\nFan-out of acquire + release to 5 masters")
+    print_table(["how", "p50 µs"], rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, shorter runs")
+    options = parser.parse_args()
+    rounds_, per_round, seconds = (4, 100, 1.0) if options.quick else (12, 200, 3.0)
+    if Redlock is None:
+        print("pottery is not installed here: its rows are left out (see the module docs)")
+    servers = [RedisServer().start() for _ in range(5)]
+    try:
+        ports = [server.port for server in servers]
+        mark_booted([redis.Redis(port=port) for port in ports], TTL)
+        for n in (3, 5):
+            uncontended(ports, n, rounds_, per_round)
+        for n in (3, 5):
+            contended(ports, n, seconds)
+        fan_out_choices(ports, 300 if options.quick else 1000)
+    finally:
+        for server in servers:
+            server.stop()
+    print(f"\nload average {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
