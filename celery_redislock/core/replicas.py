@@ -63,6 +63,12 @@ class ReplicaAck:
         """Run the lease's extend ``script`` and the wait on one connection; raise
         :class:`NotReplicated` when too few replicas acknowledged or the lease was no
         longer live. The caller releases the lease on any exception."""
+        if isinstance(client, RedisCluster):
+            # WAIT counts its own connection's writes: both go to the primary serving
+            # the lease's slot, on one of its connections. A slot that moved meanwhile
+            # answers MOVED, an error (the caller releases).
+            cluster: Any = client
+            client = cluster.get_redis_connection(cluster.get_node_from_key(keys[0]))
         for command in ("EVALSHA", "EVAL"):
             pipe = client.pipeline(transaction=False)
             body = script.sha if command == "EVALSHA" else script.text
@@ -122,12 +128,9 @@ def check_replica_ack(
     if min_replicas == 0 and not aof:
         return None
     if isinstance(client, RedisCluster):
-        raise ConfigurationError(
-            f"min_replicas={min_replicas!r} / wait_aof={aof!r} are not supported on "
-            "redis.cluster.RedisCluster (WAIT must follow the write on its node's "
-            "connection): use a Redis or Sentinel-managed client"
-        )
-    socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        socket_timeout = client.nodes_manager.connection_kwargs.get("socket_timeout")
+    else:
+        socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
     if socket_timeout is not None and socket_timeout * 1000 <= timeout_ms:
         # The client would give up on the reply before WAIT answers (a TimeoutError
         # instead of NotReplicated, and the lease left behind until its TTL).

@@ -1,0 +1,82 @@
+"""A cluster primary SIGKILLed right after grants, its replica promoted: leases that
+the replica has survive (renewed through the new primary, the name stays taken), a
+lease it lacks is reported lost at its next renewal (never silently), the next grant's
+fence is above every earlier one, and the stale lease cannot touch the new holder."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import pytest
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisError
+
+from celery_redislock import NotReplicated, RedisLock
+from celery_redislock.testing_cluster import LocalCluster
+
+from .helpers import name_on
+
+CLIENT = {"socket_timeout": 1.0, "socket_connect_timeout": 0.5}
+TTL = 3.0
+
+
+def test_killed_primary_leases_survive_or_are_reported_lost(cluster: LocalCluster) -> None:
+    primary = cluster._primaries()[0]
+    acked_name, plain_name = (name_on(cluster, primary, stem) for stem in ("acked", "plain"))
+    holder_client = cluster.client(**CLIENT)
+    other_client = cluster.client(**CLIENT)
+    try:
+        # min_replicas=1: the grant counts once the replica has it (WAIT on its node).
+        acked = RedisLock(holder_client, acked_name, ttl=TTL, renew=True, min_replicas=1,
+                          replica_timeout=0.5).acquire(blocking=False)  # fmt: skip
+        plain_lock = RedisLock(holder_client, plain_name, ttl=TTL, renew=True)
+        plain = plain_lock.acquire(blocking=False)
+        assert acked is not None and plain is not None
+        cluster.kill(primary)
+        killed_at = time.monotonic()
+        # While the slot has no primary, a waiter never gets a lease it was not granted
+        # and never waits past its deadline (plus one connect/read timeout).
+        with contextlib.suppress(RedisError):
+            assert RedisLock(other_client, acked_name).acquire(timeout=1.0) is None
+        assert time.monotonic() - killed_at < 1.0 + 2 * CLIENT["socket_timeout"] + 0.5
+        cluster.wait_healthy(timeout=20)  # the replica is promoted
+        promoted = time.monotonic() - killed_at
+        new_primary = cluster.owner(cluster_slot(holder_client, acked_name))
+        assert new_primary is not primary and promoted < 10
+
+        # Whether the replica got the plain lease before the kill is a race (it nearly
+        # always does on loopback); make it the lost case for sure, as a replica that
+        # lacked the write would be: its keys (the fence counter too) are gone.
+        with cluster.node_client(new_primary) as node:
+            node.delete(plain_lock.keys.holders, plain_lock.keys.fence)
+
+        assert plain.wait_lost(timeout=TTL), "a lease missing after failover was not reported"
+        assert plain.lost_reason
+        second = RedisLock(other_client, plain_name, ttl=TTL).acquire(timeout=TTL)
+        assert second is not None and second.fence > plain.fence  # the server-time floor
+        assert not plain.release() and not plain.extend()  # stale: leaves the new holder be
+        assert second.held() and second.release()
+
+        # The acknowledged lease lives on the new primary and is renewed there.
+        assert RedisLock(other_client, acked_name).acquire(blocking=False) is None
+        time.sleep(TTL * 2 / 3)
+        assert not acked.lost and acked.held() and acked.release()
+    finally:
+        holder_client.close()
+        other_client.close()
+        cluster.restart(primary)  # back as a replica of the promoted node
+
+
+def cluster_slot(client: RedisCluster, name: str) -> int:
+    return int(client.keyslot(f"{{{name}}}"))
+
+
+def test_min_replicas_waits_for_the_replica_of_the_slots_primary(rc: RedisCluster,
+                                                                 name: str) -> None:  # fmt: skip
+    """WAIT goes to the primary that made the grant (one replica each here)."""
+    lease = RedisLock(rc, name, min_replicas=1, replica_timeout=0.5).acquire(blocking=False)
+    assert lease is not None and lease.release()
+    with pytest.raises(NotReplicated):
+        RedisLock(rc, name, min_replicas=2, replica_timeout=0.2).acquire(blocking=False)
+    assert not RedisLock(rc, name).locked()  # the unacknowledged grant was released
