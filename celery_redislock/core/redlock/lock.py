@@ -19,9 +19,7 @@ grants again; fences then stay ordered by the clocks, which have moved on by
 
 from __future__ import annotations
 
-import contextlib
 import math
-import random
 import time
 from typing import Any
 
@@ -32,10 +30,10 @@ from ..lease import OnLost
 from ..lock import RedisLock
 from ..primitive import Primitive, fresh_token
 from ..validate import acquire_deadline, check_bool, ttl_to_ms
-from ..waiting import Notifier, poll_slice
 from . import rounds
 from .lease import RedlockLease, keep_alive
 from .masters import Master, check_masters
+from .wait import wait_for_lease
 
 __all__ = ["FENCE_LEAD_US", "RedlockLock"]
 
@@ -43,11 +41,6 @@ FENCE_LEAD_US = 1_000_000
 """How far ahead of its own clock (µs) a client proposes the next fence: when it is
 above every master's own proposal, they all grant this same fence and no floor needs
 raising (one round trip)."""
-
-
-_SPLIT_RETRIES = 2
-"""Rounds a waiter asks again at once, keeping a minority's grants, before it gives
-them back and waits a random while (see ``RedlockLock._wait``)."""
 
 
 class RedlockLock(Primitive):
@@ -113,6 +106,7 @@ class RedlockLock(Primitive):
         self._release_keys = [holders, queue, alive, asks, fence]
         self._queue_keys = [holders, queue, alive, asks]
         self._holders_key = [holders]
+        self._adopt_keys = [holders, fence]
         self._fence_key = fence
         self._boot_prefix = f"{prefix}:redlock:boot:"
 
@@ -157,11 +151,78 @@ class RedlockLock(Primitive):
             if lease is None and outcome.answered < self.quorum:
                 raise self._unavailable(outcome)
         else:
-            lease = self._wait(token, tag, owner, ttl_ms, deadline)
-        if lease is not None:
-            lease.on_lost = on_lost
-            if self.renew if renew is None else renew:
-                keep_alive(lease, self)
+            lease = wait_for_lease(self, token, tag, owner, ttl_ms, deadline)
+        return None if lease is None else self._started(lease, renew, on_lost)
+
+    def try_acquire(
+        self,
+        owner: str | None = None,
+        *,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: OnLost | None = None,
+    ) -> tuple[RedlockLease | None, str | None]:
+        """One attempt that never waits: ``(lease, None)``, or ``(None, owner_id)`` of
+        the holder a refusing master named (None when none). Raises
+        ``RedlockUnavailable`` when fewer than a majority answered."""
+        ttl_ms = self._ttl_ms if ttl is None else self._check_ttl(ttl, "ttl")
+        lease, outcome = self._try(fresh_token()[0], owner, ttl_ms)
+        if lease is None:
+            if outcome.answered < self.quorum:
+                raise self._unavailable(outcome)
+            return None, outcome.holder()
+        return self._started(lease, renew, on_lost), None
+
+    def adopt(
+        self,
+        token: str,
+        *,
+        new_token: str | None = None,
+        owner: str | None = None,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: OnLost | None = None,
+    ) -> RedlockLease | None:
+        """Take over the live lease ``token`` on a majority (as ``RedisLock.adopt``);
+        None when fewer than a majority could hand it over."""
+        ttl_ms = self._ttl_ms if ttl is None else self._check_ttl(ttl, "ttl")
+        new_token = new_token or fresh_token()[0]
+        fence, sent_at, adopted = rounds.adopt(
+            self._masters, self._adopt_keys, [token, new_token, ttl_ms, owner or ""],
+            self.quorum, self._timeout,
+        )  # fmt: skip
+        valid_until = sent_at + ttl_ms / 1000 - self._drift_s(ttl_ms)
+        if not fence or valid_until <= time.monotonic():
+            rounds.run_each(self._masters, adopted, rounds.RELEASE, self._release_keys,
+                            [new_token], self._timeout)  # fmt: skip
+            return None
+        lease = RedlockLease(self, new_token, fence, ttl_ms / 1000, owner=owner,
+                             granted_at=valid_until - ttl_ms / 1000)  # fmt: skip
+        return self._started(lease, renew, on_lost)
+
+    def release_owner(self, owner: str) -> int:
+        """Release the lock on every master where its owner id is ``owner``; returns
+        the number of masters where leases were released."""
+        if not isinstance(owner, str) or not owner:
+            raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
+        return self._release_owner(owner)
+
+    def force_release(self) -> int:
+        """Release the lock on every master, whoever holds it (for operators)."""
+        return self._release_owner("")
+
+    def _release_owner(self, owner: str) -> int:
+        replies = rounds.run_each(self._masters, list(range(len(self._masters))),
+                                  rounds.RELEASE_OWNER, self._queue_keys, [owner],
+                                  self._timeout)  # fmt: skip
+        return sum(1 for reply in replies.values()
+                   if not isinstance(reply, BaseException) and int(reply) > 0)  # fmt: skip
+
+    def _started(self, lease: RedlockLease, renew: bool | None,
+                 on_lost: OnLost | None) -> RedlockLease:  # fmt: skip
+        lease.on_lost = on_lost
+        if self.renew if renew is None else renew:
+            keep_alive(lease, self)
         return lease
 
     def _check_ttl(self, ttl: object, argument: str) -> int:
@@ -204,70 +265,6 @@ class RedlockLock(Primitive):
             rounds.run_each(self._masters, sorted({*grants, *outcome.errors}), rounds.RELEASE,
                             self._release_keys, [token], self._timeout)  # fmt: skip
         return None, outcome
-
-    def _wait(self, token: str, tag: str, owner: str | None, ttl_ms: int,
-              deadline: float) -> RedlockLease | None:  # fmt: skip
-        """Rounds until granted or ``deadline``; queued on every master meanwhile, so a
-        release wakes this waiter (on the first master that answered)."""
-        channel = f"{self._keys.channel}:{tag}"
-        outcome = rounds.Round()
-        granted = False
-        ticket = time.time_ns() // 1000  # one place in every master's queue
-        splits = 0
-        try:
-            with contextlib.ExitStack() as stack:
-                notifier, waiter = Notifier.for_client(self._masters[0].client), None
-                if notifier.subscribed(channel):  # waited here lately: listen at once
-                    waiter = stack.enter_context(notifier.listen(channel, token))
-                while True:
-                    if waiter is not None:
-                        waiter.notified = False
-                    # A split (grants on a minority) is most often a release still on
-                    # its way to the other masters: ask again at once, keeping what
-                    # was granted, before giving it back and backing off with jitter.
-                    keep = splits < _SPLIT_RETRIES
-                    lease, outcome = self._try(token, owner, ttl_ms, ticket, keep)
-                    if lease is not None:
-                        granted = True
-                        return lease
-                    splits = splits + 1 if outcome.grants and splits < _SPLIT_RETRIES else 0
-                    if splits:
-                        continue
-                    if waiter is None and outcome.answered:
-                        first = min([*outcome.grants, *outcome.refused])
-                        notifier = Notifier.for_client(self._masters[first].client)
-                        waiter = stack.enter_context(notifier.listen(channel, token))
-                        continue  # once subscribed, ask again: no release missed
-                    sleep = min(outcome.wait_hint() or math.inf, poll_slice(ttl_ms))
-                    if outcome.grants or outcome.errors:  # a split or a failure
-                        sleep = min(sleep, random.uniform(0, self._jitter) + 0.001)
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    sleep = min(sleep * random.uniform(0.8, 1.0), left)
-                    if waiter is not None:
-                        notifier.wait(waiter, sleep)
-                    else:
-                        time.sleep(sleep)
-        finally:
-            # Out of the queues: where refused (or silent) when granted, else everywhere.
-            self._leave(token, granted, sorted({*outcome.refused, *outcome.errors})
-                        if granted else list(range(len(self._masters))))  # fmt: skip
-        if outcome.answered < self.quorum:
-            raise self._unavailable(outcome)
-        return None
-
-    def _leave(self, token: str, granted: bool, indexes: list[int]) -> None:
-        """Leave the wait queue on ``masters[i]`` for each i in ``indexes``; a lease a
-        release granted meanwhile is given back unless the wait ended granted (the
-        lease's release then reaches it with the others)."""
-        left = rounds.run_each(self._masters, indexes, rounds.LEAVE,
-                               self._queue_keys, [token, "lock"], self._timeout)  # fmt: skip
-        stray = [i for i, reply in left.items()
-                 if not isinstance(reply, BaseException) and int(reply[1])]  # fmt: skip
-        if stray and not granted:
-            rounds.run_each(self._masters, stray, rounds.RELEASE, self._release_keys,
-                            [token], self._timeout)  # fmt: skip
 
     def _unavailable(self, outcome: rounds.Round) -> RedlockUnavailable:
         return RedlockUnavailable(

@@ -13,12 +13,25 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..lock_scripts import ACQUIRE, EXTEND, LEAVE, RELEASE, SCRIPT_CONSTANTS, acquire_reply
-from ..scripts import LuaScript, as_text
+from ..lock_scripts import (
+    ACQUIRE,
+    ADOPT,
+    EXTEND,
+    LEAVE,
+    RELEASE,
+    RELEASE_OWNER,
+    SCRIPT_CONSTANTS,
+    acquire_reply,
+    adopt_reply,
+    refusal_holder,
+    refusal_wait_ms,
+)
+from ..scripts import LuaScript
 from ..waiting import Grant
 from .masters import Call, Master, fan_out
 
-__all__ = ["ACQUIRE", "EXTEND", "FLOOR", "LEAVE", "RELEASE", "Round", "errors_text"]
+__all__ = ["ACQUIRE", "ADOPT", "EXTEND", "FLOOR", "LEAVE", "RELEASE", "RELEASE_OWNER", "Round",
+           "errors_text"]  # fmt: skip
 
 FLOOR = LuaScript("redlock_floor.lua", SCRIPT_CONSTANTS)
 
@@ -39,7 +52,7 @@ class Round:
     def wait_hint(self) -> float:
         """Seconds until a refusing master may grant (its holder's TTL left, or the
         rest of a restart grace); 0 when unknown."""
-        waits = [int(reply[1]) for reply in self.refused.values() if int(reply[1]) > 0]
+        waits = [wait for wait in map(refusal_wait_ms, self.refused.values()) if wait > 0]
         return min(waits) / 1000.0 if waits else 0.0
 
     def restarting(self) -> list[int]:
@@ -49,8 +62,8 @@ class Round:
     def holder(self) -> str | None:
         """The owner id a refusing master named, if any."""
         for reply in self.refused.values():
-            if as_text(reply[2]):
-                return as_text(reply[2])
+            if holder := refusal_holder(reply):
+                return holder
         return None
 
 
@@ -106,3 +119,21 @@ def errors_text(masters: list[Master], errors: dict[int, Any]) -> str:
     """``host:port: error; ...`` for the masters that failed."""
     return "; ".join(f"{masters[i].label}: {type(exc).__name__}: {exc}"
                      for i, exc in sorted(errors.items()))  # fmt: skip
+
+
+def adopt(masters: list[Master], keys: list[Any], args: list[Any], quorum: int,
+          timeout: float) -> tuple[int, float, list[int]]:  # fmt: skip
+    """Hand a lease over to a new token on every master (``lock_adopt.lua``).
+
+    Returns (fence, sent_at, adopted): the largest fence and the masters that
+    adopted, when a majority did; else (0, sent_at, adopted) -- the caller gives back
+    what a minority adopted.
+    """
+    sent_at = time.monotonic()
+    replies = run_each(masters, list(range(len(masters))), ADOPT, keys, args, timeout)
+    fences = {i: adopt_reply(reply) for i, reply in replies.items()
+              if not isinstance(reply, BaseException)}  # fmt: skip
+    adopted = [i for i, fence in fences.items() if fence]
+    if len(adopted) >= quorum:
+        return max(fences[i] for i in adopted), sent_at, adopted
+    return 0, sent_at, adopted

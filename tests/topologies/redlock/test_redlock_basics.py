@@ -100,3 +100,18 @@ def test_latency_is_the_slowest_master_not_the_sum(masters: list[RedisServer]) -
     finally:
         for proxy in proxies:
             proxy.stop()
+
+
+def test_try_acquire_adopt_and_release_owner(clients: list[redis.Redis]) -> None:
+    lock = make(clients)
+    queued, holder = lock.try_acquire(owner="task-1")
+    assert queued is not None and holder is None
+    refused, holder = make(clients).try_acquire(owner="task-2")
+    assert refused is None and holder == "task-1"
+    running = lock.adopt(queued.token, new_token="run-1", owner="task-1@run")
+    assert running is not None and running.token == "run-1" and running.fence > queued.fence
+    assert lock.adopt(queued.token) is None  # handed over already, on every master
+    assert not queued.release()
+    assert lock.release_owner("someone-else") == 0
+    assert lock.release_owner("task-1@run") == 5
+    assert not lock.locked()

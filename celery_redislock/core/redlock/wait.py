@@ -1,0 +1,99 @@
+"""A blocking Redlock acquire: rounds until a majority grants, woken by releases.
+
+The waiter queues on every master with one ticket (its place is the same in every
+master's queue, so they all name the same head) and listens on the first master that
+answered: a release there wakes it (or hands it that master's lease), and it asks
+every master again. A split round (grants on a minority, most often a release still
+on its way to the others) is asked again at once, keeping the grants, up to
+:data:`SPLIT_RETRIES` times; then they are given back and the waiter backs off a
+random while (``retry_jitter``). It also polls, never later than the holder's TTL or
+TTL/3, so a lost message costs latency only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import time
+from typing import TYPE_CHECKING
+
+from ..lock_scripts import leave_reply
+from ..waiting import Notifier, poll_slice
+from . import rounds
+
+if TYPE_CHECKING:
+    from .lease import RedlockLease
+    from .lock import RedlockLock
+
+__all__ = ["SPLIT_RETRIES", "wait_for_lease"]
+
+SPLIT_RETRIES = 2
+"""Rounds a waiter asks again at once, keeping a minority's grants, before it gives
+them back and waits a random while (see the module docs)."""
+
+
+def wait_for_lease(lock: RedlockLock, token: str, tag: str, owner: str | None, ttl_ms: int,
+                   deadline: float) -> RedlockLease | None:  # fmt: skip
+    """Rounds until granted or ``deadline``; queued on every master meanwhile, so a
+    release wakes this waiter (on the first master that answered)."""
+    channel = f"{lock._keys.channel}:{tag}"
+    outcome = rounds.Round()
+    granted = False
+    ticket = time.time_ns() // 1000  # one place in every master's queue
+    splits = 0
+    try:
+        with contextlib.ExitStack() as stack:
+            notifier, waiter = Notifier.for_client(lock._masters[0].client), None
+            if notifier.subscribed(channel):  # waited here lately: listen at once
+                waiter = stack.enter_context(notifier.listen(channel, token))
+            while True:
+                if waiter is not None:
+                    waiter.notified = False
+                # A split (grants on a minority) is most often a release still on
+                # its way to the other masters: ask again at once, keeping what
+                # was granted, before giving it back and backing off with jitter.
+                keep = splits < SPLIT_RETRIES
+                lease, outcome = lock._try(token, owner, ttl_ms, ticket, keep)
+                if lease is not None:
+                    granted = True
+                    return lease
+                splits = splits + 1 if outcome.grants and splits < SPLIT_RETRIES else 0
+                if splits:
+                    continue
+                if waiter is None and outcome.answered:
+                    first = min([*outcome.grants, *outcome.refused])
+                    notifier = Notifier.for_client(lock._masters[first].client)
+                    waiter = stack.enter_context(notifier.listen(channel, token))
+                    continue  # once subscribed, ask again: no release missed
+                sleep = min(outcome.wait_hint() or math.inf, poll_slice(ttl_ms))
+                if outcome.grants or outcome.errors:  # a split or a failure
+                    sleep = min(sleep, random.uniform(0, lock._jitter) + 0.001)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                sleep = min(sleep * random.uniform(0.8, 1.0), left)
+                if waiter is not None:
+                    notifier.wait(waiter, sleep)
+                else:
+                    time.sleep(sleep)
+    finally:
+        # Out of the queues: where refused (or silent) when granted, else everywhere.
+        _leave(lock, token, granted, sorted({*outcome.refused, *outcome.errors})
+               if granted else list(range(len(lock._masters))))  # fmt: skip
+    if outcome.answered < lock.quorum:
+        raise lock._unavailable(outcome)
+    return None
+
+
+def _leave(lock: RedlockLock, token: str, granted: bool, indexes: list[int]) -> None:
+    """Leave the wait queue on ``masters[i]`` for each i in ``indexes``; a lease a
+    release granted meanwhile is given back unless the wait ended granted (the
+    lease's release then reaches it with the others)."""
+    left = rounds.run_each(lock._masters, indexes, rounds.LEAVE,
+                           lock._queue_keys, [token, "lock"], lock._timeout)  # fmt: skip
+    stray = [i for i, reply in left.items()
+             if not isinstance(reply, BaseException) and leave_reply(reply)]  # fmt: skip
+    if stray and not granted:
+        rounds.run_each(lock._masters, stray, rounds.RELEASE, lock._release_keys,
+                        [token], lock._timeout)  # fmt: skip
