@@ -110,6 +110,11 @@ class KeySpace:
         """Key of the settings stored with the primitive (e.g. a semaphore's limit)."""
         return self.key("meta")
 
+    def done(self, id: str) -> str:
+        """Key recording that the call or lease ``id`` (a release's token, an adopt's or
+        release_owner's nonce) was answered, so a re-send of it gets the same answer."""
+        return f"{self.base}:done:{id}"
+
     @property
     def added(self) -> str:
         """Key of each lease's last ``extend(ttl, add=True)`` (its request id), so a

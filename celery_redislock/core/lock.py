@@ -29,6 +29,7 @@ from .lock_scripts import (
     INFO,
     LEAVE,
     RELEASE,
+    RELEASE_MEMORY_MS,
     RELEASE_OWNER,
     RENEW,
     SCRIPT_CONSTANTS,
@@ -46,7 +47,8 @@ from .scripts import LuaScript
 from .validate import acquire_deadline
 from .waiting import Grant, Notifier, poll_slice, wait_until_granted
 
-__all__ = ["BOOT_MARKER_MS", "FENCE_MEMORY_MS", "SCRIPT_CONSTANTS", "RedisLock"]
+__all__ = ["BOOT_MARKER_MS", "FENCE_MEMORY_MS", "RELEASE_MEMORY_MS", "SCRIPT_CONSTANTS",
+           "RedisLock"]
 
 
 class RedisLock(Primitive):
@@ -92,7 +94,6 @@ class RedisLock(Primitive):
         # Keys encoded once; arguments and replies read as the async lock reads them.
         self._scripts = scripts = LockScripts(self._client, self._keys)
         self._acquire_keys = scripts.acquire_keys  # the hot path's, read directly
-        self._release_keys = scripts.release_keys
         self._channel = scripts.channel
 
     def acquire(
@@ -229,13 +230,13 @@ class RedisLock(Primitive):
                 raise ConfigurationError(f"{argument} must be a non-empty string, got {value!r}")
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
         new_token = new_token or secrets.token_hex(16)
+        keys, args = self._scripts.adopt_call(token, new_token, ttl_ms, owner)
         sent_at = time.monotonic()
-        fence = adopt_reply(ADOPT(self._client, self._scripts.adopt_keys,
-                                  LockScripts.adopt_args(token, new_token, ttl_ms, owner)))
-        if not fence:
+        grant = adopt_reply(ADOPT(self._client, keys, args), sent_at, ttl_ms)
+        if grant is None:
             return None
         return self._new_lease(
-            new_token, fence, ttl_ms, owner, sent_at, renew, on_lost, max_hold
+            new_token, grant[0], ttl_ms, owner, grant[1], renew, on_lost, max_hold
         )
 
     def release_owner(self, owner: str) -> int:
@@ -257,7 +258,7 @@ class RedisLock(Primitive):
         return self._release_owner("")
 
     def _release_owner(self, owner: str) -> int:
-        return int(RELEASE_OWNER(self._client, self._scripts.queue_keys, [owner]))
+        return int(RELEASE_OWNER(self._client, *self._scripts.release_owner_call(owner)))
 
     def locked(self) -> bool:
         """True while any lease holds the lock."""
@@ -265,7 +266,9 @@ class RedisLock(Primitive):
 
     def info(self) -> PrimitiveInfo:
         """The lock's holders, owner, fence and number of waiters, read-only."""
-        return info_reply(self.name, INFO(self._client, self._scripts.info_keys, []))
+        return info_reply(
+            self.name, INFO(self._client, self._scripts.info_keys, LockScripts.info_args())
+        )
 
     def __repr__(self) -> str:
         return f"<RedisLock {self.name!r} ttl={self.ttl}>"
@@ -273,7 +276,7 @@ class RedisLock(Primitive):
     # -- the lease's side (LeaseHolder) -----------------------------------------------
 
     def _release_token(self, token: str) -> bool:
-        return bool(RELEASE(self._client, self._release_keys, [token]))
+        return bool(RELEASE(self._client, self._scripts.release_call(token), [token]))
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
         return bool(EXTEND(self._client, self._scripts.holders_key, [token, ttl_ms]))

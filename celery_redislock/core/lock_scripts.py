@@ -9,6 +9,7 @@ script.call_async(client, ...)``) and can never disagree on what a reply means.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from .info import HolderInfo, PrimitiveInfo
@@ -18,7 +19,8 @@ from .waiting import WAITER_HEARTBEAT_MS, Grant, granted_lease
 
 __all__ = [
     "ACQUIRE", "ADOPT", "BOOT_MARKER_MS", "EXTEND", "EXTEND_ADD", "FENCE_MEMORY_MS", "HELD",
-    "INFO", "LEAVE", "RELEASE", "RELEASE_OWNER", "RENEW", "SCRIPT_CONSTANTS", "LockScripts",
+    "INFO", "LEAVE", "RELEASE", "RELEASE_MEMORY_MS", "RELEASE_OWNER", "RENEW",
+    "SCRIPT_CONSTANTS", "LockScripts",
     "acquire_reply", "adopt_reply", "info_reply", "leave_reply", "refusal_holder",
     "refusal_wait_ms",
 ]  # fmt: skip
@@ -31,9 +33,16 @@ BOOT_MARKER_MS = 86_400_000
 """How long a Redlock master's boot marker is kept (see ``core/redlock``); once it
 lapses the next acquire checks the server's uptime again and sets it anew."""
 
+RELEASE_MEMORY_MS = 30_000
+"""How long Redis remembers that a release (or an adopt, a release_owner) was done
+(``…:done:<token or nonce>``), so a re-send of it after a lost reply answers as the
+first execution did: longer than a re-send takes (redis-py re-sends as soon as it
+has reconnected); each record costs about 150 bytes of Redis memory for that long."""
+
 SCRIPT_CONSTANTS = {
     "BOOT_MARKER_MS": BOOT_MARKER_MS,
     "FENCE_MEMORY_MS": FENCE_MEMORY_MS,
+    "RELEASE_MEMORY_MS": RELEASE_MEMORY_MS,
     "WAITER_HEARTBEAT_MS": WAITER_HEARTBEAT_MS,
 }
 """The ``{{NAME}}`` constants of the lock and semaphore scripts (see lib_lock.lua):
@@ -61,11 +70,12 @@ class LockScripts:
     The scripts derive the wake-up channel from the holders key (``channel``).
     """
 
-    __slots__ = ("acquire_keys", "add_keys", "adopt_keys", "channel", "holders_key", "info_keys",
-                 "queue_keys", "release_keys")  # fmt: skip
+    __slots__ = ("_encode", "_keys", "acquire_keys", "add_keys", "adopt_keys", "channel",
+                 "holders_key", "info_keys", "queue_keys", "release_keys")  # fmt: skip
 
     def __init__(self, client: Any, keys: KeySpace) -> None:
-        encode = client.get_encoder().encode
+        encode = self._encode = client.get_encoder().encode
+        self._keys = keys
         holders, fence, queue, alive, asks = (
             encode(key) for key in (keys.holders, keys.fence, keys.queue, keys.alive, keys.asks)
         )
@@ -94,10 +104,29 @@ class LockScripts:
         """Waiter ``token`` gives up (``queue_leave.lua`` with the lock's rule)."""
         return [token, _LOCK_RULE]
 
+    def adopt_call(
+        self, token: str, new_token: str, ttl_ms: int, owner: str | None
+    ) -> tuple[list[Any], list[Any]]:
+        """KEYS and ARGV handing lease ``token`` over to ``new_token``, with a fresh
+        nonce: a re-send of this call is told the lease it made, another call is not."""
+        nonce = secrets.token_hex(16)
+        keys = [*self.adopt_keys, self._encode(self._keys.done(nonce))]
+        return keys, [token, new_token, ttl_ms, owner or "", nonce]
+
+    def release_call(self, token: str) -> list[Any]:
+        """KEYS releasing ``token`` (ARGV: ``[token]``), with its record for re-sends."""
+        return [*self.release_keys, self._encode(self._keys.done(token))]
+
+    def release_owner_call(self, owner: str) -> tuple[list[Any], list[Any]]:
+        """KEYS and ARGV releasing the leases of ``owner`` ("": every lease), with a
+        fresh nonce: a re-send of this call gets the same count."""
+        nonce = secrets.token_hex(16)
+        return [*self.queue_keys, self._encode(self._keys.done(nonce))], [nonce, owner]
+
     @staticmethod
-    def adopt_args(token: str, new_token: str, ttl_ms: int, owner: str | None) -> list[Any]:
-        """Lease ``token`` handed over to ``new_token``."""
-        return [token, new_token, ttl_ms, owner or ""]
+    def info_args() -> list[Any]:
+        """ARGV of ``lock_info.lua``: a nonce that stamps its reply."""
+        return [secrets.token_hex(8)]
 
 
 def acquire_reply(answer: Any, sent_at: float, ttl_ms: int) -> Grant | None:
@@ -127,10 +156,12 @@ def leave_reply(answer: Any) -> int:
     return int(answer[1])
 
 
-def adopt_reply(answer: Any) -> int:
-    """The new lease's fence in a ``lock_adopt.lua`` reply, 0 when not adopted."""
-    granted, fence = answer
-    return int(fence) if granted == 1 else 0
+def adopt_reply(answer: Any, sent_at: float, ttl_ms: int) -> Grant | None:
+    """The new lease in a ``lock_adopt.lua`` reply to a call sent at ``sent_at`` (its
+    fence and when it counts from), None when not adopted."""
+    if answer[0] != 1:
+        return None
+    return granted_lease(int(answer[1]), sent_at, int(answer[2]), ttl_ms)
 
 
 def info_reply(name: str, answer: Any) -> PrimitiveInfo:

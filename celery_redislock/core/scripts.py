@@ -25,19 +25,23 @@ the retry cannot apply it twice.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
-__all__ = ["LuaScript", "as_text", "expand"]
+from ..errors import RedisLockError
+
+__all__ = ["LuaScript", "StaleReply", "as_text", "discard_idle_connections", "expand"]
 
 _LUA_PACKAGE = "celery_redislock.core.lua"
 _INCLUDE = "--!include "
 _HELPER = re.compile(r"local function (\w+)\(")
+_STAMP = re.compile(r"^local STAMP = '(\w+)' \.\. string\.sub\(ARGV\[1\], 1, 8\)$", re.M)
 _CONSTANT = re.compile(r"\{\{(\w+)\}\}")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 # A name called as a function (not a field: ``string.format(``), and the names a
@@ -54,31 +58,127 @@ _NOT_HELPERS = frozenset((
 _STRING_OR_COMMENT = re.compile(r"""'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"|--[^\n]*""")
 
 
+class StaleReply(RedisLockError, RedisError):
+    """A script's reply did not carry its call's stamp twice running: the connection
+    gave another command's reply (see :meth:`LuaScript.checked`)."""
+
+
 class LuaScript:
     """One ``.lua`` file of the core, callable as ``script(client, keys, args)``.
 
     ``constants`` fill the script's ``{{NAME}}`` placeholders; one left unfilled is
     an error at import, never a broken script at run time.
+
+    Replies are read by shape: a script whose text defines ``local STAMP = '<code>'
+    .. string.sub(ARGV[1], 1, 8)`` answers ``{stamp, reply}``; :meth:`checked` returns
+    ``reply`` only when ``stamp`` is this script's code and the first 8 characters of
+    this call's first argument (a token or a per-call nonce), so another command's
+    reply left on a connection (an interrupt between sending and reading) is never
+    taken for this one's -- a bare 1 from anything is not a grant.
     """
 
-    __slots__ = ("name", "sha", "text")
+    __slots__ = ("code", "name", "sha", "text")
 
     def __init__(self, filename: str, constants: Mapping[str, int] | None = None) -> None:
         self.name = filename
         self.text = _fill(filename, expand(filename), constants or {})
         self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest()
+        match = _STAMP.search(self.text)
+        self.code = match[1] if match else None
 
     def __call__(self, client: Any, keys: list[Any], args: list[Any]) -> Any:
-        """Run the script on ``client`` in one round trip (two after a NOSCRIPT)."""
+        """Run the script on ``client`` in one round trip (two after a NOSCRIPT).
+
+        On a plain client the call holds one pooled connection itself: a connection
+        interrupted mid-command (``KeyboardInterrupt``, an exception from a signal
+        handler) is closed, never returned to the pool with an unread reply (redis-py
+        guards only its own read, not the gap after sending), and a reply with the
+        wrong stamp closes the connection and sends the call again (every script
+        answers a re-send as its first execution). redis-py's ``Retry`` re-sends on
+        ``ConnectionError``/``TimeoutError`` as for any command.
+        """
+        pool = getattr(client, "connection_pool", None)
+        if pool is None or getattr(client, "connection", None) is not None:
+            return self._via_client(client, keys, args)  # cluster, single connection
+        conn = pool.get_connection()
         try:
-            # What client.evalsha() does, without its two layers of re-packed *args
-            # (a Redis or RedisCluster routes EVALSHA by its keys either way).
-            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            return client.eval(self.text, len(keys), *keys, *args)
+            return conn.retry.call_with_retry(
+                lambda: self._on(conn, keys, args), lambda _error: conn.disconnect()
+            )
+        except BaseException as exc:
+            if not isinstance(exc, RedisError):
+                conn.disconnect()  # interrupted: a reply may be left unread
+            raise
+        finally:
+            pool.release(conn)
+
+    def _on(self, conn: Any, keys: list[Any], args: list[Any]) -> Any:
+        for attempt in (1, 2):
+            try:
+                conn.send_command("EVALSHA", self.sha, len(keys), *keys, *args)
+                reply = conn.read_response()
+            except NoScriptError:
+                conn.send_command("EVAL", self.text, len(keys), *keys, *args)
+                reply = conn.read_response()
+            if self.code is None or self._stamped(reply, args):
+                return reply if self.code is None else reply[1]
+            conn.disconnect()  # it held another command's reply: never use it again
+            if attempt == 2:
+                break
+        raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
+
+    def _via_client(self, client: Any, keys: list[Any], args: list[Any]) -> Any:
+        for _ in (1, 2):
+            try:
+                try:
+                    # What client.evalsha() does, without its two layers of re-packed
+                    # *args (a RedisCluster routes EVALSHA by its keys either way).
+                    reply = client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+                except NoScriptError:
+                    reply = client.eval(self.text, len(keys), *keys, *args)
+            except BaseException as exc:
+                if not isinstance(exc, RedisError):
+                    discard_idle_connections(client)
+                raise
+            if self.code is None or self._stamped(reply, args):
+                return reply if self.code is None else reply[1]
+            discard_idle_connections(client)
+        raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
+
+    def checked(self, reply: Any, args: list[Any]) -> Any:
+        """The payload of ``reply`` to a call with ``args``; :class:`StaleReply` when
+        it is not that call's (for callers that send the script themselves)."""
+        if self.code is None:
+            return reply
+        if not self._stamped(reply, args):
+            raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
+        return reply[1]
+
+    def _stamped(self, reply: Any, args: list[Any]) -> bool:
+        if reply.__class__ is not list or len(reply) != 2:
+            return False
+        first = args[0] if args else ""
+        if first.__class__ is bytes:
+            first = first.decode("utf-8", "replace")
+        return as_text(reply[0]) == f"{self.code}{str(first)[:8]}"
 
     def __repr__(self) -> str:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
+
+
+def discard_idle_connections(client: Any) -> None:
+    """Close the idle pooled connections of ``client`` (every node's on a cluster):
+    one of them may hold a reply nobody will read."""
+    pools = []
+    if getattr(client, "connection_pool", None) is not None:
+        pools.append(client.connection_pool)
+    for node in getattr(client, "get_nodes", lambda: [])():
+        connection = getattr(node, "redis_connection", None)
+        if connection is not None:
+            pools.append(connection.connection_pool)
+    for pool in pools:
+        with contextlib.suppress(Exception):
+            pool.disconnect(inuse_connections=False)
 
 
 def expand(filename: str) -> str:

@@ -193,7 +193,7 @@ class RedisSemaphore(Primitive):
 
     def info(self) -> PrimitiveInfo:
         """Live leases with their TTL left, the waiters and the stored limit, read-only."""
-        reply = INFO(self._client, self._scripts.info_keys, [])
+        reply = INFO(self._client, self._scripts.info_keys, SemaphoreScripts.info_args())
         return info_reply(self.name, self._limit, reply)
 
     def __repr__(self) -> str:
@@ -229,13 +229,11 @@ class RedisSemaphore(Primitive):
         return leave_reply(LEAVE(self._client, scripts.leave_keys, scripts.leave_args(token)))
 
     def _release_owner(self, owner: str) -> int:
-        scripts = self._scripts
-        args = scripts.release_owner_args(owner)
-        return int(RELEASE_OWNER(self._client, scripts.state_keys, args))
+        return int(RELEASE_OWNER(self._client, *self._scripts.release_owner_call(owner)))
 
     def _release_token(self, token: str) -> bool:
         scripts = self._scripts
-        return bool(RELEASE(self._client, scripts.release_keys, scripts.release_args(token)))
+        return bool(RELEASE(self._client, scripts.release_call(token), scripts.release_args(token)))
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
         scripts = self._scripts

@@ -14,6 +14,7 @@ A release grants the permits it frees to the first waiters itself and tells them
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from .info import HolderInfo, PrimitiveInfo
@@ -45,12 +46,14 @@ class SemaphoreScripts:
     redis-py would encode them), its limit and fairness baked in; ``channel`` is its
     wake-up channel (the scripts derive it from the holders key)."""
 
-    __slots__ = ("_acquire_args", "_flags", "acquire_keys", "add_keys", "channel", "info_keys",
-                 "leave_keys", "release_keys", "state_keys")  # fmt: skip
+    __slots__ = ("_acquire_args", "_encode", "_flags", "_keys", "acquire_keys", "add_keys",
+                 "channel", "info_keys", "leave_keys", "release_keys",
+                 "state_keys")  # fmt: skip
 
     def __init__(self, client: Any, keys: KeySpace, limit: int, fair: bool) -> None:
         self.channel = keys.channel
-        encode = client.get_encoder().encode
+        encode = self._encode = client.get_encoder().encode
+        self._keys = keys
         holders, leases, fence, queue, alive, meta, asks = (
             encode(key) for key in (keys.holders, keys.leases, keys.fence, keys.queue,
                                     keys.alive, keys.meta, keys.asks)
@@ -75,9 +78,21 @@ class SemaphoreScripts:
         """``semaphore_release.lua``'s ARGV."""
         return [token, *self._flags]
 
-    def release_owner_args(self, owner: str) -> list[Any]:
-        """``semaphore_release_owner.lua``'s ARGV ("": every permit)."""
-        return [owner, *self._flags]
+    def release_call(self, token: str) -> list[Any]:
+        """``semaphore_release.lua``'s KEYS for ``token``, with its record for re-sends."""
+        return [*self.release_keys, self._encode(self._keys.done(token))]
+
+    def release_owner_call(self, owner: str) -> tuple[list[Any], list[Any]]:
+        """``semaphore_release_owner.lua``'s KEYS and ARGV ("": every permit), with a
+        fresh nonce: a re-send of this call gets the same count."""
+        nonce = secrets.token_hex(16)
+        keys = [*self.state_keys, self._encode(self._keys.done(nonce))]
+        return keys, [nonce, owner, *self._flags]
+
+    @staticmethod
+    def info_args() -> list[Any]:
+        """``semaphore_info.lua``'s ARGV: a nonce that stamps its reply."""
+        return [secrets.token_hex(8)]
 
     def extend_args(self, token: str, ttl_ms: int) -> list[Any]:
         """``semaphore_extend.lua``'s ARGV."""

@@ -152,8 +152,10 @@ def wait_until_granted(
     """
     clock = WaitClock(deadline, max_poll)
     notifier = Notifier.for_client(client)
+    heard: list[Waiter] = []  # the waiter, so a grant it heard is known on the way out
     try:
         with notifier.listen(channel, token) as waiter:
+            heard.append(waiter)
             while True:
                 waiter.notified = False
                 grant = clock.granted(waiter.fence)
@@ -174,11 +176,19 @@ def wait_until_granted(
                     break
                 notifier.wait(waiter, sleep)
     except BaseException:
+        # A grant that reached the waiter (by message, or found by leave()) is given
+        # back, never left to sit for a whole TTL: leave() failing does not hide one.
+        fence = _leave_quietly(leave) or _heard_fence(heard)
         with contextlib.suppress(RedisError):
-            if _leave_quietly(leave):
+            if fence:
                 release()
         raise
-    return clock.granted(_leave_quietly(leave))
+    return clock.granted(_leave_quietly(leave) or _heard_fence(heard))
+
+
+def _heard_fence(heard: list[Waiter]) -> int:
+    """The fence of a grant the waiter was told of by message, else 0."""
+    return heard[0].fence if heard else 0
 
 
 def _leave_quietly(leave: Callable[[], int]) -> int:

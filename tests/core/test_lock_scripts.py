@@ -36,7 +36,7 @@ def acquire_call(lock: RedisLock, token: str, wait: str = "0", owner: str = "",
 
 def release_call(lock: RedisLock, token: str) -> tuple[list[str], list[Any]]:
     keys = lock.keys
-    return [keys.holders, keys.queue, keys.alive, keys.asks, keys.fence], [token]
+    return [keys.holders, keys.queue, keys.alive, keys.asks, keys.fence, keys.done(token)], [token]
 
 
 def acquire(r: redis.Redis, lock: RedisLock, token: str, **options: Any) -> list[int]:
@@ -97,12 +97,12 @@ def test_resent_release_changes_nothing(r: redis.Redis, lock: RedisLock) -> None
     mine = "a" * 32
     acquire(r, lock, mine)
     assert lock_module.RELEASE(r, *release_call(lock, mine)) == 1
-    assert lock_module.RELEASE(r, *release_call(lock, mine)) == 0
+    assert lock_module.RELEASE(r, *release_call(lock, mine)) == 1  # answered as the first
     # ... also once someone else holds the lock: the re-send does not free it.
     theirs = "b" * 32
     assert acquire(r, lock, theirs)[0] == 1
     state = snapshot(r, lock)
-    assert lock_module.RELEASE(r, *release_call(lock, mine)) == 0
+    assert lock_module.RELEASE(r, *release_call(lock, mine)) == 1
     assert snapshot(r, lock) == state
     # ... and a re-sent acquire of the released token does not take it back.
     assert acquire(r, lock, mine)[0] == 0
@@ -357,7 +357,7 @@ def test_noscript_falls_back_to_eval_once(r: redis.Redis) -> None:
     script = LuaScript("lock_info.lua")
     r.script_flush()
     assert r.script_exists(script.sha) == [False]
-    script(r, ["{x}:holders", "{x}:queue"], [])
+    script(r, ["{x}:holders", "{x}:queue"], ["nonce"])
     assert r.script_exists(script.sha) == [True]  # cached again by the EVAL
 
 

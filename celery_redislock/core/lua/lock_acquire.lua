@@ -30,7 +30,9 @@
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS; BOOT_MARKER_MS
 -- (how long a boot marker is kept; it is set again after it lapses).
 --
--- Returns the new lease's fence (a bare integer) when granted a new lease, so the
+-- Returns {stamp, reply}: stamp is 'a' and the first 8 characters of ARGV[1]
+-- (see LuaScript in scripts.py: a reply is never taken for another call's).
+-- reply is the new lease's fence (an integer) when granted a new lease, so the
 -- common reply is the cheapest to build and parse; {1, fence, ms_left} when the
 -- token holds a live lease already (a client's re-sent request: retries are
 -- idempotent; or a lease a release granted to this waiter: ms_left is the TTL it
@@ -41,6 +43,7 @@
 
 local holders, fence_key, queue = KEYS[1], KEYS[2], KEYS[3]
 local token, ttl, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3] or ''
+local STAMP = 'a' .. string.sub(ARGV[1], 1, 8)
 
 --!include lib_lock.lua
 
@@ -68,7 +71,7 @@ if floor and floor > now_us then fence_us = floor end
 if redis.call('EXISTS', holders, queue) == 0 then
   local fence = next_fence(fence_key, fence_us)
   grant_lock(holders, token, owner, ttl, now, fence)
-  return tonumber(fence)
+  return {STAMP, tonumber(fence)}
 end
 
 --!include lib_lock.lua
@@ -93,7 +96,7 @@ end
 
 if redis.call('EXISTS', holders) == 1 then
   local fence, left = live_fence(holders, token, now)
-  if fence then return {1, fence, left} end
+  if fence then return {STAMP, {1, fence, left}} end
   local live, longest = sweep_leases(holders, now, false)
   if live > 0 then
     local holder = redis.call('HGET', holders, 'owner')
@@ -101,9 +104,9 @@ if redis.call('EXISTS', holders) == 1 then
       -- Re-entered while queued (a poll of an earlier wait): out of the queue, or a
       -- later release would grant this token a second lease nobody would use.
       if redis.call('ZSCORE', queue, token) then dequeue_waiter(queue, alive, asks, token) end
-      return reenter()
+      return {STAMP, reenter()}
     end
-    return refuse(longest - now, holder)
+    return {STAMP, refuse(longest - now, holder)}
   end
 end
 
@@ -112,10 +115,10 @@ if redis.call('EXISTS', queue) == 1 then
   local before, head = reap_waiters(queue, alive, asks, now)
   if head and head ~= token then
     if head ~= before then notify(wake_channel(holders), head) end
-    return refuse(0, '')
+    return {STAMP, refuse(0, '')}
   end
   if head then dequeue_waiter(queue, alive, asks, token) end
 end
 local fence = next_fence(fence_key, fence_us)
 grant_lock(holders, token, owner, ttl, now, fence)
-return tonumber(fence)
+return {STAMP, tonumber(fence)}

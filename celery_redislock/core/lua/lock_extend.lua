@@ -4,10 +4,13 @@
 -- ARGV[1]  token    the lease's token.
 -- ARGV[2]  ttl      new lease time from now, milliseconds (integer > 0).
 --
--- Returns 1 when the lease was live and now expires ttl ms from now, 0 when it was
+-- Returns {stamp, reply}: stamp is 'e' and the first 8 characters of ARGV[1]
+-- (see LuaScript in scripts.py: a reply is never taken for another call's).
+-- reply is 1 when the lease was live and now expires ttl ms from now, 0 when it was
 -- not ours (unknown, expired or released).
 
 --!include lib_lock.lua
 
+local STAMP = 'e' .. string.sub(ARGV[1], 1, 8)
 local now = server_clock()
-return extend_lease(KEYS[1], ARGV[1], tonumber(ARGV[2]), now)
+return {STAMP, extend_lease(KEYS[1], ARGV[1], tonumber(ARGV[2]), now)}

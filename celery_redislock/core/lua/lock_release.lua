@@ -6,11 +6,15 @@
 -- KEYS[3]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
 -- KEYS[4]  asks     hash: each waiting token's request, "<ttl ms> <owner>".
 -- KEYS[5]  fence    string: last fence granted (see lock_acquire.lua).
+-- KEYS[6]  done     string "<prefix>:lock:{name}:done:<token>": written when the lease
+--                   is released, kept RELEASE_MEMORY_MS, so a re-sent release (its
+--                   reply lost) answers 1 as the first execution did.
 -- ARGV[1]  token    the lease's token.
 -- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua):
 -- messages to a waiter whose token ends in ".<tag>" go to `channel:<tag>` (its
 -- process's own channel), by SPUBLISH when the tag starts with "s" (waiter_channel).
--- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
+-- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS,
+-- RELEASE_MEMORY_MS.
 --
 -- When the lock becomes free and the first live waiter checked in lately and listens
 -- (see listening), the lock is granted to it here (its asked TTL and owner)
@@ -18,11 +22,15 @@
 -- Otherwise the waiter is told its token and asks again itself (also when the lease
 -- had expired and left the lock free, so it need not poll).
 --
--- Returns 1 when the lease was live and is now released, 0 when it was not ours
--- (unknown, expired, already released): a re-sent release changes nothing (it may
--- only repeat the wake-up message).
+-- Returns {stamp, reply}: stamp is 'r' and the first 8 characters of ARGV[1]
+-- (see LuaScript in scripts.py: a reply is never taken for another call's).
+-- reply is 1 when the lease was live and is now released (also to a re-send of that
+-- release: see KEYS[6]), 0 when it was not ours (unknown, expired, released by
+-- someone else): a re-sent release changes nothing (it may only repeat the wake-up
+-- message).
 
-local holders, queue, token = KEYS[1], KEYS[2], ARGV[1]
+local holders, queue, token, done = KEYS[1], KEYS[2], ARGV[1], KEYS[6]
+local STAMP = 'r' .. string.sub(ARGV[1], 1, 8)
 
 -- Five fields (owner, since, fence and this lease's t: and f:): the only lease. The
 -- key expires with it (every script sets both from one clock reading), so the key
@@ -34,7 +42,8 @@ local expiry = redis.call('HGET', holders, 't:' .. token)
 local only = expiry and redis.call('HLEN', holders) <= 5
 if only then
   redis.call('DEL', holders)
-  if redis.call('EXISTS', queue) == 0 then return 1 end
+  redis.call('SET', done, '1', 'PX', {{RELEASE_MEMORY_MS}})
+  if redis.call('EXISTS', queue) == 0 then return {STAMP, 1} end
 end
 
 --!include lib_lock.lua
@@ -43,13 +52,15 @@ local alive, asks, fence_key = KEYS[3], KEYS[4], KEYS[5]
 local channel = wake_channel(holders)
 
 if not expiry then
+  -- Released by this very request, whose reply was lost: the same answer again.
+  if redis.call('EXISTS', done) == 1 then return {STAMP, 1} end
   -- Not ours (any more). If our lease expired and left the lock free, the head of
   -- the queue may be asleep for a whole poll: wake it. Nothing else changes.
   if redis.call('EXISTS', holders) == 0 then
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if head then notify(channel, head) end
   end
-  return 0
+  return {STAMP, 0}
 end
 
 local now, now_us = server_clock()
@@ -72,5 +83,9 @@ if live == 0 and (only or redis.call('EXISTS', queue) == 1) then
     notify(channel, head)
   end
 end
-if only or tonumber(expiry) > now then return 1 end
-return 0
+if only then return {STAMP, 1} end
+if tonumber(expiry) > now then
+  redis.call('SET', done, '1', 'PX', {{RELEASE_MEMORY_MS}})
+  return {STAMP, 1}
+end
+return {STAMP, 0}

@@ -18,14 +18,18 @@
 -- token ending in ".<tag>" is told on `channel:<tag>` (its process's own channel),
 -- by SPUBLISH when the tag starts with "s" (see waiter_channel).
 --
--- Returns {queued, fence}: queued is 1 when the token was queued, else 0; fence is
+-- Returns {stamp, reply}: stamp is 'q' and the first 8 characters of ARGV[1]
+-- (see LuaScript in scripts.py: a reply is never taken for another call's).
+-- reply is {queued, fence}: queued is 1 when the token was queued, else 0; fence is
 -- the fence of a live lease the token holds (a release granted it one while it was
--- giving up: the caller keeps or releases it), else 0.
+-- giving up: the caller keeps or releases it), else 0. A re-sent leave answers the same
+-- fence (queued is then 0).
 
 --!include lib_lock.lua
 
 local holders, queue, alive, asks = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, rule = ARGV[1], ARGV[2]
+local STAMP = 'q' .. string.sub(ARGV[1], 1, 8)
 local now = server_clock()
 
 local rank = redis.call('ZRANK', queue, token)
@@ -50,4 +54,4 @@ else
   end
 end
 if next then notify(wake_channel(holders), next) end
-return {removed, fence}
+return {STAMP, {removed, fence}}

@@ -23,7 +23,9 @@
 -- KEYS[1] (see wake_channel in lib_lock.lua).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
 --
--- Returns {1, fence, previous, ms_left} when granted (also when the same token asks
+-- Returns {stamp, reply}: stamp is 'A' and the first 8 characters of ARGV[1]
+-- (see LuaScript in scripts.py: a reply is never taken for another call's).
+-- reply is {1, fence, previous, ms_left} when granted (also when the same token asks
 -- again while its lease is live: client retries hold one permit, and a permit a
 -- release granted to this waiter is found so; ms_left is the TTL the lease has
 -- left), {0, wait_ms, previous} when refused: wait_ms is the time until the earliest
@@ -35,6 +37,7 @@ local queue, alive, meta, asks = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local token, ttl, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fair, patience, wait = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6] == '1'
 local owner = ARGV[7] or ''
+local STAMP = 'A' .. string.sub(ARGV[1], 1, 8)
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
@@ -43,7 +46,8 @@ local now, now_us = server_clock()
 
 local expiry = redis.call('ZSCORE', holders, token)
 if expiry and tonumber(expiry) > now then
-  return {1, tonumber(redis.call('HGET', leases, 'f:' .. token)), 0, tonumber(expiry) - now}
+  return {STAMP, {1, tonumber(redis.call('HGET', leases, 'f:' .. token)), 0,
+    tonumber(expiry) - now}}
 end
 
 -- The caller's limit is the one enforced; store it for the releases and the views.
@@ -96,7 +100,7 @@ if not allowed then
     first = first or redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
     if first[2] then wait_ms = tonumber(first[2]) - now end
   end
-  return {0, wait_ms, previous}
+  return {STAMP, {0, wait_ms, previous}}
 end
 
 -- Granted: the helpers only this case needs are defined here (see scripts.py).
@@ -110,4 +114,4 @@ if rank then dequeue_waiter(queue, alive, asks, token) end
 if queued then
   wake_new(wake_channel(holders), before, eligible(queue, free - 1, fair), token)
 end
-return {1, tonumber(fence), previous, ttl}
+return {STAMP, {1, tonumber(fence), previous, ttl}}

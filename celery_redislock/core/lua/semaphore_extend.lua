@@ -14,7 +14,9 @@
 -- told on the wake-up channel derived from KEYS[1] (see wake_channel in lib_lock.lua).
 -- Constants (see lib_lock.lua): WAITER_HEARTBEAT_MS.
 --
--- Returns 1 when the lease was live and now expires ttl ms from now, 0 when it was
+-- Returns {stamp, reply}: stamp is 'E' and the first 8 characters of ARGV[1]
+-- (see LuaScript in scripts.py: a reply is never taken for another call's).
+-- reply is 1 when the lease was live and now expires ttl ms from now, 0 when it was
 -- not ours (unknown, expired or released).
 
 --!include lib_lock.lua
@@ -23,6 +25,7 @@
 local holders, leases, queue, alive, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local asks = KEYS[6]
 local token, ttl, fair = ARGV[1], tonumber(ARGV[2]), ARGV[4] == '1'
+local STAMP = 'E' .. string.sub(ARGV[1], 1, 8)
 local now = server_clock()
 
 local expiry = redis.call('ZSCORE', holders, token)
@@ -42,5 +45,5 @@ if redis.call('EXISTS', queue) == 1 then
 else
   reap_holders(holders, leases, now)
 end
-if live then return 1 end
-return 0
+if live then return {STAMP, 1} end
+return {STAMP, 0}

@@ -4,10 +4,14 @@
 -- KEYS[2]  leases   hash: fence, owner and grant time of each lease in holders.
 -- KEYS[3]  queue    zset: waiting tokens scored by ticket.
 -- KEYS[4]  meta     hash: "limit", the limit the latest acquire enforced.
+-- ARGV[1]  nonce    a fresh random string per call (stamps the reply).
 --
--- Returns {now_ms, {token, expiry_ms, fence, owner, granted_ms, ...} for each live
+-- Returns {stamp, reply}: stamp is 'I' and the first 8 characters of ARGV[1]
+-- (see LuaScript in scripts.py: a reply is never taken for another call's).
+-- reply is {now_ms, {token, expiry_ms, fence, owner, granted_ms, ...} for each live
 -- lease (expired ones are skipped), number of waiters, stored limit or ""}.
 
+local STAMP = 'I' .. string.sub(ARGV[1], 1, 8)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('(%d', now), '+inf',
@@ -22,4 +26,5 @@ for i = 1, #live, 2 do
   rows[#rows + 1] = details[2] or ''
   rows[#rows + 1] = details[3] or ''
 end
-return {now, rows, redis.call('ZCARD', KEYS[3]), redis.call('HGET', KEYS[4], 'limit') or ''}
+return {STAMP, {now, rows, redis.call('ZCARD', KEYS[3]),
+  redis.call('HGET', KEYS[4], 'limit') or ''}}

@@ -8,30 +8,45 @@
 -- KEYS[5]  meta     hash: "limit", the limit the latest acquire enforced.
 -- KEYS[6]  asks     hash: each waiting token's request, "<ttl ms> <owner>".
 -- KEYS[7]  fence    string: last fence granted (see semaphore_acquire.lua).
+-- KEYS[8]  done     string "<prefix>:semaphore:{name}:done:<token>": written when the
+--                   lease is released, kept RELEASE_MEMORY_MS, so a re-sent release
+--                   (its reply lost) answers 1 as the first execution did.
 -- ARGV[1]  token    the lease's token.
 -- ARGV[2]  limit    the caller's limit, used when meta holds none (integer >= 1).
 -- ARGV[3]  fair     "1": only the queue's head may take a permit (strict FIFO).
 -- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua).
--- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
+-- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS,
+-- RELEASE_MEMORY_MS.
 --
 -- Each permit now free goes, in queue order, to a waiter that checked in lately and
 -- whose process hears the offer "<token> <fence>": it is granted here, so the
 -- hand-off costs it no round trip (see hand_over_permits). Waiters that may take a
 -- permit but were not granted one are told their token, and only those.
 --
--- Returns 1 when the lease was live and is now released, 0 when it was not ours
--- (unknown, expired, already released): a re-sent release changes nothing.
+-- Returns {stamp, reply}: stamp is 'R' and the first 8 characters of ARGV[1]
+-- (see LuaScript in scripts.py: a reply is never taken for another call's).
+-- reply is 1 when the lease was live and is now released (also to a re-send of that
+-- release: see KEYS[8]), 0 when it was not ours (unknown, expired, released by
+-- someone else): a re-sent release changes nothing.
 
 local holders, leases, queue, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local STAMP = 'R' .. string.sub(ARGV[1], 1, 8)
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
 
 local expiry = redis.call('ZSCORE', holders, token)
-if not expiry then return 0 end
+if not expiry then
+  -- Released by this very request, whose reply was lost: the same answer again.
+  if redis.call('EXISTS', KEYS[8]) == 1 then return {STAMP, 1} end
+  return {STAMP, 0}
+end
 local now, now_us = server_clock()
 local released = 0
-if tonumber(expiry) > now then released = 1 end
+if tonumber(expiry) > now then
+  released = 1
+  redis.call('SET', KEYS[8], '1', 'PX', {{RELEASE_MEMORY_MS}})
+end
 redis.call('ZREM', holders, token)
 redis.call('HDEL', leases, 'f:' .. token, 'o:' .. token, 's:' .. token)
 -- The queue's head, read at once: nobody queued is the whole of the common
@@ -39,7 +54,7 @@ redis.call('HDEL', leases, 'f:' .. token, 'o:' .. token, 's:' .. token)
 local head = redis.call('ZRANGE', queue, 0, 0)[1]
 if not head then
   reap_holders(holders, leases, now)
-  return released
+  return {STAMP, released}
 end
 
 --!include lib_lock.lua
@@ -57,4 +72,4 @@ if dropped > 0 then head = redis.call('ZRANGE', queue, 0, 0)[1] end
 local channel = wake_channel(holders)
 local free = hand_over_permits(k, limit - live, now, now_us, channel, head, stale)
 wake_new(channel, before, eligible(queue, free, fair), '')
-return released
+return {STAMP, released}

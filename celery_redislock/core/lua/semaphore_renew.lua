@@ -9,9 +9,12 @@
 -- KEYS[2i-1]   holders  zset of lease i's semaphore: tokens scored by expiry (ms).
 -- KEYS[2i]     leases   hash of lease i's semaphore: fence, owner, grant time.
 -- ARGV[i]      token    lease i's token, i = 1..N.
+-- ARGV[1]      (lease 1's token, as above, also stamps the reply)
 -- ARGV[N + i]  ttl      lease i's new lease time from now, milliseconds (integer > 0).
 --
--- Returns an array of N integers: 1 when lease i was live and now expires ttl ms
+-- Returns {stamp, reply}: stamp is 'N' and the first 8 characters of ARGV[1]
+-- (see LuaScript in scripts.py: a reply is never taken for another call's).
+-- reply is an array of N integers: 1 when lease i was live and now expires ttl ms
 -- from now, 0 when it was not (unknown, expired or released). A re-sent call
 -- renews again and changes nothing else.
 
@@ -19,6 +22,7 @@
 --!include lib_semaphore.lua
 
 local n = #ARGV / 2
+local STAMP = 'N' .. string.sub(ARGV[1], 1, 8)
 local now = server_clock()
 local renewed = {}
 for i = 1, n do
@@ -32,4 +36,4 @@ for i = 1, n do
     renewed[i] = 1
   end
 end
-return renewed
+return {STAMP, renewed}
