@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis.connection import Connection
 
 from celery_redislock import (
     ConfigurationError,
@@ -115,17 +116,17 @@ def test_held_is_one_read_only_round_trip(r: redis.Redis) -> None:
     assert lease is not None
     before = r.hgetall(lock.keys.holders), r.pttl(lock.keys.holders)
     calls: list[tuple[Any, ...]] = []
-    original = r.execute_command
+    original = Connection.send_command  # what every command sent goes through
 
-    def counting(*args: Any, **options: Any) -> Any:
+    def counting(self: Connection, *args: Any, **options: Any) -> Any:
         calls.append(args)
-        return original(*args, **options)
+        return original(self, *args, **options)
 
-    r.execute_command = counting  # type: ignore[method-assign]
+    Connection.send_command = counting  # type: ignore[method-assign]
     try:
         assert lease.held()
     finally:
-        del r.execute_command
+        Connection.send_command = original  # type: ignore[method-assign]
     assert len(calls) == 1
     assert r.hgetall(lock.keys.holders) == before[0]
     assert r.pttl(lock.keys.holders) <= before[1]
