@@ -20,6 +20,7 @@ grants again; fences then stay ordered by the clocks, which have moved on by
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from typing import Any
 
@@ -187,18 +188,24 @@ class RedlockLock(Primitive):
         None when fewer than a majority could hand it over."""
         ttl_ms = self._ttl_ms if ttl is None else self._check_ttl(ttl, "ttl")
         new_token = new_token or fresh_token()[0]
+        nonce = secrets.token_hex(16)  # this call's: a re-send is told the lease it made
         fence, sent_at, adopted = rounds.adopt(
-            self._masters, self._adopt_keys, [token, new_token, ttl_ms, owner or ""],
-            self.quorum, self._timeout,
+            self._masters, [*self._adopt_keys, self._keys.done(nonce).encode()],
+            [token, new_token, ttl_ms, owner or "", nonce], ttl_ms, self.quorum, self._timeout,
         )  # fmt: skip
         valid_until = sent_at + ttl_ms / 1000 - self._drift_s(ttl_ms)
         if not fence or valid_until <= time.monotonic():
-            rounds.run_each(self._masters, adopted, rounds.RELEASE, self._release_keys,
-                            [new_token], self._timeout)  # fmt: skip
+            rounds.run_each(self._masters, adopted, rounds.RELEASE,
+                            self._release_call_keys(new_token), [new_token],
+                            self._timeout)  # fmt: skip
             return None
         lease = RedlockLease(self, new_token, fence, ttl_ms / 1000, owner=owner,
                              granted_at=valid_until - ttl_ms / 1000)  # fmt: skip
         return self._started(lease, renew, on_lost)
+
+    def _release_call_keys(self, token: str) -> list[bytes]:
+        """lock_release.lua's KEYS for ``token``: with its record for re-sends."""
+        return [*self._release_keys, self._keys.done(token).encode()]
 
     def release_owner(self, owner: str) -> int:
         """Release the lock on every master where its owner id is ``owner``; returns
@@ -212,9 +219,11 @@ class RedlockLock(Primitive):
         return self._release_owner("")
 
     def _release_owner(self, owner: str) -> int:
+        nonce = secrets.token_hex(16)  # this call's: a re-send gets the same count
         replies = rounds.run_each(self._masters, list(range(len(self._masters))),
-                                  rounds.RELEASE_OWNER, self._queue_keys, [owner],
-                                  self._timeout)  # fmt: skip
+                                  rounds.RELEASE_OWNER,
+                                  [*self._queue_keys, self._keys.done(nonce).encode()],
+                                  [nonce, owner], self._timeout)  # fmt: skip
         return sum(1 for reply in replies.values()
                    if not isinstance(reply, BaseException) and int(reply) > 0)  # fmt: skip
 
@@ -263,7 +272,7 @@ class RedlockLock(Primitive):
                 return lease, outcome
         if give_back and (grants or outcome.errors):
             rounds.run_each(self._masters, sorted({*grants, *outcome.errors}), rounds.RELEASE,
-                            self._release_keys, [token], self._timeout)  # fmt: skip
+                            self._release_call_keys(token), [token], self._timeout)  # fmt: skip
         return None, outcome
 
     def _unavailable(self, outcome: rounds.Round) -> RedlockUnavailable:
@@ -295,7 +304,7 @@ class RedlockLock(Primitive):
 
     def _release_token(self, token: str) -> bool:
         replies = rounds.run_each(self._masters, list(range(len(self._masters))),
-                                  rounds.RELEASE, self._release_keys, [token],
+                                  rounds.RELEASE, self._release_call_keys(token), [token],
                                   self._timeout)  # fmt: skip
         return sum(1 for reply in replies.values() if reply == 1) >= self.quorum
 

@@ -32,7 +32,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from ...errors import ConfigurationError
-from ..scripts import LuaScript, as_text
+from ..scripts import LuaScript, StaleReply, as_text
 
 __all__ = ["IO_TIMEOUT", "Call", "Master", "check_masters", "fan_out", "server_label"]
 
@@ -226,7 +226,11 @@ def fan_out(masters: Sequence[Master], make_call: MakeCall, timeout: float) -> l
             index = pending.pop(sock)
             conn = conns[index]
             try:
-                results[index] = conn.read_response()
+                call = calls[index]
+                results[index] = call.script.checked(conn.read_response(), call.args)
+            except StaleReply as exc:  # another command's reply: never use it again
+                results[index] = _failed(conn, exc)
+                conns[index] = None
             except NoScriptError:
                 call = calls[index]
                 try:

@@ -121,7 +121,7 @@ def errors_text(masters: list[Master], errors: dict[int, Any]) -> str:
                      for i, exc in sorted(errors.items()))  # fmt: skip
 
 
-def adopt(masters: list[Master], keys: list[Any], args: list[Any], quorum: int,
+def adopt(masters: list[Master], keys: list[Any], args: list[Any], ttl_ms: int, quorum: int,
           timeout: float) -> tuple[int, float, list[int]]:  # fmt: skip
     """Hand a lease over to a new token on every master (``lock_adopt.lua``).
 
@@ -131,8 +131,9 @@ def adopt(masters: list[Master], keys: list[Any], args: list[Any], quorum: int,
     """
     sent_at = time.monotonic()
     replies = run_each(masters, list(range(len(masters))), ADOPT, keys, args, timeout)
-    fences = {i: adopt_reply(reply) for i, reply in replies.items()
+    grants = {i: adopt_reply(reply, sent_at, ttl_ms) for i, reply in replies.items()
               if not isinstance(reply, BaseException)}  # fmt: skip
+    fences = {i: grant[0] if grant else 0 for i, grant in grants.items()}
     adopted = [i for i, fence in fences.items() if fence]
     if len(adopted) >= quorum:
         return max(fences[i] for i in adopted), sent_at, adopted

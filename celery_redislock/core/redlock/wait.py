@@ -95,5 +95,5 @@ def _leave(lock: RedlockLock, token: str, granted: bool, indexes: list[int]) -> 
     stray = [i for i, reply in left.items()
              if not isinstance(reply, BaseException) and leave_reply(reply)]  # fmt: skip
     if stray and not granted:
-        rounds.run_each(lock._masters, stray, rounds.RELEASE, lock._release_keys,
+        rounds.run_each(lock._masters, stray, rounds.RELEASE, lock._release_call_keys(token),
                         [token], lock._timeout)  # fmt: skip
