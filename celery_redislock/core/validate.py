@@ -12,6 +12,7 @@ from redis.cluster import RedisCluster
 from ..errors import ConfigurationError
 
 __all__ = [
+    "MAX_SECONDS",
     "acquire_deadline",
     "capped_ttl_ms",
     "check_max_hold",
@@ -23,10 +24,20 @@ __all__ = [
 ]
 
 
+MAX_SECONDS = 1_000_000_000
+"""The longest TTL, timeout or interval accepted, in seconds (about 31.7 years).
+
+The scripts compute expiries as the server's clock in ms plus the TTL, in Lua 5.1
+numbers (doubles, exact below 2^53) written with ``%d`` (wrong from 2^63): past that
+an expiry turns negative and ``PEXPIREAT`` deletes the key at once. 10^12 ms on top of
+today's clock (1.8 * 10^12 ms) stays exact with room for renewals and additions."""
+
+
 def ttl_to_ms(value: object, argument: str = "ttl") -> int:
     """Return ``value`` seconds as whole milliseconds (at least 1), or raise.
 
-    Floats are allowed; anything that is not a finite number > 0 is refused.
+    Floats are allowed; anything that is not a finite number > 0 and at most
+    :data:`MAX_SECONDS` is refused.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigurationError(
@@ -35,6 +46,10 @@ def ttl_to_ms(value: object, argument: str = "ttl") -> int:
     if math.isnan(value) or math.isinf(value) or value <= 0:
         raise ConfigurationError(
             f"{argument} must be a finite number of seconds > 0, got {value!r}"
+        )
+    if value > MAX_SECONDS:
+        raise ConfigurationError(
+            f"{argument} must be at most {MAX_SECONDS} seconds, got {value!r}"
         )
     return max(1, round(value * 1000))
 
@@ -93,9 +108,11 @@ def acquire_deadline(blocking: bool, timeout: object) -> float | None:
         or not isinstance(timeout, (int, float))
         or math.isnan(timeout)
         or timeout < 0
+        or MAX_SECONDS < timeout < math.inf
     ):
         raise ConfigurationError(
-            f"timeout must be None or a number of seconds >= 0, got {timeout!r}"
+            f"timeout must be None or a number of seconds >= 0 (at most {MAX_SECONDS}, "
+            f"or math.inf), got {timeout!r}"
         )
     if not blocking or timeout == 0:
         return None
