@@ -79,6 +79,7 @@ class ReplicaAck:
                 break
         if isinstance(live, Exception):
             raise live
+        live = script.checked(live, args)  # the stamped reply's payload (scripts.py)
         if isinstance(acked, ResponseError):
             raise self._unsupported(acked) from acked
         if isinstance(acked, Exception):
