@@ -89,7 +89,8 @@ CLIENT_KEYS: Final = ("redislock_url", "redislock_client_options", "redislock_cl
                       "redislock_transport_options", "broker_transport_options",
                       "result_backend", "result_backend_transport_options",
                       "redislock_min_replicas", "redislock_replica_timeout",
-                      "redislock_wait_aof")  # fmt: skip
+                      "redislock_wait_aof", "redislock_urls",
+                      "redislock_redlock_max_ttl")  # fmt: skip
 """The settings the app's Redis client is made from (:func:`.client.get_redis`;
 ``broker_url`` and ``broker_write_url`` feed the default URL)."""
 

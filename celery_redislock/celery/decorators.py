@@ -33,6 +33,7 @@ from celery import Celery, shared_task
 from ..errors import ConfigurationError
 from .bounded.options import OPTIONS as BOUNDED_OPTIONS
 from .bounded.options import PoolKey
+from .redlock import check_not_bounded
 from .singleton.options import check_class_options
 from .task import RedisLockTask, SingletonTask
 
@@ -125,4 +126,6 @@ def bounded_task(
     options = {**options, "concurrency_limit": concurrency_limit,
                "concurrency_key": concurrency_key}  # fmt: skip
     decorator = _decorator(app, options, RedisLockTask)
+    if app is not None:  # a shared task is checked when an app binds it
+        check_not_bounded(app, options.get("name") or "bounded_task", concurrency_limit)
     return decorator(fun) if fun is not None else decorator

@@ -27,6 +27,7 @@ from . import cleanup
 from .bounded.guard import CONCURRENCY
 from .bounded.options import PoolKey
 from .execution import Guard, current_run, outcome_of, start_run
+from .redlock import check_not_bounded
 from .singleton import enqueue
 from .singleton.guard import SINGLETON
 from .singleton.options import check_class_options
@@ -113,6 +114,7 @@ class RedisLockTask(Task[_P, _R]):
         the options, so a bad one fails when the task is defined."""
         bound = super().bind(app)
         check_class_options(cls)
+        check_not_bounded(app, cls.name, cls.concurrency_limit)
         return bound
 
     def apply_async(  # type: ignore[override]  # "drop" returns None

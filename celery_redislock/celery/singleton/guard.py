@@ -15,7 +15,9 @@ import functools
 import logging
 from typing import Any
 
-from ...core import Lease, RedisLock
+from ...core import Lease, RedisLock, RedlockLock
+from ...core.redlock import RedlockLease
+from ...core.redlock.lease import keep_alive as redlock_keep_alive
 from ...core.renewal import keep_alive
 from ..execution import AnyTask, Cleanup, Guard, Hold, RunState
 from ..signals import lease_lost, singleton_acquired, singleton_released
@@ -83,7 +85,7 @@ class SingletonHold(Hold):
         shortened it (a no-op once the next attempt adopted the lease)."""
         if self.handed_over:
             lock = self.lease.holder
-            assert isinstance(lock, RedisLock)
+            assert isinstance(lock, (RedisLock, RedlockLock))
             extend_token(lock, self.lease.token, self.retry_ttl)
 
     def on_retry_failed(self) -> None:
@@ -91,7 +93,7 @@ class SingletonHold(Hold):
         if self.handed_over:
             self.handed_over = False
             lock = self.lease.holder
-            assert isinstance(lock, RedisLock)
+            assert isinstance(lock, (RedisLock, RedlockLock))
             released = release_token(lock, self.lease.token)
             singleton_released.send(sender=self.task, task_id=self.task_id, key=self.key,
                                     reason="publish-failed", released=released,
@@ -142,7 +144,10 @@ class SingletonGuard(Guard):
                                    renew=True, on_lost=on_lost) or fresh  # fmt: skip
                 if lease is fresh:  # cannot happen while we hold it; keep it anyway
                     fresh.on_lost = on_lost
-                    keep_alive(fresh)
+                    if isinstance(fresh, RedlockLease) and isinstance(lock, RedlockLock):
+                        redlock_keep_alive(fresh, lock)
+                    else:
+                        keep_alive(fresh)
             if token:
                 logger.warning(
                     "celery_redislock: the queued lease of %s[%s] had lapsed (longer in "

@@ -11,20 +11,26 @@ from __future__ import annotations
 
 from typing import Final
 
-from ...core import Lease, RedisLock
+from ...core import Lease, RedisLock, RedlockLock
 from ...core.lease import current_pid
 from ..client import get_redis, replica_options
 from ..execution import AnyTask
+from ..redlock import CeleryRedlock, redlock_clients, redlock_max_ttl
 from .options import SingletonOptions
 
-__all__ = ["extend_token", "hand_over", "lock_for", "release_token"]
+__all__ = ["SingletonLock", "extend_token", "hand_over", "lock_for", "release_token"]
 
 
 _LOCKS_KEPT: Final = 1024
 
 
-def lock_for(task: AnyTask, key: str, options: SingletonOptions) -> RedisLock:
-    """The singleton lock named ``key`` on the app's Redis.
+SingletonLock = RedisLock | RedlockLock
+"""A singleton's lock: on the app's Redis, or a Redlock over ``redislock_urls``."""
+
+
+def lock_for(task: AnyTask, key: str, options: SingletonOptions) -> SingletonLock:
+    """The singleton lock named ``key`` on the app's Redis, or over its Redlock
+    masters when ``redislock_urls`` is set (see :mod:`..redlock`).
 
     Lock objects are stateless between calls (a lease holds the state), so the recent
     ones are kept with the options they were made under (``options.locks``): building
@@ -35,20 +41,27 @@ def lock_for(task: AnyTask, key: str, options: SingletonOptions) -> RedisLock:
     cached = options.locks.get(key)
     if cached is not None and cached[0] == pid:
         return cached[1]
-    lock = RedisLock(get_redis(task.app), key, ttl=options.lock_ttl, prefix=options.prefix,
-                     **replica_options(task.app))  # fmt: skip
+    masters = redlock_clients(task.app)
+    lock: SingletonLock
+    if masters is not None:
+        max_ttl = max(redlock_max_ttl(task.app, options.queued_ttl), options.lock_ttl)
+        lock = CeleryRedlock(masters, key, ttl=options.lock_ttl, prefix=options.prefix,
+                             max_ttl=max_ttl)  # fmt: skip
+    else:
+        lock = RedisLock(get_redis(task.app), key, ttl=options.lock_ttl,
+                         prefix=options.prefix, **replica_options(task.app))  # fmt: skip
     if len(options.locks) >= _LOCKS_KEPT:
         options.locks.clear()  # one C call, safe beside other threads; refilled on use
     options.locks[key] = (pid, lock)
     return lock
 
 
-def release_token(lock: RedisLock, token: str) -> bool:
+def release_token(lock: SingletonLock, token: str) -> bool:
     """Release the lease ``token`` of ``lock`` if it is live; False when it was not."""
     return Lease(lock, token, 0, lock.ttl).release()
 
 
-def extend_token(lock: RedisLock, token: str, ttl: float) -> bool:
+def extend_token(lock: SingletonLock, token: str, ttl: float) -> bool:
     """Set the lease ``token`` to expire ``ttl`` seconds from now if it is live."""
     return Lease(lock, token, 0, lock.ttl).extend(ttl)
 

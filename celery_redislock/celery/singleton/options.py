@@ -29,7 +29,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ...core import RedisLock
+from ...core import RedisLock, RedlockLock
 from ...errors import ConfigurationError
 from ..bounded.options import check_bounded_options
 from ..config import OptionsMemo, Settings, check_on_duplicate, check_ttl, settings_for, task_option
@@ -78,7 +78,7 @@ class SingletonOptions:
     :func:`.signature.call_key`), kept while these options stand: a "refresh X" task
     is called with the same arguments over and over, and its key costs more to work
     out than the rest of ``apply_async``'s own work."""
-    locks: dict[str, tuple[int, RedisLock]] = field(
+    locks: dict[str, tuple[int, RedisLock | RedlockLock]] = field(
         default_factory=dict, compare=False, repr=False
     )
     """Lock objects by key, each with the process that made it (see

@@ -18,6 +18,9 @@ import redis
 
 from celery_redislock.testing import RedisServer
 
+# The Celery apps and in-process workers of the integration tests (test_redlock_celery).
+from tests.integration.conftest import locks, make_app, worker  # noqa: F401
+
 GRACE = 1.0
 """The ``max_ttl`` the tests give their locks (seconds): the restart grace."""
 
@@ -75,3 +78,11 @@ def clients(masters: list[RedisServer]) -> Iterator[list[redis.Redis]]:
     yield made
     for client in made:
         client.close()
+
+
+def mark_booted(clients: list[redis.Redis], grace: float) -> None:
+    """Mark each master as past a restart grace of ``grace`` seconds (its boot marker
+    set, as after that much uptime): these test servers held no lease before."""
+    for client in clients:
+        run_id = client.info("server")["run_id"]
+        client.set(f"redislock:redlock:boot:{run_id}:{round(grace * 1000)}", 1)
