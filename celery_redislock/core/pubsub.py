@@ -101,19 +101,25 @@ def use_sharded_pubsub(client: Any, sharded: bool) -> None:
 
 
 def _detect(client: Any) -> PubSubMode:
+    """Sharded for a ``RedisCluster`` whose first primary to answer runs Redis >= 7.
+
+    One node stands for all (a cluster runs one version but for the length of a
+    rolling upgrade, when the scripts fall back to PUBLISH on an older node, see
+    ``tell`` in lib_lock.lua), so a node down (a failover under way) does not matter.
+    """
     if not isinstance(client, RedisCluster):
         return CLASSIC
-    try:
-        infos = client.info("server", target_nodes=RedisCluster.PRIMARIES)
-    except RedisError as exc:
-        log.warning("celery_redislock: cannot read the cluster's Redis versions (%r); "
-                    "wake-ups use classic pub/sub", exc)  # fmt: skip
-        return CLASSIC
-    if "redis_version" in infos:  # one node answered for all
-        infos = {"": infos}
-    versions = [info.get("redis_version", "0") for info in infos.values()]
-    if versions and all(int(str(v).split(".")[0]) >= 7 for v in versions):
-        return SHARDED
+    error: Exception | None = None
+    cluster: Any = client
+    for node in cluster.get_primaries():
+        try:
+            version = cluster.execute_command("INFO", "server", target_nodes=node)["redis_version"]
+        except (RedisError, KeyError, TypeError) as exc:
+            error = exc
+            continue
+        return SHARDED if int(str(version).split(".")[0]) >= 7 else CLASSIC
+    log.warning("celery_redislock: no cluster primary told its Redis version (%r); this "
+                "client's wake-ups use classic pub/sub", error)  # fmt: skip
     return CLASSIC
 
 

@@ -104,10 +104,17 @@ local function waiter_channel(channel, token)
   return channel .. ':' .. tag, string.sub(tag, 1, 1) == 's'
 end
 
--- Publish `message` to waiter `token`, on its channel and the way it listens.
+-- Publish `message` to waiter `token`, on its channel and the way it listens. A node
+-- without sharded pub/sub (Redis < 7, a cluster in the middle of an upgrade) answers
+-- SPUBLISH with an error: caught (a script stopped half-way would leave its writes
+-- done and its caller told it failed); PUBLISH instead.
 local function tell(channel, token, message)
   local where, sharded = waiter_channel(channel, token)
-  redis.call(sharded and 'SPUBLISH' or 'PUBLISH', where, message)
+  if sharded then
+    local sent = redis.pcall('SPUBLISH', where, message)
+    if type(sent) == 'number' then return end
+  end
+  redis.call('PUBLISH', where, message)
 end
 
 -- Tell waiter `token` it may go on (the lock is free, or a permit is due to it).
@@ -174,8 +181,9 @@ end
 -- two holders).
 local function listening(channel, token)
   local where, sharded = waiter_channel(channel, token)
-  local count = redis.call('PUBSUB', sharded and 'SHARDNUMSUB' or 'NUMSUB', where)[2]
-  return count > 0
+  -- pcall: SHARDNUMSUB is unknown before Redis 7 (see tell): nobody listens sharded.
+  local counts = redis.pcall('PUBSUB', sharded and 'SHARDNUMSUB' or 'NUMSUB', where)
+  return counts[2] ~= nil and counts[2] > 0
 end
 
 -- Drop waiters whose heartbeat lapsed (they died without leaving the queue). Returns

