@@ -58,8 +58,13 @@ def list_command(ctx: click.Context, kind: str | None, as_json: bool) -> None:
     """
     from ...core.inventory import snapshot
     from ..tokens import parse_owner
+    from .masters import list_masters, redlock_connections
     from .render import render_list
 
+    masters = redlock_connections(ctx)
+    if masters is not None:  # redislock_urls: every master, lock by lock
+        list_masters(masters, kind, as_json)
+        return
     conn = connect(ctx)
     with redis_errors(conn.url):
         entries = snapshot(conn.client, conn.prefix, kinds(kind), parse_owner)
@@ -96,8 +101,13 @@ def inspect_command(ctx: click.Context, name: str, kind: str | None, as_json: bo
       {"url": str, "prefix": str, "server_time": float, "primitive": PRIMITIVE}
     with PRIMITIVE as in `celery redislock list --help`.
     """
+    from .masters import inspect_masters, redlock_connections
     from .render import render_entry
 
+    masters = redlock_connections(ctx)
+    if masters is not None:  # redislock_urls: NAME on every master
+        inspect_masters(masters, name, kind, as_json)
+        return
     conn = connect(ctx)
     with redis_errors(conn.url):
         entry = resolve(conn, name, kind)
