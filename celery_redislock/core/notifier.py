@@ -27,16 +27,19 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from redis.exceptions import RedisError, ResponseError
 
 from .pubsub import pubsub_mode
 from .scripts import as_text
 
-__all__ = ["IDLE_UNSUBSCRIBE", "SUBSCRIBE_CONFIRM_TIMEOUT", "WAKE_ALL", "Notifier", "Waiter"]
+__all__ = ["IDLE_UNSUBSCRIBE", "SUBSCRIBE_CONFIRM_TIMEOUT", "WAKE_ALL", "Notifier", "Waiter",
+           "named_waiters", "read_wake"]
 
 log = logging.getLogger(__name__)
+
+W = TypeVar("W")
 
 WAKE_ALL = "*"
 """Message payload that wakes every waiter on the channel."""
@@ -48,6 +51,22 @@ SUBSCRIBE_CONFIRM_TIMEOUT = 1.0
 """Longest a waiter waits for its SUBSCRIBE to be confirmed before relying on polls."""
 
 _READ_SLICE = 1.0  # longest single read, so idle channels are unsubscribed on time
+
+
+def read_wake(data: Any) -> tuple[str, int]:
+    """A wake-up message: the token it names (or :data:`WAKE_ALL`) and the fence of the
+    lease a release granted that waiter (0: only woken, it asks again). Shared by the
+    sync notifier and the async one."""
+    token, _, fence = as_text(data).partition(" ")
+    return token, int(fence) if fence else 0
+
+
+def named_waiters(waiters: dict[str, W], token: str) -> list[W]:
+    """The waiters of a channel that a message naming ``token`` wakes."""
+    if token == WAKE_ALL:
+        return list(waiters.values())
+    waiter = waiters.get(token)
+    return [] if waiter is None else [waiter]
 
 
 class Waiter:
@@ -268,10 +287,8 @@ class Notifier:
                 waiter.notified = True
                 waiter.event.set()
         elif kind == self._mode.message:
-            token, _, fence = as_text(message.get("data")).partition(" ")
-            named = list(entry.waiters.values()) if token == WAKE_ALL else [
-                entry.waiters[token]] if token in entry.waiters else []  # fmt: skip
-            for waiter in named:
+            token, fence = read_wake(message.get("data"))
+            for waiter in named_waiters(entry.waiters, token):
                 if fence:
                     waiter.fence = int(fence)
                 waiter.notified = True

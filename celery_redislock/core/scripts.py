@@ -162,6 +162,13 @@ class LuaScript:
             first = first.decode("utf-8", "replace")
         return as_text(reply[0]) == f"{self.code}{str(first)[:8]}"
 
+    async def call_async(self, client: Any, keys: list[Any], args: list[Any]) -> Any:
+        """:meth:`__call__` through a ``redis.asyncio`` client: the same call, awaited."""
+        try:
+            return await client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await client.eval(self.text, len(keys), *keys, *args)
+
     def __repr__(self) -> str:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
 

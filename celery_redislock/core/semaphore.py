@@ -35,6 +35,7 @@ from .semaphore_scripts import (
     RENEW,
     SemaphoreScripts,
     acquire_reply,
+    attempt_outcome,
     info_reply,
 )
 from .validate import (
@@ -42,7 +43,7 @@ from .validate import (
     check_bool,
     check_positive_int,
 )
-from .waiting import Grant, Notifier, granted_lease, poll_slice, wait_until_granted
+from .waiting import Grant, Notifier, poll_slice, wait_until_granted
 
 __all__ = ["RedisSemaphore"]
 
@@ -141,8 +142,8 @@ class RedisSemaphore(Primitive):
 
         def attempt() -> Grant | int:
             sent_at = time.monotonic()
-            granted, value, left = self._attempt(token, owner or "", ttl_ms, deadline is not None)
-            return granted_lease(value, sent_at, left, ttl_ms) if granted else value
+            reply = self._attempt(token, owner or "", ttl_ms, deadline is not None)
+            return attempt_outcome(reply, sent_at, ttl_ms)
 
         # Listening before the first attempt saves the re-check after subscribing, but
         # costs a subscription: worth it only when the channel is subscribed already
@@ -202,16 +203,15 @@ class RedisSemaphore(Primitive):
 
     # -- one round trip each; the lease's side (LeaseHolder) ---------------------------
 
-    def _attempt(self, token: str, owner: str, ttl_ms: int, wait: bool) -> tuple[int, int, int]:
-        """One acquire round trip: ``(1, fence, ms_left)`` granted, ``(0, wait_ms, 0)``
-        refused."""
+    def _attempt(self, token: str, owner: str, ttl_ms: int,
+                 wait: bool) -> tuple[int, int, int, int]:  # fmt: skip
+        """One acquire round trip (see :func:`.semaphore_scripts.acquire_reply`)."""
         scripts = self._scripts
-        reply = ACQUIRE(self._client, scripts.acquire_keys,
-                        scripts.acquire_args(token, owner, ttl_ms, wait))  # fmt: skip
-        granted, value, previous, left = acquire_reply(reply)
-        if previous:
-            self._limit_changed(previous)
-        return granted, value, left
+        reply = acquire_reply(ACQUIRE(self._client, scripts.acquire_keys,
+                                      scripts.acquire_args(token, owner, ttl_ms, wait)))
+        if reply[2]:
+            self._limit_changed(reply[2])
+        return reply
 
     def _limit_changed(self, previous: int) -> None:
         """Log, once per object, that an acquire replaced the stored limit."""

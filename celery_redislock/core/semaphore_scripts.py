@@ -21,10 +21,11 @@ from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
 from .lock_scripts import LEAVE, SCRIPT_CONSTANTS
 from .scripts import LuaScript, as_text
+from .waiting import Grant, granted_lease
 
 __all__ = ["ACQUIRE", "EXTEND", "EXTEND_ADD", "HELD", "INFO", "LEAVE", "PATIENCE_MS",
            "RELEASE", "RELEASE_OWNER", "RENEW", "SemaphoreScripts", "acquire_reply",
-           "info_reply"]  # fmt: skip
+           "attempt_outcome", "info_reply"]  # fmt: skip
 
 PATIENCE_MS = 2.0
 """Not fair: once the longest waiter has waited this long (ms), newcomers no longer
@@ -117,6 +118,13 @@ def acquire_reply(reply: Any) -> tuple[int, int, int, int]:
     granted it to this waiter already).
     """
     return int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]) if reply[0] else 0
+
+
+def attempt_outcome(reply: tuple[int, int, int, int], sent_at: float, ttl_ms: int) -> Grant | int:
+    """What an attempt sent at ``sent_at`` got, from its :func:`acquire_reply`: the
+    :data:`~.waiting.Grant`, or when refused the ms to wait (0: unknown)."""
+    granted, value, _previous, left = reply
+    return granted_lease(value, sent_at, left, ttl_ms) if granted else value
 
 
 def info_reply(name: str, default_limit: int, reply: Any) -> PrimitiveInfo:

@@ -17,6 +17,7 @@ __all__ = [
     "capped_ttl_ms",
     "check_max_hold",
     "check_bool",
+    "check_async_client",
     "check_client",
     "check_name",
     "check_positive_int",
@@ -77,6 +78,19 @@ def check_client(client: Any, argument: str = "client") -> Any:
     if not isinstance(client, (Redis, RedisCluster)):
         raise ConfigurationError(
             f"{argument} must be a redis.Redis or redis.cluster.RedisCluster, "
+            f"got {client!r} ({type(client).__name__})"
+        )
+    return client
+
+
+def check_async_client(client: Any, argument: str = "client") -> Any:
+    """Return ``client`` if it is a ``redis.asyncio.Redis`` or ``RedisCluster``, else raise."""
+    from redis.asyncio import Redis as AsyncRedis
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+    if not isinstance(client, (AsyncRedis, AsyncRedisCluster)):
+        raise ConfigurationError(
+            f"{argument} must be a redis.asyncio.Redis or redis.asyncio.RedisCluster, "
             f"got {client!r} ({type(client).__name__})"
         )
     return client

@@ -74,7 +74,7 @@ def test_release_grants_each_freed_permit_to_the_next_waiter_only(
     assert token == "w0" and held[2] and int(fence) > held[2].fence
     assert r.zscore(sem.keys.holders, "w0") is not None  # granted: "w0" need not ask
     time.sleep(0.2)  # its own later attempt finds the grant, with the TTL it has left
-    granted, found, left = sem._attempt("w0", "", 5000, True)
+    granted, found, _, left = sem._attempt("w0", "", 5000, True)
     assert (granted, found) == (1, int(fence)) and 4000 < left <= 4800
     assert held[1] and held[1].release()
     assert [m.split()[0] for m in woken(sem)] == ["w1"]

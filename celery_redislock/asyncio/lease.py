@@ -1,0 +1,218 @@
+"""``AsyncLease``: the lease an async lock or semaphore grants.
+
+The same state and loss rules as the sync :class:`~celery_redislock.core.lease.Lease`
+(both are a :class:`~celery_redislock.core.lease_state.LeaseState`); its operations
+are coroutines, and it belongs to the event loop that acquired it: using it from
+another loop raises :class:`~celery_redislock.errors.RedisLockError` (its client's
+connections, its renewer and its wake-ups all live on that loop).
+
+Loss is reported three ways: :attr:`AsyncLease.lost` (a bool, as for the sync
+lease), :attr:`AsyncLease.lost_event` (an :class:`asyncio.Event`, or ``await
+lease.wait_lost()``) and the ``on_lost(lease)`` callback, run on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Protocol
+
+from ..core.lease_state import LeaseState
+from ..core.validate import check_bool, ttl_to_ms
+from ..errors import ConfigurationError, LockNotOwned, RedisLockError
+
+__all__ = ["AsyncLease", "AsyncLeaseHolder", "AsyncOnLost"]
+
+AsyncOnLost = Callable[["AsyncLease"], None]
+"""Signature of an ``on_lost`` callback: called once, on the loop, with the lost lease."""
+
+
+class AsyncLeaseHolder(Protocol):
+    """What an async lock or semaphore offers its leases (one round trip each)."""
+
+    @property
+    def name(self) -> str:
+        """The lock or semaphore name."""
+        ...
+
+    async def _release_token(self, token: str) -> bool: ...
+
+    async def _extend_token(self, token: str, ttl_ms: int) -> bool: ...
+
+    async def _held_token(self, token: str) -> int: ...
+
+    async def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int: ...
+
+    def _release_later(self, token: str) -> None: ...
+
+
+class AsyncLease(LeaseState):
+    """Ownership of one lock or semaphore permit, for async code (see the module docs
+    and :class:`~celery_redislock.core.lease_state.LeaseState` for its attributes)."""
+
+    __slots__ = ("_loop", "_lost_event")
+
+    _holder: AsyncLeaseHolder
+
+    def __init__(
+        self,
+        holder: AsyncLeaseHolder,
+        token: str,
+        fence: int,
+        ttl: float,
+        *,
+        owner: str | None = None,
+        granted_at: float | None = None,
+        on_lost: AsyncOnLost | None = None,
+    ) -> None:
+        super().__init__(holder, token, fence, ttl, owner=owner, granted_at=granted_at,
+                         on_lost=on_lost)  # fmt: skip
+        self._loop = asyncio.get_running_loop()
+        self._lost_event: asyncio.Event | None = None
+
+    @property
+    def holder(self) -> AsyncLeaseHolder:
+        """The lock or semaphore that granted this lease."""
+        return self._holder
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the lease belongs to."""
+        return self._loop
+
+    @property
+    def lost_event(self) -> asyncio.Event:
+        """An event set when the lease is found lost (await ``lost_event.wait()``)."""
+        if self._lost_event is None:
+            self._lost_event = asyncio.Event()
+            if self.lost:
+                self._lost_event.set()
+        return self._lost_event
+
+    async def wait_lost(self, timeout: float | None = None) -> bool:
+        """Until the lease is found lost or ``timeout`` passes; returns :attr:`lost`."""
+        self._check_loop()
+        event = self.lost_event
+        if not event.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout)
+        return self.lost
+
+    async def release(self) -> bool:
+        """Give the lease back; False (and :attr:`lost` set) when it was no longer ours.
+
+        Cancelled while the release is in flight, it is sent again in the background
+        (the lease is never left held because its holder was cancelled)."""
+        if self._released:
+            return False
+        self._check_loop()
+        self._end_renewal()
+        self._released = True
+        try:
+            ok = await self._holder._release_token(self.token)
+        except BaseException:
+            self._holder._release_later(self.token)
+            raise
+        if not ok:
+            self._mark_lost("release found the lease no longer held")
+        return ok
+
+    async def extend(self, ttl: float | None = None, *, add: bool = False) -> bool:
+        """Reset the lease to ``ttl`` seconds (default: its TTL) from now, or with
+        ``add=True`` add ``ttl`` seconds to what it has left, as the sync lease does;
+        False (and :attr:`lost` set) when it is no longer ours."""
+        if check_bool(add, "add"):
+            if ttl is None:
+                raise ConfigurationError("extend(add=True) needs ttl, the seconds to add; got None")
+            ttl_ms = ttl_to_ms(ttl)
+            if self._released:
+                return False
+            self._check_loop()
+            sent_at = time.monotonic()
+            left = await self._holder._add_to_token(self.token, ttl_ms, secrets.token_hex(8))
+            return self._confirmed(sent_at, left / 1000.0, "extend")
+        ttl_ms = ttl_to_ms(self.ttl if ttl is None else ttl)
+        if self._released:
+            return False
+        self._check_loop()
+        sent_at = time.monotonic()
+        ok = await self._holder._extend_token(self.token, ttl_ms)
+        return self._confirmed(sent_at, ttl_ms / 1000.0 if ok else 0.0, "extend")
+
+    async def held(self) -> bool:
+        """True while the lease is live on Redis (one read-only round trip)."""
+        if self._released or self.lost:
+            return False
+        self._check_loop()
+        sent_at = time.monotonic()
+        left = await self._holder._held_token(self.token)
+        if left > 0:
+            self._confirm(sent_at + left / 1000.0)
+            return True
+        self._mark_lost("held() found the lease no longer held")
+        return False
+
+    async def hand_over(self, ttl: float) -> bool:
+        """Stop renewing the lease, set it to expire ``ttl`` seconds from now and forget
+        it here (for another process to ``adopt``); False when it was no longer ours."""
+        ttl_ms = ttl_to_ms(ttl)
+        if self._released:
+            return False
+        self._check_loop()
+        self._mark_released()
+        return await self._holder._extend_token(self.token, ttl_ms)
+
+    def _confirmed(self, sent_at: float, ttl: float, what: str) -> bool:
+        if ttl > 0:
+            self.ttl = ttl
+            self._confirm(sent_at + ttl)
+            return True
+        self._mark_lost(f"{what} found the lease no longer held")
+        return False
+
+    def _check_loop(self) -> None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not self._loop:
+            raise RedisLockError(
+                f"lease on {self.name!r} belongs to the event loop that acquired it "
+                f"({self._loop!r}); it was used from {running!r}"
+            )
+
+    def _signal_lost(self) -> None:
+        event = self._lost_event
+        if event is not None:
+            event.set()
+
+    async def __aenter__(self) -> AsyncLease:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        was_lost = self.lost
+        if self._released:
+            return
+        released = await self.release()
+        if was_lost or not released:
+            raise LockNotOwned(
+                f"lease on {self.name!r} was lost before the block ended: "
+                f"{self._lost_reason or 'no longer held'}",
+                self.name,
+                self.token,
+            ) from exc
+
+    def __repr__(self) -> str:
+        state = "lost" if self._lost else "released" if self._released else "held"
+        return f"<AsyncLease {self.name!r} fence={self.fence} {state}>"
+
+

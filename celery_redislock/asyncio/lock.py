@@ -1,0 +1,254 @@
+"""``AsyncRedisLock``: the lock of :class:`~celery_redislock.core.lock.RedisLock` for
+``redis.asyncio`` clients.
+
+Same scripts, keys, arguments and reply reading (:mod:`~celery_redislock.core.
+lock_scripts`), same waiting decisions; only the calls are awaited. A sync and an
+async client on the same name share one lock: they exclude each other, queue in one
+FIFO and hand the lock to each other.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..core.info import PrimitiveInfo
+from ..core.keys import DEFAULT_PREFIX
+from ..core.lock_scripts import (
+    ACQUIRE,
+    ADOPT,
+    EXTEND,
+    EXTEND_ADD,
+    HELD,
+    INFO,
+    LEAVE,
+    RELEASE,
+    RELEASE_OWNER,
+    RENEW,
+    LockScripts,
+    acquire_reply,
+    adopt_reply,
+    info_reply,
+    leave_reply,
+    refusal_holder,
+    refusal_wait_ms,
+)
+from ..core.primitive import fresh_token
+from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
+from ..core.validate import acquire_deadline
+from ..core.waiting import Grant, poll_slice
+from ..errors import ConfigurationError
+from .lease import AsyncLease, AsyncOnLost
+from .notifier import AsyncNotifier
+from .primitive import AsyncPrimitive, cancel_check
+from .waiting import wait_until_granted
+
+__all__ = ["AsyncRedisLock"]
+
+
+class AsyncRedisLock(AsyncPrimitive):
+    """A named lock for async code, shared with every sync and async client of the
+    same Redis. Takes the arguments of :class:`~celery_redislock.core.lock.RedisLock`
+    (``client`` a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster``);
+    ``min_replicas`` / ``wait_aof`` are not supported yet."""
+
+    kind = "lock"
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        ttl: float = 30.0,
+        prefix: str = DEFAULT_PREFIX,
+        renew: bool = False,
+        max_hold: float | None = None,
+        min_replicas: int = 0,
+        replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
+        wait_aof: bool = False,
+    ) -> None:
+        super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold,
+                         min_replicas=min_replicas, replica_timeout=replica_timeout,
+                         wait_aof=wait_aof)  # fmt: skip
+        self._scripts = scripts = LockScripts(self._client, self._keys)
+        self._acquire_keys = scripts.acquire_keys
+        self._release_keys = scripts.release_keys
+        self._channel = scripts.channel
+
+    async def acquire(
+        self,
+        blocking: bool = True,
+        timeout: float | None = None,
+        owner: str | None = None,
+        *,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: AsyncOnLost | None = None,
+        max_hold: float | None = None,
+    ) -> AsyncLease | None:
+        """Take the lock; the :class:`AsyncLease`, or None if not granted in time.
+
+        As :meth:`RedisLock.acquire <celery_redislock.core.lock.RedisLock.acquire>`:
+        FIFO with every other waiter (sync or async), counted re-entry for the same
+        ``owner``. Cancelled at any ``await``, it leaves no lease and no queued waiter
+        behind (see :mod:`.primitive`).
+        """
+        lease, _ = await self._acquire(acquire_deadline(blocking, timeout), owner, ttl,
+                                       renew, on_lost, max_hold)  # fmt: skip
+        return lease
+
+    async def try_acquire(
+        self,
+        owner: str | None = None,
+        *,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: AsyncOnLost | None = None,
+        max_hold: float | None = None,
+    ) -> tuple[AsyncLease | None, str | None]:
+        """One attempt that never waits: ``(lease, None)`` or ``(None, holder's owner)``."""
+        return await self._acquire(None, owner, ttl, renew, on_lost, max_hold)
+
+    async def _acquire(
+        self,
+        deadline: float | None,
+        owner: str | None,
+        ttl: float | None,
+        renew: bool | None,
+        on_lost: AsyncOnLost | None,
+        max_hold: float | None,
+    ) -> tuple[AsyncLease | None, str | None]:
+        ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
+        token, tag = fresh_token()  # classic pub/sub: the async notifier's
+        channel = f"{self._channel}:{tag}"
+        reply: list[Any] = [0, 0, b""]
+        check = cancel_check()
+        try:
+            if (
+                deadline is not None
+                and deadline > time.monotonic()
+                and AsyncNotifier.for_client(self._client).subscribed(channel)
+            ):
+                grant = await self._wait(token, owner, ttl_ms, channel, reply, deadline, check)
+            else:
+                args = [token, ttl_ms, owner] if owner else [token, ttl_ms]  # acquire_args
+                sent_at = time.monotonic()
+                answer = await ACQUIRE.call_async(self._client, self._acquire_keys, args)
+                check()
+                grant = acquire_reply(answer, sent_at, ttl_ms)
+                if grant is None:
+                    reply = answer
+                    if deadline is not None and deadline > time.monotonic():
+                        grant = await self._wait(token, owner, ttl_ms, channel, reply,
+                                                 deadline, check)  # fmt: skip
+            check()
+        except BaseException:
+            await self._give_up(token)
+            raise
+        if grant is None:
+            return None, refusal_holder(reply)
+        lease = self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
+                                max_hold)  # fmt: skip
+        return lease, None
+
+    async def _wait(self, token: str, owner: str | None, ttl_ms: int, channel: str,
+                    reply: list[Any], deadline: float,
+                    check: Callable[[], None]) -> Grant | None:  # fmt: skip
+        client, keys = self._client, self._acquire_keys
+        args = self._scripts.wait_args(token, ttl_ms, owner)
+
+        async def attempt() -> Grant | int:
+            sent_at = time.monotonic()
+            answer = await ACQUIRE.call_async(client, keys, args)
+            check()
+            grant = acquire_reply(answer, sent_at, ttl_ms)
+            if grant is not None:
+                return grant
+            reply[:] = answer
+            return refusal_wait_ms(answer)
+
+        return await wait_until_granted(
+            AsyncNotifier.for_client(client), channel, token, attempt,
+            lambda: self._leave(token), None if deadline == math.inf else deadline,
+            poll_slice(ttl_ms),
+        )  # fmt: skip
+
+    async def adopt(
+        self,
+        token: str,
+        *,
+        new_token: str | None = None,
+        owner: str | None = None,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: AsyncOnLost | None = None,
+        max_hold: float | None = None,
+    ) -> AsyncLease | None:
+        """Take over the live lease ``token`` (as :meth:`RedisLock.adopt
+        <celery_redislock.core.lock.RedisLock.adopt>`); None when it is not live."""
+        for argument, value in (("token", token), ("new_token", new_token)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigurationError(f"{argument} must be a non-empty string, got {value!r}")
+        ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
+        new_token = new_token or secrets.token_hex(16)
+        sent_at = time.monotonic()
+        args = LockScripts.adopt_args(token, new_token, ttl_ms, owner)
+        fence = adopt_reply(await ADOPT.call_async(self._client, self._scripts.adopt_keys, args))
+        if not fence:
+            return None
+        return self._new_lease(new_token, fence, ttl_ms, owner, sent_at, renew, on_lost,
+                               max_hold)  # fmt: skip
+
+    async def release_owner(self, owner: str) -> int:
+        """Release every lease of the lock if its owner id is ``owner``; how many."""
+        if not isinstance(owner, str) or not owner:
+            raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
+        return int(await RELEASE_OWNER.call_async(self._client, self._scripts.queue_keys, [owner]))
+
+    async def force_release(self) -> int:
+        """Release the lock whoever holds it; the number of leases released."""
+        return int(await RELEASE_OWNER.call_async(self._client, self._scripts.queue_keys, [""]))
+
+    async def locked(self) -> bool:
+        """True while any lease holds the lock."""
+        return bool(await self._client.exists(self._keys.holders))
+
+    async def info(self) -> PrimitiveInfo:
+        """The lock's holders, owner, fence and number of waiters, read-only."""
+        reply = await INFO.call_async(self._client, self._scripts.info_keys, [])
+        return info_reply(self.name, reply)
+
+    def __repr__(self) -> str:
+        return f"<AsyncRedisLock {self.name!r} ttl={self.ttl}>"
+
+    # -- the lease's side (AsyncLeaseHolder) --------------------------------------------
+
+    async def _release_token(self, token: str) -> bool:
+        return bool(await RELEASE.call_async(self._client, self._release_keys, [token]))
+
+    async def _extend_token(self, token: str, ttl_ms: int) -> bool:
+        keys = self._scripts.holders_key
+        return bool(await EXTEND.call_async(self._client, keys, [token, ttl_ms]))
+
+    async def _held_token(self, token: str) -> int:
+        return int(await HELD.call_async(self._client, self._scripts.holders_key, [token]))
+
+    async def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
+        keys = self._scripts.add_keys
+        return int(await EXTEND_ADD.call_async(self._client, keys, [token, ttl_ms, nonce]))
+
+    async def _leave(self, token: str) -> int:
+        scripts = self._scripts
+        args = scripts.leave_args(token)
+        return leave_reply(await LEAVE.call_async(self._client, scripts.queue_keys, args))
+
+    # -- the renewer's side (renewal.Renewable) ---------------------------------------
+
+    _renew_script = RENEW
+
+    @property
+    def _renew_keys(self) -> tuple[str, ...]:
+        return (self._keys.holders,)

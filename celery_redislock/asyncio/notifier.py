@@ -1,0 +1,222 @@
+"""Wake-ups for async waiters: one pub/sub connection per event loop and client.
+
+The async twin of :mod:`celery_redislock.core.notifier`, reading the same messages
+with the same rules (:func:`~celery_redislock.core.notifier.read_wake`): a release
+publishes, on ``<wake channel>:<process tag>``, the token of the waiter that may go
+on, or ``<token> <fence>`` when it already granted that waiter its lease. Every
+waiter of one loop and client shares one subscriber connection, read by one reader
+task; a waiter awaits its own :class:`asyncio.Event`.
+
+Nothing crosses loops: the notifier of a (loop, client) pair is found only from
+inside that loop, and dropped with the loop. Channels stay subscribed for
+:data:`~celery_redislock.core.notifier.IDLE_UNSUBSCRIBE` seconds after their last
+waiter left; the reader task ends, closing its connection, once no channel is left
+(or when its loop cancels it at shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from ..core.notifier import (
+    IDLE_UNSUBSCRIBE,
+    SUBSCRIBE_CONFIRM_TIMEOUT,
+    named_waiters,
+    read_wake,
+)
+from ..core.scripts import as_text
+
+__all__ = ["AsyncNotifier", "AsyncWaiter"]
+
+log = logging.getLogger(__name__)
+
+_READ_SLICE = 1.0  # longest single read, so idle channels are unsubscribed on time
+
+_registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, AsyncNotifier]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class AsyncWaiter:
+    """One awaiting acquirer: what the messages told it, and the future that wakes it
+    (a bare future and a timer: cheaper than an Event under ``wait_for``, which costs
+    a task per wait)."""
+
+    __slots__ = ("fence", "future", "notified")
+
+    def __init__(self) -> None:
+        self.future: asyncio.Future[None] | None = None  # set while it waits
+        self.notified = False  # a message named it (or all) since the owner cleared it
+        self.fence = 0  # > 0 once a release granted it its lease
+
+    def wake(self) -> None:
+        """End the current wait, if any."""
+        future = self.future
+        if future is not None and not future.done():
+            future.set_result(None)
+
+
+class _Channel:
+    __slots__ = ("confirmed", "idle_since", "sent", "waiters")
+
+    def __init__(self) -> None:
+        self.waiters: dict[str, AsyncWaiter] = {}
+        self.confirmed = asyncio.Event()
+        self.idle_since: float | None = None
+        self.sent = False
+
+
+class AsyncNotifier:
+    """The subscriber of one event loop for one ``redis.asyncio`` client."""
+
+    @classmethod
+    def for_client(cls, client: Any) -> AsyncNotifier:
+        """The running loop's notifier for ``client``, made on first use."""
+        loop = asyncio.get_running_loop()
+        per_loop = _registry.get(loop)
+        if per_loop is None:
+            per_loop = _registry[loop] = {}
+        notifier = per_loop.get(id(client))
+        if notifier is None or notifier._client() is not client:
+            notifier = per_loop[id(client)] = cls(client)
+        return notifier
+
+    def __init__(self, client: Any) -> None:
+        self._client = weakref.ref(client)
+        self._pubsub: Any = None
+        self._channels: dict[str, _Channel] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    def subscribed(self, channel: str) -> bool:
+        """True while ``channel`` is subscribed and confirmed: a waiter that joins now
+        hears every later message, so it may queue with its very first attempt."""
+        entry = self._channels.get(channel)
+        return entry is not None and entry.confirmed.is_set()
+
+    async def join(self, channel: str, token: str) -> AsyncWaiter:
+        """Register ``token`` on ``channel``; returns once the subscription is confirmed
+        (or ``SUBSCRIBE_CONFIRM_TIMEOUT`` passed: the waiter then relies on polls).
+        Pair with :meth:`leave` in a ``finally``."""
+        waiter = AsyncWaiter()
+        entry = self._channels.get(channel)
+        if entry is None:
+            entry = self._channels[channel] = _Channel()
+        entry.waiters[token] = waiter
+        entry.idle_since = None
+        if self._pubsub is None:
+            client = self._client()
+            assert client is not None  # a waiter's lock holds its client
+            self._pubsub = client.pubsub()
+        if not entry.sent:
+            await self._subscribe(channel, entry)
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.get_running_loop().create_task(
+                self._read(), name="celery-redislock-subscriber"
+            )
+        if not entry.confirmed.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(entry.confirmed.wait(), SUBSCRIBE_CONFIRM_TIMEOUT)
+        return waiter
+
+    def leave(self, channel: str, token: str) -> None:
+        """Unregister ``token`` (no I/O: idle channels are dropped by the reader)."""
+        entry = self._channels.get(channel)
+        if entry is not None:
+            entry.waiters.pop(token, None)
+            if not entry.waiters:
+                entry.idle_since = time.monotonic()
+
+    @staticmethod
+    async def wait(waiter: AsyncWaiter, timeout: float) -> None:
+        """Until a message names ``waiter`` or ``timeout`` seconds pass."""
+        if waiter.notified or timeout <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        future = waiter.future = loop.create_future()
+        timer = loop.call_later(timeout, waiter.wake)
+        try:
+            await future
+        finally:
+            timer.cancel()
+            waiter.future = None
+
+    async def _subscribe(self, channel: str, entry: _Channel) -> None:
+        try:
+            await self._pubsub.subscribe(channel)
+        except RedisError as exc:  # unreachable: the waiters poll; the reader retries
+            log.debug("celery_redislock: SUBSCRIBE %s failed: %r", channel, exc)
+        else:
+            entry.sent = True
+
+    async def _read(self) -> None:
+        pubsub = self._pubsub
+        next_sweep = time.monotonic() + _READ_SLICE
+        try:
+            while self._channels:
+                try:
+                    if not pubsub.subscribed:  # nothing to read yet (SUBSCRIBE failed)
+                        await asyncio.sleep(0.2)
+                        message = None
+                    else:
+                        message = await pubsub.get_message(timeout=_READ_SLICE)
+                except (RedisError, OSError) as exc:
+                    # Redis restarted or unreachable: redis-py reconnects and subscribes
+                    # again on the next read; meanwhile the waiters poll.
+                    log.debug("celery_redislock: async subscriber error: %r", exc)
+                    for entry in self._channels.values():
+                        entry.confirmed.clear()
+                    await asyncio.sleep(0.2)
+                    continue
+                if message is not None:
+                    self._dispatch(message)
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + _READ_SLICE
+                    await self._sweep()
+        finally:
+            # Last channel dropped, or the loop is shutting down: close the connection.
+            self._reader = None
+            self._pubsub = None
+            for entry in self._channels.values():
+                entry.sent = False
+                entry.confirmed.clear()
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        entry = self._channels.get(as_text(message.get("channel")))
+        if entry is None:
+            return
+        kind = as_text(message.get("type"))
+        if kind == "subscribe":
+            entry.confirmed.set()
+        elif kind == "message":
+            token, fence = read_wake(message.get("data"))
+            for waiter in named_waiters(entry.waiters, token):
+                if fence:
+                    waiter.fence = fence
+                waiter.notified = True
+                waiter.wake()
+
+    async def _sweep(self) -> None:
+        """Unsubscribe idle channels; subscribe again those whose SUBSCRIBE failed."""
+        now = time.monotonic()
+        for channel, entry in list(self._channels.items()):
+            if not entry.sent and entry.waiters:
+                await self._subscribe(channel, entry)
+        idle = [
+            channel for channel, entry in self._channels.items()
+            if not entry.waiters and entry.idle_since is not None
+            and now - entry.idle_since > IDLE_UNSUBSCRIBE
+        ]  # fmt: skip
+        for channel in idle:
+            del self._channels[channel]
+        if idle and self._pubsub is not None:
+            with contextlib.suppress(RedisError):
+                await self._pubsub.unsubscribe(*idle)

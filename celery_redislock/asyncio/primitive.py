@@ -1,0 +1,182 @@
+"""What ``AsyncRedisLock`` and ``AsyncRedisSemaphore`` share: settings (the sync
+classes' own, :class:`~celery_redislock.core.primitive.PrimitiveBase`), ``async
+with``, lease creation and renewal, and giving up a token when an acquire is
+cancelled or fails.
+
+Cancellation: an acquire interrupted at any ``await`` (a ``CancelledError``, an
+``asyncio.timeout``, an error) gives its token up before the exception goes on: it
+leaves the wait queue and releases any lease granted to it -- by its own request in
+flight or by a release that handed it over meanwhile. That clean-up runs in a task
+of its own, shielded, so a second cancellation cannot stop it; and, because a
+request cancelled in flight is dropped with its connection (redis-py's rule) and
+may still reach Redis after the clean-up, the clean-up runs once more a moment
+later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from ..core.primitive import PrimitiveBase
+from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
+from ..core.validate import check_async_client
+from ..errors import ConfigurationError
+from .lease import AsyncLease, AsyncOnLost
+from .renewal import keep_alive_async
+
+__all__ = ["LATE_CLEANUP", "AsyncPrimitive", "cancel_check"]
+
+log = logging.getLogger(__name__)
+
+LATE_CLEANUP = 0.2
+"""Seconds after a cancelled acquire's clean-up when it is run once more (a request
+cancelled in flight may still reach Redis after the first one)."""
+
+_background: set[asyncio.Task[None]] = set()  # clean-ups in flight (kept referenced)
+
+
+def cancel_check() -> Callable[[], None]:
+    """A check that raises ``CancelledError`` once the running task was asked to
+    cancel after this call, even if the request was swallowed on its way: Python
+    3.11's ``asyncio.wait_for`` (which redis-py awaits inside a command) returns the
+    inner result when the cancel arrives as that result does (fixed in 3.12), so a
+    cancelled acquire could otherwise run on and take a lease nobody waits for.
+    ``Task.cancelling()`` still counts the request."""
+    task = asyncio.current_task()
+    cancelling: Callable[[], int] | None = getattr(task, "cancelling", None)  # 3.11+
+    if cancelling is None:
+        return _never
+    base = cancelling()
+
+    def check() -> None:
+        if cancelling() > base:
+            raise asyncio.CancelledError
+
+    return check
+
+
+def _never() -> None:
+    pass
+
+
+class AsyncPrimitive(PrimitiveBase):
+    """Base of the async lock and semaphore (see the module docs)."""
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        ttl: float,
+        prefix: str,
+        renew: bool,
+        max_hold: float | None,
+        min_replicas: int = 0,
+        replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
+        wait_aof: bool = False,
+    ) -> None:
+        super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold)
+        if min_replicas or wait_aof:
+            raise ConfigurationError(
+                "min_replicas/wait_aof are not supported by celery_redislock.asyncio yet, "
+                f"got min_replicas={min_replicas!r}, wait_aof={wait_aof!r}"
+            )
+        del replica_timeout  # accepted for the sync classes' signature
+        self._held: dict[asyncio.Task[Any], list[AsyncLease]] = {}
+
+    @staticmethod
+    def _checked_client(client: Any) -> Any:
+        return check_async_client(client)
+
+    async def acquire(self, blocking: bool = True, timeout: float | None = None,
+                      owner: str | None = None) -> AsyncLease | None:  # fmt: skip
+        """Take a lease (see the subclass)."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> AsyncLease:
+        lease = await self.acquire()
+        assert lease is not None  # a blocking acquire without timeout returns a lease
+        task = asyncio.current_task()
+        assert task is not None
+        self._held.setdefault(task, []).append(lease)
+        return lease
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        stack = self._held[task]
+        lease = stack.pop()
+        if not stack:
+            del self._held[task]
+        await lease.__aexit__(exc_type, exc, tb)
+
+    # -- for the subclasses -----------------------------------------------------------
+
+    def _new_lease(self, token: str, fence: int, ttl_ms: int, owner: str | None,
+                   sent_at: float, renew: bool | None, on_lost: AsyncOnLost | None,
+                   max_hold: float | None) -> AsyncLease:  # fmt: skip
+        """The lease for a grant, handed to the loop's renewer when renewal is on."""
+        lease = AsyncLease(self, token, fence, ttl_ms / 1000.0, owner=owner,
+                           granted_at=sent_at, on_lost=on_lost)  # fmt: skip
+        if self.renew if renew is None else renew:
+            keep_alive_async(lease, self, max_hold)  # type: ignore[arg-type]
+        return lease
+
+    async def _release_token(self, token: str) -> bool:
+        """Give up ``token`` in one round trip; False when it was no longer held."""
+        raise NotImplementedError
+
+    async def _extend_token(self, token: str, ttl_ms: int) -> bool:
+        """Set ``token``'s TTL in one round trip; False when it was no longer held."""
+        raise NotImplementedError
+
+    async def _held_token(self, token: str) -> int:
+        """The ms ``token`` has left on the server, 0 when not live (read-only)."""
+        raise NotImplementedError
+
+    async def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
+        """Add ``ttl_ms`` to ``token``'s time left; the ms left after, 0 when not live."""
+        raise NotImplementedError
+
+    async def _leave(self, token: str) -> int:
+        """Take waiter ``token`` out of the queue; the fence of a lease granted to it
+        meanwhile, else 0."""
+        raise NotImplementedError
+
+    async def _give_up(self, token: str) -> None:
+        """Wait for the clean-up of ``token`` after a failed or cancelled acquire."""
+        task = asyncio.get_running_loop().create_task(self._clean_up(token))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+        with contextlib.suppress(BaseException):  # cancelled again: it runs on
+            await asyncio.shield(task)
+
+    async def _clean_up(self, token: str) -> None:
+        for attempt in range(2):
+            try:
+                await self._leave(token)
+                await self._release_token(token)
+            except (RedisError, OSError) as exc:
+                # Unreachable: the waiter's heartbeat lapses and any lease expires.
+                log.warning("celery_redislock: giving up %s on %r failed: %r",
+                            self.kind, self.name, exc)  # fmt: skip
+            if attempt == 0:
+                await asyncio.sleep(LATE_CLEANUP)
+
+    def _release_later(self, token: str) -> None:
+        """Release ``token`` in the background (its release was cancelled in flight)."""
+        task = asyncio.get_running_loop().create_task(self._clean_up(token))
+        _background.add(task)
+        task.add_done_callback(_background.discard)

@@ -1,0 +1,211 @@
+"""``AsyncRedisSemaphore``: the semaphore of :class:`~celery_redislock.core.semaphore.
+RedisSemaphore` for ``redis.asyncio`` clients.
+
+Same scripts, keys, arguments and reply reading (:mod:`~celery_redislock.core.
+semaphore_scripts`), same waiting decisions; only the calls are awaited. Sync and
+async clients of one name share its permits and its queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+from ..core.info import PrimitiveInfo
+from ..core.keys import DEFAULT_PREFIX
+from ..core.lock_scripts import leave_reply
+from ..core.primitive import fresh_token
+from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
+from ..core.semaphore_scripts import (
+    ACQUIRE,
+    EXTEND,
+    EXTEND_ADD,
+    HELD,
+    INFO,
+    LEAVE,
+    RELEASE,
+    RELEASE_OWNER,
+    RENEW,
+    SemaphoreScripts,
+    acquire_reply,
+    attempt_outcome,
+    info_reply,
+)
+from ..core.validate import acquire_deadline, check_bool, check_positive_int
+from ..core.waiting import Grant, poll_slice
+from ..errors import ConfigurationError
+from .lease import AsyncLease, AsyncOnLost
+from .notifier import AsyncNotifier
+from .primitive import AsyncPrimitive, cancel_check
+from .waiting import wait_until_granted
+
+__all__ = ["AsyncRedisSemaphore"]
+
+log = logging.getLogger(__name__)
+
+
+class AsyncRedisSemaphore(AsyncPrimitive):
+    """A named counting semaphore for async code, shared with every sync and async
+    client of the same Redis. Takes the arguments of :class:`~celery_redislock.core.
+    semaphore.RedisSemaphore` (``client`` a ``redis.asyncio.Redis`` or
+    ``redis.asyncio.RedisCluster``); ``min_replicas`` / ``wait_aof`` are not
+    supported yet."""
+
+    kind = "semaphore"
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        limit: int,
+        ttl: float = 30.0,
+        fair: bool = False,
+        prefix: str = DEFAULT_PREFIX,
+        renew: bool = False,
+        max_hold: float | None = None,
+        min_replicas: int = 0,
+        replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
+        wait_aof: bool = False,
+    ) -> None:
+        super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold,
+                         min_replicas=min_replicas, replica_timeout=replica_timeout,
+                         wait_aof=wait_aof)  # fmt: skip
+        self._limit = check_positive_int(limit, "limit")
+        self._fair = check_bool(fair, "fair")
+        self._scripts = SemaphoreScripts(self._client, self._keys, self._limit, self._fair)
+        self._warned_limit = False
+
+    @property
+    def limit(self) -> int:
+        """The limit this object enforces (and stores) when it acquires."""
+        return self._limit
+
+    @property
+    def fair(self) -> bool:
+        """True when permits are granted strictly in request order."""
+        return self._fair
+
+    async def acquire(
+        self,
+        blocking: bool = True,
+        timeout: float | None = None,
+        owner: str | None = None,
+        *,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: AsyncOnLost | None = None,
+        max_hold: float | None = None,
+    ) -> AsyncLease | None:
+        """Take a permit; its :class:`AsyncLease`, or None if not granted in time (as
+        :meth:`RedisSemaphore.acquire <celery_redislock.core.semaphore.RedisSemaphore.
+        acquire>`). Cancelled at any ``await``, it leaves no permit and no queued waiter
+        behind (see :mod:`.primitive`)."""
+        deadline = acquire_deadline(blocking, timeout)
+        ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
+        token, tag = fresh_token()  # classic pub/sub: the async notifier's
+        wait = deadline is not None
+        check = cancel_check()
+
+        async def attempt() -> Grant | int:
+            sent_at = time.monotonic()
+            reply = await self._attempt(token, owner or "", ttl_ms, wait)
+            check()
+            return attempt_outcome(reply, sent_at, ttl_ms)
+
+        channel = f"{self._scripts.channel}:{tag}"
+        grant: Grant | int | None = None
+        try:
+            if not wait or not AsyncNotifier.for_client(self._client).subscribed(channel):
+                grant = await attempt()
+            if not isinstance(grant, tuple):
+                if deadline is None:
+                    return None
+                grant = await wait_until_granted(
+                    AsyncNotifier.for_client(self._client), channel, token, attempt,
+                    lambda: self._leave(token), None if deadline == math.inf else deadline,
+                    poll_slice(ttl_ms),
+                )  # fmt: skip
+            check()
+            if grant is None:
+                return None
+        except BaseException:
+            await self._give_up(token)
+            raise
+        return self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
+                               max_hold)  # fmt: skip
+
+    async def available(self) -> int:
+        """Permits not held by a live lease, under this object's limit (read-only)."""
+        return max(0, self._limit - len((await self.info()).holders))
+
+    async def release_owner(self, owner: str) -> int:
+        """Release every live lease whose owner id is exactly ``owner``; how many."""
+        if not isinstance(owner, str) or not owner:
+            raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
+        return await self._release_owner(owner)
+
+    async def force_release(self) -> int:
+        """Release every lease of the semaphore, whoever holds it; how many."""
+        return await self._release_owner("")
+
+    async def info(self) -> PrimitiveInfo:
+        """Live leases with their TTL left, the waiters and the stored limit, read-only."""
+        reply = await INFO.call_async(self._client, self._scripts.info_keys, [])
+        return info_reply(self.name, self._limit, reply)
+
+    def __repr__(self) -> str:
+        fair = " fair" if self._fair else ""
+        return f"<AsyncRedisSemaphore {self.name!r} limit={self._limit} ttl={self.ttl}{fair}>"
+
+    # -- one round trip each ----------------------------------------------------------
+
+    async def _attempt(self, token: str, owner: str, ttl_ms: int,
+                       wait: bool) -> tuple[int, int, int, int]:  # fmt: skip
+        scripts = self._scripts
+        args = scripts.acquire_args(token, owner, ttl_ms, wait)
+        reply = acquire_reply(await ACQUIRE.call_async(self._client, scripts.acquire_keys, args))
+        if reply[2] and not self._warned_limit:
+            self._warned_limit = True
+            log.warning(
+                "celery_redislock: semaphore %r was limited to %s; now enforcing limit=%s",
+                self.name, reply[2], self._limit,
+            )  # fmt: skip
+        return reply
+
+    async def _leave(self, token: str) -> int:
+        scripts = self._scripts
+        args = scripts.leave_args(token)
+        return leave_reply(await LEAVE.call_async(self._client, scripts.leave_keys, args))
+
+    async def _release_owner(self, owner: str) -> int:
+        scripts = self._scripts
+        args = scripts.release_owner_args(owner)
+        return int(await RELEASE_OWNER.call_async(self._client, scripts.state_keys, args))
+
+    async def _release_token(self, token: str) -> bool:
+        scripts = self._scripts
+        args = scripts.release_args(token)
+        return bool(await RELEASE.call_async(self._client, scripts.release_keys, args))
+
+    async def _extend_token(self, token: str, ttl_ms: int) -> bool:
+        scripts = self._scripts
+        args = scripts.extend_args(token, ttl_ms)
+        return bool(await EXTEND.call_async(self._client, scripts.state_keys, args))
+
+    async def _held_token(self, token: str) -> int:
+        return int(await HELD.call_async(self._client, self._scripts.add_keys[:1], [token]))
+
+    async def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
+        keys = self._scripts.add_keys
+        return int(await EXTEND_ADD.call_async(self._client, keys, [token, ttl_ms, nonce]))
+
+    # -- the renewer's side (renewal.Renewable) ---------------------------------------
+
+    _renew_script = RENEW
+
+    @property
+    def _renew_keys(self) -> tuple[str, str]:
+        return (self._keys.holders, self._keys.leases)
