@@ -75,7 +75,6 @@ class AsyncRedisLock(AsyncPrimitive):
                          wait_aof=wait_aof)  # fmt: skip
         self._scripts = scripts = LockScripts(self._client, self._keys)
         self._acquire_keys = scripts.acquire_keys
-        self._release_keys = scripts.release_keys
         self._channel = scripts.channel
 
     async def acquire(
@@ -195,22 +194,26 @@ class AsyncRedisLock(AsyncPrimitive):
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
         new_token = new_token or secrets.token_hex(16)
         sent_at = time.monotonic()
-        args = LockScripts.adopt_args(token, new_token, ttl_ms, owner)
-        fence = adopt_reply(await ADOPT.call_async(self._client, self._scripts.adopt_keys, args))
-        if not fence:
+        keys, args = self._scripts.adopt_call(token, new_token, ttl_ms, owner)
+        grant = adopt_reply(await ADOPT.call_async(self._client, keys, args), sent_at, ttl_ms)
+        if grant is None:
             return None
-        return self._new_lease(new_token, fence, ttl_ms, owner, sent_at, renew, on_lost,
+        return self._new_lease(new_token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
                                max_hold)  # fmt: skip
 
     async def release_owner(self, owner: str) -> int:
         """Release every lease of the lock if its owner id is ``owner``; how many."""
         if not isinstance(owner, str) or not owner:
             raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
-        return int(await RELEASE_OWNER.call_async(self._client, self._scripts.queue_keys, [owner]))
+        return await self._release_owner(owner)
 
     async def force_release(self) -> int:
         """Release the lock whoever holds it; the number of leases released."""
-        return int(await RELEASE_OWNER.call_async(self._client, self._scripts.queue_keys, [""]))
+        return await self._release_owner("")
+
+    async def _release_owner(self, owner: str) -> int:
+        keys, args = self._scripts.release_owner_call(owner)
+        return int(await RELEASE_OWNER.call_async(self._client, keys, args))
 
     async def locked(self) -> bool:
         """True while any lease holds the lock."""
@@ -218,7 +221,8 @@ class AsyncRedisLock(AsyncPrimitive):
 
     async def info(self) -> PrimitiveInfo:
         """The lock's holders, owner, fence and number of waiters, read-only."""
-        reply = await INFO.call_async(self._client, self._scripts.info_keys, [])
+        reply = await INFO.call_async(self._client, self._scripts.info_keys,
+                                      LockScripts.info_args())  # fmt: skip
         return info_reply(self.name, reply)
 
     def __repr__(self) -> str:
@@ -227,7 +231,8 @@ class AsyncRedisLock(AsyncPrimitive):
     # -- the lease's side (AsyncLeaseHolder) --------------------------------------------
 
     async def _release_token(self, token: str) -> bool:
-        return bool(await RELEASE.call_async(self._client, self._release_keys, [token]))
+        keys = self._scripts.release_call(token)
+        return bool(await RELEASE.call_async(self._client, keys, [token]))
 
     async def _extend_token(self, token: str, ttl_ms: int) -> bool:
         keys = self._scripts.holders_key

@@ -153,7 +153,8 @@ class AsyncRedisSemaphore(AsyncPrimitive):
 
     async def info(self) -> PrimitiveInfo:
         """Live leases with their TTL left, the waiters and the stored limit, read-only."""
-        reply = await INFO.call_async(self._client, self._scripts.info_keys, [])
+        reply = await INFO.call_async(self._client, self._scripts.info_keys,
+                                      SemaphoreScripts.info_args())  # fmt: skip
         return info_reply(self.name, self._limit, reply)
 
     def __repr__(self) -> str:
@@ -181,14 +182,13 @@ class AsyncRedisSemaphore(AsyncPrimitive):
         return leave_reply(await LEAVE.call_async(self._client, scripts.leave_keys, args))
 
     async def _release_owner(self, owner: str) -> int:
-        scripts = self._scripts
-        args = scripts.release_owner_args(owner)
-        return int(await RELEASE_OWNER.call_async(self._client, scripts.state_keys, args))
+        keys, args = self._scripts.release_owner_call(owner)
+        return int(await RELEASE_OWNER.call_async(self._client, keys, args))
 
     async def _release_token(self, token: str) -> bool:
         scripts = self._scripts
-        args = scripts.release_args(token)
-        return bool(await RELEASE.call_async(self._client, scripts.release_keys, args))
+        keys, args = scripts.release_call(token), scripts.release_args(token)
+        return bool(await RELEASE.call_async(self._client, keys, args))
 
     async def _extend_token(self, token: str, ttl_ms: int) -> bool:
         scripts = self._scripts

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from redis.exceptions import RedisError
 
 from ..core.waiting import MAX_POLL, OUTAGE_ERRORS, Grant, WaitClock
-from .notifier import AsyncNotifier
+from .notifier import AsyncNotifier, AsyncWaiter
 
 __all__ = ["wait_until_granted"]
 
@@ -36,6 +36,7 @@ async def wait_until_granted(
     the sync :func:`~celery_redislock.core.waiting.wait_until_granted` for
     ``attempt`` and ``leave``); None when the deadline passed ungranted."""
     clock = WaitClock(deadline, max_poll)
+    waiter: AsyncWaiter | None = None
     try:
         waiter = await notifier.join(channel, token)
         while True:
@@ -63,4 +64,5 @@ async def wait_until_granted(
         fence = await leave()
     except RedisError:  # unreachable: the heartbeat lapses instead
         fence = 0
-    return clock.granted(fence)
+    # A grant heard by message is kept even when leave() could not say so.
+    return clock.granted(fence or (waiter.fence if waiter is not None else 0))
