@@ -220,6 +220,6 @@ def test_a_refusal_after_reaping_answers_the_earliest_live_lease(r: redis.Redis)
     assert all(leases)
     time.sleep(0.1)
     narrow = RedisSemaphore(r, "s", limit=2)  # two live leases: full once reaped
-    granted, wait_ms, _ = narrow._attempt("x" * 32, "", 1000, False)
+    granted, wait_ms, _, _ = narrow._attempt("x" * 32, "", 1000, False)
     assert granted == 0 and 2700 < wait_ms <= 3000  # the 3 s lease, not the reaped one
     assert r.zcard(narrow.keys.holders) == 2 and not r.exists(narrow.keys.queue)
