@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import redis
 import redis.asyncio as aioredis
@@ -63,7 +64,7 @@ def test_cancel_at_every_await_of_an_uncontended_and_a_queued_acquire(redis_url:
                 for contended in (False, True):
                     blocker = await lock.acquire() if contended else None
                     for yields in range(0, 40):
-                        landed += await cancel_after(lambda: lock.acquire(timeout=5), yields)
+                        landed += await cancel_after(partial(lock.acquire, timeout=5), yields)
                         assert await leftovers(client, lock, int(contended)) == [], yields
                     if blocker is not None:
                         assert await blocker.release()

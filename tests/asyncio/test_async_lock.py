@@ -182,7 +182,7 @@ def test_a_lease_used_from_another_loop_raises(url: str) -> None:
 
 
 def test_a_sync_client_is_refused(url: str) -> None:
-    with pytest.raises(ConfigurationError, match="redis.asyncio"):
+    with pytest.raises(ConfigurationError, match=r"redis\.asyncio"):
         AsyncRedisLock(redis.Redis.from_url(url), "x")
     with pytest.raises(ConfigurationError, match="limit"):
         AsyncRedisSemaphore(aioredis.Redis.from_url(url), "x", limit=0)
