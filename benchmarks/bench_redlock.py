@@ -169,12 +169,14 @@ def fan_out_choices(ports: list[int], count: int) -> None:
     def threads() -> None:
         token = secrets.token_hex(16)
         list(pool.map(lambda c: rounds.ACQUIRE(c, keys, [token, 10000]), clients))
-        list(pool.map(lambda c: rounds.RELEASE(c, lock._release_keys, [token]), clients))
+        keys_r = lock._release_call_keys(token)
+        list(pool.map(lambda c: rounds.RELEASE(c, keys_r, [token]), clients))
 
     def redis_pool() -> None:
         token = secrets.token_hex(16)
+        release_keys = lock._release_call_keys(token)
         for script, ks, args in ((rounds.ACQUIRE, keys, [token, 10000]),
-                                 (rounds.RELEASE, lock._release_keys, [token])):  # fmt: skip
+                                 (rounds.RELEASE, release_keys, [token])):  # fmt: skip
             conns = [c.connection_pool.get_connection() for c in clients]
             for conn in conns:
                 conn.send_command("EVALSHA", script.sha, len(ks), *ks, *args)

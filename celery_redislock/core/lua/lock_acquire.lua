@@ -57,7 +57,7 @@ if boot and redis.call('EXISTS', boot) == 0 then
   local info = redis.call('INFO', 'server')
   local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000
   local grace = tonumber(ARGV[6])
-  if up < grace then return {0, grace - up, '', 'restarted'} end
+  if up < grace then return {STAMP, {0, grace - up, '', 'restarted'}} end
   redis.call('SET', boot, string.format('%d', now), 'PX', {{BOOT_MARKER_MS}})
 end
 -- The fence base: the server's µs clock, or the caller's floor when higher.
