@@ -43,7 +43,7 @@ from .lock_scripts import (
 )
 from .primitive import Primitive, fresh_token
 from .replicas import DEFAULT_REPLICA_TIMEOUT
-from .scripts import LuaScript
+from .scripts import LuaScript, reply_deadline
 from .validate import acquire_deadline
 from .waiting import Grant, Notifier, poll_slice, wait_until_granted
 
@@ -141,6 +141,20 @@ class RedisLock(Primitive):
         return self._acquire(None, owner, ttl, renew, on_lost, max_hold)
 
     def _acquire(
+        self,
+        deadline: float | None,
+        owner: str | None,
+        ttl: float | None,
+        renew: bool | None,
+        on_lost: OnLost | None,
+        max_hold: float | None,
+    ) -> tuple[Lease | None, str | None]:
+        if deadline is None or deadline == math.inf:
+            return self._acquire_by(deadline, owner, ttl, renew, on_lost, max_hold)
+        with reply_deadline(deadline):  # no blocked read outlives the caller's deadline
+            return self._acquire_by(deadline, owner, ttl, renew, on_lost, max_hold)
+
+    def _acquire_by(
         self,
         deadline: float | None,
         owner: str | None,

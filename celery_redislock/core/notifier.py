@@ -137,18 +137,23 @@ class Notifier:
         return entry is not None and entry.confirmed.is_set()
 
     @contextlib.contextmanager
-    def listen(self, channel: str, token: str) -> Iterator[Waiter]:
+    def listen(self, channel: str, token: str,
+               deadline: float | None = None) -> Iterator[Waiter]:  # fmt: skip
         """Register ``token`` as a waiter on ``channel`` for the ``with`` block.
 
-        The subscription is confirmed (or :data:`SUBSCRIBE_CONFIRM_TIMEOUT` passed) on
-        entry. Clear :attr:`Waiter.notified` *before* each check of the primitive,
+        The subscription is confirmed (or :data:`SUBSCRIBE_CONFIRM_TIMEOUT` passed, or
+        the caller's ``deadline``, a ``time.monotonic()`` instant) on entry. Clear
+        :attr:`Waiter.notified` *before* each check of the primitive,
         then :meth:`wait`.
         """
         waiter = Waiter()
         entry = self._join(channel, token, waiter)
         try:
             if not entry.confirmed.is_set():
-                self._await(waiter, entry.confirmed.is_set, SUBSCRIBE_CONFIRM_TIMEOUT)
+                wait = SUBSCRIBE_CONFIRM_TIMEOUT
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                self._await(waiter, entry.confirmed.is_set, wait)
             yield waiter
         finally:
             self._leave(channel, token)

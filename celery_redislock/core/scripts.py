@@ -28,15 +28,19 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from importlib import resources
 from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import RedisLockError
 
-__all__ = ["LuaScript", "StaleReply", "as_text", "discard_idle_connections", "expand"]
+__all__ = ["DeadlinePassed", "LuaScript", "StaleReply", "as_text", "discard_idle_connections",
+           "expand", "reply_deadline"]
 
 _LUA_PACKAGE = "celery_redislock.core.lua"
 _INCLUDE = "--!include "
@@ -61,6 +65,29 @@ _STRING_OR_COMMENT = re.compile(r"""'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"|--[^
 class StaleReply(RedisLockError, RedisError):
     """A script's reply did not carry its call's stamp twice running: the connection
     gave another command's reply (see :meth:`LuaScript.checked`)."""
+
+
+class DeadlinePassed(RedisLockError, RedisTimeoutError):
+    """Redis did not answer a script call before the caller's deadline (see
+    :func:`reply_deadline`); the call may or may not have run."""
+
+
+_LAST_LOOK = 0.05  # seconds a call sent at or past its deadline may wait for its reply
+
+_DEADLINE: ContextVar[float | None] = ContextVar("celery_redislock_deadline", default=None)
+
+
+@contextlib.contextmanager
+def reply_deadline(deadline: float | None) -> Iterator[None]:
+    """Within the block, a script call on a plain client waits for its reply (and
+    re-sends) only until ``deadline`` (a ``time.monotonic()`` instant; None: no cap),
+    then raises :class:`DeadlinePassed` -- a blocked read never outlives the caller's
+    deadline (redis-py's own socket timeout, 5 s by default, would)."""
+    token = _DEADLINE.set(deadline)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
 
 
 class LuaScript:
@@ -100,11 +127,16 @@ class LuaScript:
         pool = getattr(client, "connection_pool", None)
         if pool is None or getattr(client, "connection", None) is not None:
             return self._via_client(client, keys, args)  # cluster, single connection
+        deadline = _DEADLINE.get()
         conn = pool.get_connection()
+
+        def failed(_error: BaseException) -> None:
+            conn.disconnect()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise DeadlinePassed(f"{self.name}: Redis did not answer before the deadline")
+
         try:
-            return conn.retry.call_with_retry(
-                lambda: self._on(conn, keys, args), lambda _error: conn.disconnect()
-            )
+            return conn.retry.call_with_retry(lambda: self._on(conn, keys, args, deadline), failed)
         except BaseException as exc:
             if not isinstance(exc, RedisError):
                 conn.disconnect()  # interrupted: a reply may be left unread
@@ -112,14 +144,14 @@ class LuaScript:
         finally:
             pool.release(conn)
 
-    def _on(self, conn: Any, keys: list[Any], args: list[Any]) -> Any:
+    def _on(self, conn: Any, keys: list[Any], args: list[Any], deadline: float | None) -> Any:
         for attempt in (1, 2):
             try:
                 conn.send_command("EVALSHA", self.sha, len(keys), *keys, *args)
-                reply = conn.read_response()
+                reply = _read_reply(conn, deadline)
             except NoScriptError:
                 conn.send_command("EVAL", self.text, len(keys), *keys, *args)
-                reply = conn.read_response()
+                reply = _read_reply(conn, deadline)
             if self.code is None or self._stamped(reply, args):
                 return reply if self.code is None else reply[1]
             conn.disconnect()  # it held another command's reply: never use it again
@@ -180,6 +212,15 @@ class LuaScript:
 
     def __repr__(self) -> str:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
+
+
+def _read_reply(conn: Any, deadline: float | None) -> Any:
+    if deadline is None:
+        return conn.read_response()
+    # A socket timeout raises redis' TimeoutError (and disconnects): retried by the
+    # Retry, whose failure callback ends the call once the deadline passed. A call made
+    # at its deadline (a waiter's last look) still gets a round trip's worth of time.
+    return conn.read_response(timeout=max(_LAST_LOOK, deadline - time.monotonic()))
 
 
 def discard_idle_connections(client: Any) -> None:

@@ -22,7 +22,7 @@ from .lease import Lease, OnLost
 from .lock_scripts import leave_reply
 from .primitive import Primitive, fresh_token
 from .replicas import DEFAULT_REPLICA_TIMEOUT
-from .scripts import LuaScript
+from .scripts import LuaScript, reply_deadline
 from .semaphore_scripts import (
     ACQUIRE,
     EXTEND,
@@ -137,6 +137,20 @@ class RedisSemaphore(Primitive):
         runs once if the lease is found lost (see :mod:`.renewal`).
         """
         deadline = acquire_deadline(blocking, timeout)
+        if deadline is None or deadline == math.inf:
+            return self._acquire_by(deadline, owner, ttl, renew, on_lost, max_hold)
+        with reply_deadline(deadline):  # no blocked read outlives the caller's deadline
+            return self._acquire_by(deadline, owner, ttl, renew, on_lost, max_hold)
+
+    def _acquire_by(
+        self,
+        deadline: float | None,
+        owner: str | None,
+        ttl: float | None,
+        renew: bool | None,
+        on_lost: OnLost | None,
+        max_hold: float | None,
+    ) -> Lease | None:
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
         token, tag = fresh_token(self._client)
 

@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .notifier import WAKE_ALL, Notifier, Waiter
+from .scripts import reply_deadline
 
 __all__ = ["MAX_POLL", "OUTAGE_ERRORS", "OUTAGE_GRACE", "WAITER_HEARTBEAT_MS", "WAKE_ALL",
            "Grant", "Notifier", "WaitClock", "Waiter", "granted_lease", "poll_slice",
@@ -39,6 +40,9 @@ MAX_POLL = 1.0
 
 WAITER_HEARTBEAT_MS = 5000
 """A queued waiter that has not checked in for this long is dropped from the queue."""
+
+LEAVE_GRACE = 0.1
+"""Seconds past its deadline a waiter may spend leaving the queue (see ``_grace``)."""
 
 OUTAGE_GRACE = 30.0
 """Seconds a waiter with no deadline keeps asking through connection errors (a
@@ -154,7 +158,7 @@ def wait_until_granted(
     notifier = Notifier.for_client(client)
     heard: list[Waiter] = []  # the waiter, so a grant it heard is known on the way out
     try:
-        with notifier.listen(channel, token) as waiter:
+        with notifier.listen(channel, token, deadline) as waiter:
             heard.append(waiter)
             while True:
                 waiter.notified = False
@@ -178,12 +182,22 @@ def wait_until_granted(
     except BaseException:
         # A grant that reached the waiter (by message, or found by leave()) is given
         # back, never left to sit for a whole TTL: leave() failing does not hide one.
-        fence = _leave_quietly(leave) or _heard_fence(heard)
-        with contextlib.suppress(RedisError):
-            if fence:
-                release()
+        with _grace(deadline):
+            fence = _leave_quietly(leave) or _heard_fence(heard)
+            with contextlib.suppress(RedisError):
+                if fence:
+                    release()
         raise
-    return clock.granted(_leave_quietly(leave) or _heard_fence(heard))
+    with _grace(deadline):
+        return clock.granted(_leave_quietly(leave) or _heard_fence(heard))
+
+
+def _grace(deadline: float | None) -> contextlib.AbstractContextManager[None]:
+    """Leaving the queue (and giving back a grant) may take :data:`LEAVE_GRACE` past
+    the caller's deadline, and no longer: with Redis paused the heartbeat lapses."""
+    if deadline is None:
+        return contextlib.nullcontext()
+    return reply_deadline(max(deadline, time.monotonic()) + LEAVE_GRACE)
 
 
 def _heard_fence(heard: list[Waiter]) -> int:

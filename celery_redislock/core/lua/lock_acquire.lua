@@ -106,6 +106,9 @@ if redis.call('EXISTS', holders) == 1 then
       if redis.call('ZSCORE', queue, token) then dequeue_waiter(queue, alive, asks, token) end
       return {STAMP, reenter()}
     end
+    -- Held: dead waiters are dropped here too (every live waiter asks at least once
+    -- a second), so the heartbeat rule holds while the lock stays held.
+    if redis.call('EXISTS', queue) == 1 then reap_dead_waiters(queue, alive, asks, now) end
     return {STAMP, refuse(longest - now, holder)}
   end
 end

@@ -1,0 +1,98 @@
+"""Deadlines hold while Redis does not answer (issue 13, item 8), and dead lock
+waiters are dropped while the lock stays held (item 5)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from celery_redislock import RedisLock, RedisSemaphore
+from celery_redislock.core.notifier import Notifier
+from tests.faults import FaultProxy
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_a_waiter_returns_by_its_deadline_while_redis_is_paused(
+    r: redis.Redis, fault_proxy: FaultProxy, kind: str
+) -> None:
+    holder = (RedisLock(r, "job") if kind == "lock"
+              else RedisSemaphore(r, "job", limit=1)).acquire()  # fmt: skip
+    assert holder is not None
+    client = fault_proxy.client()  # redis-py's defaults: a 5 s socket timeout, Retry x10
+    primitive = (RedisLock(client, "job") if kind == "lock"
+                 else RedisSemaphore(client, "job", limit=1))  # fmt: skip
+    assert primitive.acquire(blocking=False) is None  # connected; scripts cached
+    time.sleep(0.1)
+    started = time.monotonic()
+    fault_proxy.pause()  # Redis stops answering (as when SIGSTOPped)
+    try:
+        with pytest.raises(redis.TimeoutError):
+            primitive.acquire(timeout=1.0)
+    finally:
+        elapsed = time.monotonic() - started
+        fault_proxy.resume()
+    # Before: the blocked read waited out the socket timeout (and its retries).
+    assert elapsed < 1.5, elapsed
+    assert holder.release()
+    client.close()
+
+
+def test_a_tiny_timeout_does_not_wait_for_a_subscription(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder = RedisLock(r, "job").acquire()
+    assert holder is not None
+    # A SUBSCRIBE that is never confirmed (Redis slow to answer it).
+    monkeypatch.setattr(Notifier, "_subscribe", lambda self, channel, entry: None)
+    started = time.monotonic()
+    assert RedisLock(r, "job").acquire(timeout=0.05) is None
+    # Before: the confirmation wait (1 s) ignored the caller's deadline.
+    assert time.monotonic() - started < 0.5
+    assert holder.release()
+
+
+_WAITER = """
+import sys, redis
+from celery_redislock import RedisLock
+lock = RedisLock(redis.Redis.from_url(sys.argv[1]), "job")
+print("waiting", flush=True)
+lock.acquire(timeout=60)
+"""
+
+
+def test_dead_waiters_are_dropped_while_the_lock_is_held(r: redis.Redis, redis_url: str) -> None:
+    lock = RedisLock(r, "job", ttl=30, renew=True)
+    holder = lock.acquire()
+    assert holder is not None
+    dead = subprocess.Popen([sys.executable, "-c", _WAITER, redis_url], stdout=subprocess.PIPE)
+    try:
+        assert dead.stdout is not None and dead.stdout.readline() == b"waiting\n"
+        deadline = time.monotonic() + 5
+        while lock.info().waiters < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lock.info().waiters == 1
+        os.kill(dead.pid, signal.SIGKILL)
+    finally:
+        dead.wait(10)
+        if dead.stdout is not None:
+            dead.stdout.close()
+    live = RedisLock(r, "job")
+    results: list[Any] = []
+    import threading
+
+    waiter = threading.Thread(target=lambda: results.append(live.acquire(timeout=7)))
+    waiter.start()
+    time.sleep(6.0)  # past the dead waiter's 5 s heartbeat; the lock held all along
+    # Before: reaped only when the lock was free or released -- counted for ever.
+    assert lock.info().waiters == 1
+    assert r.zcard(lock.keys.queue) == 1
+    assert holder.release()
+    waiter.join(5)
+    assert results and results[0] is not None and results[0].release()
