@@ -16,11 +16,10 @@ Celery default do not make ``Task.from_config`` raise. Through Celery's namespac
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final
 
 from celery import Celery
 from celery.local import Proxy
@@ -31,10 +30,10 @@ from ..errors import ConfigurationError
 from .identity import IdentityCache
 
 __all__ = [
-    "OptionsMemo",
     "DEFAULT_LOCK_TTL",
     "DEFAULT_QUEUED_TTL",
     "ON_DUPLICATE",
+    "SETTINGS_KEYS",
     "Settings",
     "check_on_duplicate",
     "check_prefix",
@@ -94,10 +93,11 @@ CLIENT_KEYS: Final = ("redislock_url", "redislock_client_options", "redislock_cl
 """The settings the app's Redis client is made from (:func:`.client.get_redis`;
 ``broker_url`` and ``broker_write_url`` feed the default URL)."""
 
-# The client's settings count too: options made under one Settings object may keep
-# lock objects on the client of that moment (SingletonOptions.locks).
-_SETTINGS_KEYS: Final = ("redislock_prefix", "redislock_lock_ttl", "redislock_queued_ttl",
-                         "redislock_on_duplicate", *CLIENT_KEYS)  # fmt: skip
+SETTINGS_KEYS: Final = ("redislock_prefix", "redislock_lock_ttl", "redislock_queued_ttl",
+                        "redislock_on_duplicate", *CLIENT_KEYS)  # fmt: skip
+"""The settings :class:`Settings` and the client are read from. The client's count too:
+options made under one Settings object may keep lock objects on the client of that
+moment (``SingletonOptions.locks``)."""
 _settings: IdentityCache[tuple[Hashable, Settings]] = IdentityCache()
 
 
@@ -127,7 +127,7 @@ def conf_fingerprint(app: Celery, keys: tuple[str, ...]) -> Hashable | None:
 
 def settings_for(app: Celery) -> Settings:
     """:meth:`Settings.from_app`, read again only when the configuration changed."""
-    fingerprint = conf_fingerprint(app, _SETTINGS_KEYS)
+    fingerprint = conf_fingerprint(app, SETTINGS_KEYS)
     cached = _settings.get(app)
     if fingerprint is not None and cached is not None and cached[0] == fingerprint:
         return cached[1]
@@ -183,40 +183,3 @@ def task_option(task: object, name: str, default: Any = None) -> Any:
         value = getattr(type(task), name, default)
     return value.__func__ if isinstance(value, staticmethod) else value
 
-
-_T = TypeVar("_T")
-
-
-class OptionsMemo(Generic[_T]):
-    """A task's merged options, remembered while neither its raw option values (read
-    on every call: ``task_annotations`` and ``app.conf.update`` made later still count)
-    nor the app's settings object change, so validation runs once, not per call."""
-
-    def __init__(self, names: tuple[str, ...]) -> None:
-        self._names = names
-        self._name_set = frozenset(names)
-        # One C call reads every option off the class (where Celery puts them; a
-        # function stays unbound there): a task_option() per name costs ten times more.
-        self._read_class = operator.attrgetter(*names, "__class__")
-        self._memo: IdentityCache[tuple[object, object, _T]] = IdentityCache()
-
-    def _raw(self, task: Any) -> object:
-        """The raw option values of ``task``, as :func:`task_option` reads them."""
-        if isinstance(task, Proxy):
-            task = task._get_current_object()
-        if isinstance(task, type):
-            return self._read_class(task)
-        own = getattr(task, "__dict__", None)
-        if own and not own.keys().isdisjoint(self._name_set):  # set on the instance
-            return tuple(task_option(task, name) for name in self._names)
-        return self._read_class(type(task))
-
-    def get(self, task: Any, settings: object, merge: Callable[[], _T]) -> _T:
-        """The remembered options of ``task`` under ``settings``, else ``merge()``'s."""
-        raw = self._raw(task)
-        cached = self._memo.get(task)
-        if cached is not None and cached[1] is settings and cached[0] == raw:
-            return cached[2]
-        options = merge()
-        self._memo.set(task, (raw, settings, options))
-        return options

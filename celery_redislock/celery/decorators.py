@@ -33,8 +33,8 @@ from celery import Celery, shared_task
 from ..errors import ConfigurationError
 from .bounded.options import OPTIONS as BOUNDED_OPTIONS
 from .bounded.options import PoolKey
+from .options import check_class_options
 from .redlock import check_not_bounded
-from .singleton.options import check_class_options
 from .task import RedisLockTask, SingletonTask
 
 __all__ = ["bounded_task", "singleton_task"]

@@ -27,10 +27,10 @@ from . import cleanup
 from .bounded.guard import CONCURRENCY
 from .bounded.options import PoolKey
 from .execution import Guard, current_run, outcome_of, start_run
+from .options import check_class_options
 from .redlock import check_not_bounded
 from .singleton import enqueue
 from .singleton.guard import SINGLETON
-from .singleton.options import check_class_options
 
 __all__ = ["RedisLockTask", "SingletonTask"]
 

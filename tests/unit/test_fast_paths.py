@@ -15,8 +15,8 @@ from celery import Celery
 from celery_redislock import Lease
 from celery_redislock.celery.config import conf_fingerprint, settings_for
 from celery_redislock.celery.identity import IdentityCache
+from celery_redislock.celery.options import options_of
 from celery_redislock.celery.singleton.binding import bind_arguments
-from celery_redislock.celery.singleton.options import singleton_options
 from celery_redislock.core.renewal.scheduler import Renewer
 
 
@@ -86,13 +86,13 @@ def test_cached_options_follow_class_and_instance_changes(app: Celery) -> None:
     def lazy() -> None: ...
 
     job = app.tasks[lazy.name]  # the task itself, not @app.task's proxy
-    assert singleton_options(job).lock_ttl == settings_for(app).lock_ttl
+    assert options_of(job).singleton.lock_ttl == settings_for(app).lock_ttl
     type(job).lock_ttl = 7.0
-    assert singleton_options(job).lock_ttl == 7.0
+    assert options_of(job).singleton.lock_ttl == 7.0
     job.lock_ttl = 9.0  # set on the instance
-    assert singleton_options(job).lock_ttl == 9.0
+    assert options_of(job).singleton.lock_ttl == 9.0
     app.conf.redislock_queued_ttl = 11.0
-    assert singleton_options(job).queued_ttl == 11.0
+    assert options_of(job).singleton.queued_ttl == 11.0
 
 
 def test_identity_cache_forgets_collected_objects() -> None:
@@ -223,15 +223,15 @@ def test_apply_async_memo_follows_the_task_options(app: Celery) -> None:
     def lazy(a: int, b: int) -> None: ...
 
     job = app.tasks[lazy.name]  # the task itself, not @app.task's proxy
-    before = singleton_options(job)
+    before = options_of(job).singleton
     before.call_keys[("sentinel",)] = "x"
     type(job).unique_on = ["a"]  # as task_annotations would, after the first calls
-    after = singleton_options(job)
+    after = options_of(job).singleton
     assert after is not before and not after.call_keys
     assert call_key(job, (1, 2), {}, None, after.call_keys) == call_key(job, (1, 3))
     type(job).unique_on = None
     type(job).lock_key = staticmethod(lambda a, b: f"k{a}")
-    assert not singleton_options(job).remember_keys
+    assert not options_of(job).singleton.remember_keys
 
 
 def test_keys_are_not_remembered_where_they_may_change_in_place(app: Celery) -> None:
@@ -246,12 +246,12 @@ def test_keys_are_not_remembered_where_they_may_change_in_place(app: Celery) -> 
     def plain(a: int, b: int = 0, c: float = 0.5, d: str = "x") -> None: ...
 
     job, other = app.tasks[report.name], app.tasks[plain.name]
-    assert not singleton_options(job).remember_keys  # a list default: appended to later
-    assert singleton_options(other).remember_keys
+    assert not options_of(job).singleton.remember_keys  # a list default: appended to later
+    assert options_of(other).singleton.remember_keys
     type(other).unique_on = ["a"]  # a list can change in place, unseen by the memo
-    assert not singleton_options(other).remember_keys
+    assert not options_of(other).singleton.remember_keys
     type(other).unique_on = ("a",)
-    assert singleton_options(other).remember_keys
+    assert options_of(other).singleton.remember_keys
 
 
 def test_an_unbounded_run_still_refuses_a_key_without_a_limit(app: Celery) -> None:
@@ -281,12 +281,12 @@ def test_kept_locks_follow_the_client_settings(app: Celery) -> None:
 
     job = app.tasks[lazy.name]
     app.conf.redislock_url = "redis://h1:6379/0"
-    first = lock_for(job, "k", singleton_options(job))
-    assert lock_for(job, "k", singleton_options(job)) is first
+    first = lock_for(job, "k", options_of(job).singleton)
+    assert lock_for(job, "k", options_of(job).singleton) is first
     assert first.client is get_redis(app)
     app.conf.redislock_url = "redis://h2:6379/0"
-    second = lock_for(job, "k", singleton_options(job))
+    second = lock_for(job, "k", options_of(job).singleton)
     assert second is not first and second.client is get_redis(app)
     assert second.client.connection_pool.connection_kwargs["host"] == "h2"
     app.conf.redislock_prefix = "other"
-    assert lock_for(job, "k", singleton_options(job)) is not second
+    assert lock_for(job, "k", options_of(job).singleton) is not second

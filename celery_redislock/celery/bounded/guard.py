@@ -48,12 +48,11 @@ from celery.exceptions import Ignore
 
 from ...core import Lease, RedisSemaphore
 from ..client import get_redis, replica_options
-from ..config import task_option
 from ..execution import AnyTask, Cleanup, Guard, Hold, RunState
+from ..options import options_of
 from ..signals import lease_lost, permit_acquired, permit_released, permit_rescheduled
-from ..singleton.options import singleton_options
 from ..tokens import NONCE_HEADER, TOKEN_HEADER, running_owner
-from .options import BoundedOptions, bounded_options
+from .options import BoundedOptions
 
 __all__ = [
     "CONCURRENCY",
@@ -162,17 +161,6 @@ class PermitHold(Hold):
         return f"<PermitHold {self.pool!r} of {self.task_id}>"
 
 
-def _unbounded(task: AnyTask) -> bool:
-    """True for a task that sets neither ``concurrency_limit`` nor ``concurrency_key``:
-    it takes no permit (``BoundedOptions.enabled``), known without the options memo
-    (two attribute reads). A key without a limit goes on to ``bounded_options``,
-    which refuses it; the other options and the ``redislock_concurrency_*`` settings
-    are not used by such a task, so they are checked where a bounded task reads
-    them (and, set on the class, when the task is bound)."""
-    return (task_option(task, "concurrency_limit") is None
-            and task_option(task, "concurrency_key") is None)  # fmt: skip
-
-
 class ConcurrencyGuard(Guard):
     """Takes a permit of the task's pool when a run starts; see the module docs."""
 
@@ -181,13 +169,14 @@ class ConcurrencyGuard(Guard):
     ) -> Hold | None:
         """Take a permit, or wait for one (``concurrency_wait``, eager runs), or
         re-schedule the run and raise ``Ignore``."""
-        if _unbounded(task):
+        resolved = options_of(task)
+        options = resolved.bounded
+        if not options.enabled:
             return None
-        options = bounded_options(task)
         pool = options.pool(task, args, kwargs)
         limit = options.limit_of(pool)
-        lock_options = singleton_options(task)
-        sem = semaphore_for(task, pool, limit, lock_options.lock_ttl, lock_options.prefix)
+        lock = resolved.singleton  # the permit's lease: lock_ttl, under the prefix
+        sem = semaphore_for(task, pool, limit, lock.lock_ttl, lock.prefix)
         request = task.request
         eager = bool(request.is_eager)
         owner = permit_owner(run.task_id, None if eager else _seed(request.headers))
@@ -214,15 +203,17 @@ class ConcurrencyGuard(Guard):
         """Give back, from the worker's main process, the permit of a run that died
         (killed child, hard time limit, terminated). A run revoked before it started
         held none."""
-        if not event.started or _unbounded(task):
+        if not event.started:
             return
-        options = bounded_options(task)
+        resolved = options_of(task)
+        options = resolved.bounded
+        if not options.enabled:
+            return
         if callable(options.key) and event.args is None and event.kwargs is None:
             return  # its pool is unknown here: the permit expires after lock_ttl
         pool = options.pool(task, event.args, event.kwargs)
-        lock_options = singleton_options(task)
-        sem = semaphore_for(task, pool, options.limit_of(pool), lock_options.lock_ttl,
-                            lock_options.prefix)  # fmt: skip
+        lock = resolved.singleton
+        sem = semaphore_for(task, pool, options.limit_of(pool), lock.lock_ttl, lock.prefix)
         for headers in event.deliveries:
             seed = _seed(headers)
             if seed and sem.release_owner(permit_owner(event.task_id, seed)):

@@ -41,15 +41,14 @@ wait until fewer than the new limit hold permits (see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
 from celery import Celery
 
 from ...errors import ConfigurationError
-from ..config import OptionsMemo, check_ttl, conf_fingerprint, task_option
-from ..identity import IdentityCache
+from ..config import check_ttl, task_option
 
 __all__ = [
     "DEFAULT_COUNTDOWN",
@@ -57,10 +56,11 @@ __all__ = [
     "DEFAULT_WAIT",
     "OPTIONS",
     "BoundedOptions",
+    "SETTINGS",
     "PoolKey",
-    "bounded_options",
     "check_bounded_options",
     "check_limits",
+    "resolve_bounded",
 ]
 
 # The defaults come from benchmarks/bench_bounded.py (see the README). By default a
@@ -86,9 +86,10 @@ OPTIONS: Final = ("concurrency_limit", "concurrency_key", "concurrency_countdown
                   "concurrency_jitter", "concurrency_wait", "concurrency_waiters")  # fmt: skip
 """The task options of bounded concurrency."""
 
-_SETTINGS: Final = ("redislock_concurrency_limits", "redislock_concurrency_countdown",
-                    "redislock_concurrency_jitter", "redislock_concurrency_wait",
-                    "redislock_concurrency_waiters")  # fmt: skip
+SETTINGS: Final = ("redislock_concurrency_limits", "redislock_concurrency_countdown",
+                   "redislock_concurrency_jitter", "redislock_concurrency_wait",
+                   "redislock_concurrency_waiters")  # fmt: skip
+"""The settings of bounded concurrency."""
 
 PoolKey: TypeAlias = "str | Callable[..., str] | None"
 """A ``concurrency_key``: a pool name, a callable returning one, or None."""
@@ -216,16 +217,9 @@ class _Settings:
     waiters: int | None
 
 
-_settings: IdentityCache[tuple[Hashable, _Settings]] = IdentityCache()
-
-
 def _settings_of(app: Celery) -> _Settings:
-    fingerprint = conf_fingerprint(app, _SETTINGS)
-    cached = _settings.get(app)
-    if fingerprint is not None and cached is not None and cached[0] == fingerprint:
-        return cached[1]
     get = app.conf.get
-    settings = _Settings(
+    return _Settings(
         limits=check_limits(get("redislock_concurrency_limits")),
         countdown=_seconds(
             get("redislock_concurrency_countdown", DEFAULT_COUNTDOWN),
@@ -244,25 +238,31 @@ def _settings_of(app: Celery) -> _Settings:
         ),
         waiters=_waiters(get("redislock_concurrency_waiters")),
     )
-    if fingerprint is not None:
-        _settings.set(app, (fingerprint, settings))
-    return settings
 
 
 def _waiters(value: object) -> int | None:
     return None if value is None else _limit(value, "redislock_concurrency_waiters", least=0)
 
 
-_memo: OptionsMemo[BoundedOptions] = OptionsMemo(OPTIONS)
+_UNBOUNDED: Final = BoundedOptions(
+    limit=None, key=None, countdown=DEFAULT_COUNTDOWN, jitter=DEFAULT_JITTER, wait=DEFAULT_WAIT,
+    waiters=None,
+)
 
 
-def bounded_options(task: Any) -> BoundedOptions:
-    """The task's bounded-concurrency options now: its own, else the app's settings."""
+def resolve_bounded(task: Any) -> BoundedOptions:
+    """The task's bounded-concurrency options: its own, else the app's settings.
+
+    A task that sets neither ``concurrency_limit`` nor ``concurrency_key`` takes no
+    permit: its other options and the ``redislock_concurrency_*`` settings are not read
+    (they are checked where a bounded task reads them, and when a task is bound). Called
+    by :func:`celery_redislock.celery.options.options_of` only, which keeps the result.
+    """
+    if task_option(task, "concurrency_limit") is None and task_option(
+        task, "concurrency_key"
+    ) is None:
+        return _UNBOUNDED
     settings = _settings_of(task.app)
-    return _memo.get(task, settings, lambda: _merge(task, settings))
-
-
-def _merge(task: Any, settings: _Settings) -> BoundedOptions:
     values = _task_level(task)
 
     def pick(name: str, default: float) -> float:

@@ -28,6 +28,7 @@ from celery.utils import uuid
 
 from ...core import Lease
 from ..execution import AnyTask, RunState, current_run
+from ..options import options_of
 from ..signals import singleton_acquired, singleton_released
 from ..tokens import (
     HEADERS,
@@ -40,7 +41,6 @@ from ..tokens import (
 )
 from .duplicates import enqueue_duplicate, revoke_replaced
 from .leases import lock_for
-from .options import singleton_options
 from .signature import call_key
 
 __all__ = ["Publish", "apply_async", "delay_of"]
@@ -72,14 +72,14 @@ def apply_async(
     options: dict[str, Any],
 ) -> AsyncResult[Any] | None:  # fmt: skip
     """Take the singleton lock and publish, or apply ``on_duplicate``."""
-    opts = singleton_options(task)
+    opts = options_of(task).singleton
     headers = dict(options.get("headers") or {})
     # retry() copies the running request's headers: ours are never trusted as given.
     inherited = {name: headers.pop(name) for name in HEADERS if name in headers}
     key = None
     if opts.enabled:
         memo = opts.call_keys if opts.remember_keys else None
-        key = call_key(task, args, kwargs, options, memo)
+        key = call_key(task, args, kwargs, options, memo, opts)
     delay = delay_of(task, options)
     if not task_id:  # a new call: never a retry, which reuses the running id
         task_id = uuid()

@@ -20,6 +20,7 @@ from ...core.redlock import RedlockLease
 from ...core.redlock.lease import keep_alive as redlock_keep_alive
 from ...core.renewal import keep_alive
 from ..execution import AnyTask, Cleanup, Guard, Hold, RunState
+from ..options import options_of
 from ..signals import lease_lost, singleton_acquired, singleton_released
 from ..tokens import (
     KEY_HEADER,
@@ -30,7 +31,7 @@ from ..tokens import (
 )
 from .duplicates import runtime_duplicate
 from .leases import extend_token, hand_over, lock_for, release_token
-from .options import SingletonOptions, singleton_options
+from .options import SingletonOptions
 from .signature import received_key
 
 __all__ = ["SINGLETON", "SingletonGuard", "SingletonHold"]
@@ -107,7 +108,7 @@ class SingletonGuard(Guard):
         self, task: AnyTask, run: RunState, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Hold | None:
         """Adopt the queued lease, or take the lock afresh, or skip as a duplicate."""
-        options = singleton_options(task)
+        options = options_of(task).singleton
         if not options.enabled:
             return None
         request = task.request
@@ -117,7 +118,7 @@ class SingletonGuard(Guard):
             # (celery's Task.apply copies them), never through apply_async: stale here.
             headers = {}
         token, nonce = headers.get(TOKEN_HEADER), headers.get(NONCE_HEADER)
-        key = headers.get(KEY_HEADER) or received_key(task, args, kwargs)
+        key = headers.get(KEY_HEADER) or received_key(task, args, kwargs, None, options)
         lock = lock_for(task, key, options)
         if not options.lock_while_running:  # until_started: let go as the run starts
             if token and release_token(lock, token):
@@ -160,13 +161,13 @@ class SingletonGuard(Guard):
 
     def cleanup(self, task: AnyTask, event: Cleanup) -> None:
         """Release (or, mode ``interval``, keep for the interval) what the run held."""
-        options = singleton_options(task)
+        options = options_of(task).singleton
         if not options.enabled:
             return
         for headers in event.deliveries:
             key = headers.get(KEY_HEADER)
             if key is None and event.args is not None:
-                key = received_key(task, event.args, event.kwargs)
+                key = received_key(task, event.args, event.kwargs, None, options)
             if key is None:
                 continue
             lock = lock_for(task, key, options)

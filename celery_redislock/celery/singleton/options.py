@@ -25,22 +25,22 @@ the class).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ...core import RedisLock, RedlockLock
 from ...errors import ConfigurationError
-from ..bounded.options import check_bounded_options
-from ..config import OptionsMemo, Settings, check_on_duplicate, check_ttl, settings_for, task_option
-from .binding import has_immutable_defaults
+from ..config import Settings, check_on_duplicate, check_ttl, task_option
+from .binding import check_unique_on, has_immutable_defaults
 
 __all__ = [
     "MODES",
     "ON_RUNNING_DUPLICATE",
+    "OPTIONS",
     "SingletonOptions",
-    "check_class_options",
-    "singleton_options",
+    "check_singleton_options",
+    "resolve_singleton",
 ]
 
 MODES: Final = ("until_done", "while_running", "until_started", "interval")
@@ -68,6 +68,10 @@ class SingletonOptions:
     reschedule_countdown: float
     interval: float | None
     prefix: str
+    unique_on: tuple[str, ...] | None = None
+    """The argument names making the key, sorted (None: all of them)."""
+    lock_key: Callable[..., str] | None = None
+    """The task's ``lock_key`` callable (it then makes the whole key)."""
     remember_keys: bool = False
     """True when the keys of calls may be remembered (:attr:`call_keys`): the task
     gives no ``lock_key`` (whose keys may change from call to call), its ``unique_on``
@@ -161,28 +165,23 @@ def _task_level(task: Any) -> dict[str, Any]:
     return values
 
 
-def check_class_options(task: Any) -> None:
-    """Validate the options set on a task (class or instance); raise if one is bad.
-
-    Covers the bounded-concurrency options too (:mod:`..bounded.options`).
-    """
+def check_singleton_options(task: Any) -> None:
+    """Validate the singleton options set on a task (class or instance); raise if one is bad."""
     _task_level(task)
-    check_bounded_options(task)
 
 
-_OPTIONS: Final = ("singleton", "singleton_mode", "lock_ttl", "lock_queued_ttl",
-                   "singleton_interval", "reschedule_countdown", "on_duplicate",
-                   "on_running_duplicate", "lock_key", "unique_on")  # fmt: skip
-_memo: OptionsMemo[SingletonOptions] = OptionsMemo(_OPTIONS)
+OPTIONS: Final = ("singleton", "singleton_mode", "lock_ttl", "lock_queued_ttl",
+                  "singleton_interval", "reschedule_countdown", "on_duplicate",
+                  "on_running_duplicate", "lock_key", "unique_on")  # fmt: skip
+"""The task options of singleton tasks."""
 
 
-def singleton_options(task: Any) -> SingletonOptions:
-    """The task's singleton options now: its own, else the app's ``redislock_*``."""
-    settings = settings_for(task.app)
-    return _memo.get(task, settings, lambda: _merge(task, settings))
+def resolve_singleton(task: Any, settings: Settings) -> SingletonOptions:
+    """The task's singleton options under ``settings``: its own, else the app's.
 
-
-def _merge(task: Any, settings: Settings) -> SingletonOptions:
+    Called by :func:`celery_redislock.celery.options.options_of` only, which keeps the
+    result while neither the task's options nor the app's settings change.
+    """
     values = _task_level(task)
     return SingletonOptions(
         enabled=values["singleton"],
@@ -194,6 +193,8 @@ def _merge(task: Any, settings: Settings) -> SingletonOptions:
         reschedule_countdown=values["reschedule_countdown"],
         interval=values["singleton_interval"],
         prefix=settings.prefix,
+        unique_on=check_unique_on(task),
+        lock_key=task_option(task, "lock_key"),
         remember_keys=(
             task_option(task, "lock_key") is None
             and isinstance(task_option(task, "unique_on"), (str, tuple, type(None)))

@@ -6,24 +6,26 @@ the worker will receive (a tuple becomes a list under json) and both compute the
 key; :mod:`.canonical` encodes and hashes the result. The key is
 ``"<task name>:<digest>"``: arguments never reach Redis in the clear.
 
-Options read from the task: ``unique_on`` (argument names making the key; default
-all) and ``lock_key`` (a callable, called like the task with the arguments as the
-worker receives them, returning the whole key string).
+Options (read once, with the task's others: :class:`.options.SingletonOptions`):
+``unique_on`` (argument names making the key; default all) and ``lock_key`` (a
+callable, called like the task with the arguments as the worker receives them,
+returning the whole key string).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Final
 
 from kombu.exceptions import KombuError, SerializerNotInstalled
 from kombu.serialization import dumps, loads
 
 from ...errors import ConfigurationError
-from ..config import task_option
 from ..execution import AnyTask
-from .binding import bind_arguments, check_unique_on, select_arguments
+from ..options import options_of
+from .binding import bind_arguments, select_arguments
 from .canonical import UNSET, canonical_json, digest
+from .options import SingletonOptions
 
 __all__ = ["call_key", "received_key", "serializer_for"]
 
@@ -69,7 +71,7 @@ def _normalized(task: AnyTask, name: str, value: Any, serializer: str, defaulted
         ) from exc
 
 
-def _key(task: AnyTask, args: Any, kwargs: Any, serializer: str) -> str:
+def _key(task: AnyTask, args: Any, kwargs: Any, serializer: str, opts: SingletonOptions) -> str:
     args = () if args is None else args
     kwargs = {} if kwargs is None else kwargs
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, Mapping):
@@ -78,8 +80,7 @@ def _key(task: AnyTask, args: Any, kwargs: Any, serializer: str) -> str:
             f"{type(args).__name__} and {type(kwargs).__name__}"
         )
     arguments, defaulted = bind_arguments(task, args, kwargs)
-    names = check_unique_on(task)  # first: it refuses lock_key and unique_on together
-    lock_key = task_option(task, "lock_key")
+    names, lock_key = opts.unique_on, opts.lock_key  # checked when the options were read
     if lock_key is not None:
         return _custom_key(task, lock_key, args, kwargs, arguments, serializer)
     if names is not None:
@@ -98,16 +99,12 @@ def _key(task: AnyTask, args: Any, kwargs: Any, serializer: str) -> str:
 
 def _custom_key(
     task: AnyTask,
-    lock_key: Any,
+    lock_key: Callable[..., str],
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     arguments: dict[str, Any],
     serializer: str,
 ) -> str:
-    if not callable(lock_key):
-        raise ConfigurationError(
-            f"lock_key of task {task.name!r} must be callable, got {lock_key!r}"
-        )
     try:
         received_args, received_kwargs = _roundtrip([list(args), dict(kwargs)], serializer)
     except (KombuError, TypeError, ValueError):
@@ -147,21 +144,25 @@ def call_key(
     kwargs: Any = None,
     options: Mapping[str, Any] | None = None,
     memo: dict[Hashable, str] | None = None,
+    opts: SingletonOptions | None = None,
 ) -> str:
     """The key of ``task.apply_async(args, kwargs, **options)``, on the producer.
 
     ``memo``: keys of earlier calls, kept by the caller while the task's options stand
     and only where a call's key depends on its arguments alone (see
-    :attr:`.SingletonOptions.remember_keys`). A call of short plain scalars is looked
-    up there first and remembered.
+    :attr:`.options.SingletonOptions.remember_keys`). A call of short plain scalars is
+    looked up there first and remembered. ``opts``: the task's singleton options, as
+    the caller has them (else read here).
     """
+    if opts is None:
+        opts = options_of(task).singleton
     serializer = serializer_for(task, options)
     image = None if memo is None else _call_image(serializer, args, kwargs)
     if memo is None or image is None:
-        return _fresh_key(task, args, kwargs, options, serializer)
+        return _fresh_key(task, args, kwargs, options, serializer, opts)
     key = memo.get(image)
     if key is None:
-        key = _fresh_key(task, args, kwargs, options, serializer)
+        key = _fresh_key(task, args, kwargs, options, serializer, opts)
         if len(memo) >= _MEMO_SIZE:
             memo.clear()  # one C call, safe beside other threads; refilled as calls come
         memo[image] = key
@@ -169,19 +170,26 @@ def call_key(
 
 
 def _fresh_key(
-    task: AnyTask, args: Any, kwargs: Any, options: Mapping[str, Any] | None, serializer: str
-) -> str:
+    task: AnyTask, args: Any, kwargs: Any, options: Mapping[str, Any] | None, serializer: str,
+    opts: SingletonOptions,
+) -> str:  # fmt: skip
     dump_models = getattr(task, "_dump_pydantic_arguments", None)
     # As Task.apply_async does: only a call that asks for pickle keeps its models.
     if dump_models is not None and (options or {}).get("serializer") != "pickle":
         args, kwargs = dump_models(args, kwargs)
-    return _key(task, args, kwargs, serializer)
+    return _key(task, args, kwargs, serializer, opts)
 
 
-def received_key(task: AnyTask, args: Any, kwargs: Any, serializer: str | None = None) -> str:
+def received_key(
+    task: AnyTask, args: Any, kwargs: Any, serializer: str | None = None,
+    opts: SingletonOptions | None = None,
+) -> str:  # fmt: skip
     """The key of a received call (``request.args``, ``request.kwargs``), on the worker.
 
     Equal to the producer's :func:`call_key` of the same call; ``serializer`` is the
-    one the message was sent with when the call overrode the task's.
+    one the message was sent with when the call overrode the task's; ``opts`` as for
+    :func:`call_key`.
     """
-    return _key(task, args, kwargs, serializer or serializer_for(task))
+    if opts is None:
+        opts = options_of(task).singleton
+    return _key(task, args, kwargs, serializer or serializer_for(task), opts)

@@ -20,9 +20,9 @@ from celery_redislock.celery.bounded.options import (
     DEFAULT_COUNTDOWN,
     DEFAULT_JITTER,
     DEFAULT_WAIT,
-    bounded_options,
     check_limits,
 )
+from celery_redislock.celery.options import options_of
 from celery_redislock.celery.singleton.guard import SINGLETON
 from celery_redislock.celery.tokens import parse_owner
 
@@ -87,7 +87,7 @@ def test_bounded_task_checks_a_bad_option_before_defining_the_task(app: Celery) 
 def test_bounded_task_defaults(app: Celery) -> None:
     task = bounded_task(app=app, concurrency_limit=4, shared=False)(noop)
     assert isinstance(task, RedisLockTask) and not task.singleton
-    options = bounded_options(task)
+    options = options_of(task).bounded
     assert options.enabled and options.limit == 4 and options.key is None
     assert options.pool(task, [], {}) == task.name  # the pool defaults to the task name
     assert (options.countdown, options.jitter, options.wait) == (
@@ -102,12 +102,12 @@ def test_bounded_task_as_a_singleton_too(app: Celery) -> None:
     other = bounded_task(app=app, concurrency_limit=5, base=SingletonTask, name="other",
                          shared=False)(noop)  # fmt: skip
     assert one.singleton and other.singleton
-    assert bounded_options(one).limit == bounded_options(other).limit == 5
+    assert options_of(one).bounded.limit == options_of(other).bounded.limit == 5
 
 
 def test_a_plain_task_is_not_bounded(app: Celery) -> None:
     task = app.task(base=RedisLockTask, shared=False)(noop)
-    assert not bounded_options(task).enabled
+    assert not options_of(task).bounded.enabled
 
 
 def test_pool_names(app: Celery) -> None:
@@ -115,12 +115,12 @@ def test_pool_names(app: Celery) -> None:
                           shared=False)(noop)  # fmt: skip
     tenant = bounded_task(app=app, concurrency_limit=2, name="tenant", shared=False,
                           concurrency_key=lambda customer, **kw: f"c:{customer}")(noop)  # fmt: skip
-    assert bounded_options(shared).pool(shared, [1], {}) == "stripe-api"
-    assert bounded_options(tenant).pool(tenant, [42], {"amount": 5}) == "c:42"
+    assert options_of(shared).bounded.pool(shared, [1], {}) == "stripe-api"
+    assert options_of(tenant).bounded.pool(tenant, [42], {"amount": 5}) == "c:42"
     bad = bounded_task(app=app, concurrency_limit=2, name="bad", shared=False,
                        concurrency_key=lambda n: None)(noop)  # fmt: skip
     with pytest.raises(ConfigurationError, match=r"must return a non-empty string .* got None"):
-        bounded_options(bad).pool(bad, [1], {})
+        options_of(bad).bounded.pool(bad, [1], {})
 
 
 def test_settings_give_defaults_and_per_pool_limits(app: Celery) -> None:
@@ -129,19 +129,19 @@ def test_settings_give_defaults_and_per_pool_limits(app: Celery) -> None:
     app.conf.update(redislock_concurrency_countdown=3, redislock_concurrency_jitter=1,
                     redislock_concurrency_wait=0, redislock_concurrency_waiters=1,
                     redislock_concurrency_limits={"api": 7})  # fmt: skip
-    options = bounded_options(task)
+    options = options_of(task).bounded
     assert (options.countdown, options.jitter, options.wait) == (3.0, 0.0, 0.0)  # task wins
     assert options.waiters_of(7) == 1
     assert options.limit_of("api") == 7 and options.limit_of("other") == 2
     app.conf.redislock_concurrency_limits = {"api": 1}  # read again after a change
-    assert bounded_options(task).limit_of("api") == 1
+    assert options_of(task).bounded.limit_of("api") == 1
 
 
 def test_annotations_set_the_limit(app: Celery) -> None:
     app.conf.task_annotations = {"bounded.annotated": {"concurrency_limit": 9}}
     task = bounded_task(app=app, concurrency_limit=2, name="bounded.annotated",
                         shared=False)(noop)  # fmt: skip
-    assert bounded_options(task).limit == 9
+    assert options_of(task).bounded.limit == 9
 
 
 @pytest.mark.parametrize(

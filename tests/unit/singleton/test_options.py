@@ -14,7 +14,8 @@ from celery_redislock import (
     SingletonTask,
     singleton_task,
 )
-from celery_redislock.celery.singleton.options import MODES, singleton_options
+from celery_redislock.celery.options import options_of
+from celery_redislock.celery.singleton.options import MODES
 from celery_redislock.celery.tokens import parse_owner, queued_owner, run_token, running_owner
 
 
@@ -73,17 +74,17 @@ def test_defaults_come_from_the_app_settings(app: Celery) -> None:
     def job() -> None:
         pass
 
-    options = singleton_options(job)
+    options = options_of(job).singleton
     assert (options.enabled, options.mode, options.lock_ttl, options.queued_ttl,
             options.on_duplicate, options.on_running_duplicate) == (
         True, "until_done", 30.0, 3600.0, "existing", "skip")  # fmt: skip
     app.conf.update(redislock_lock_ttl=5, redislock_queued_ttl=60,
                     redislock_on_duplicate="raise", redislock_prefix="p")  # fmt: skip
-    options = singleton_options(job)
+    options = options_of(job).singleton
     assert (options.lock_ttl, options.queued_ttl, options.on_duplicate, options.prefix) == (
         5.0, 60.0, "raise", "p")  # fmt: skip
     job.lock_ttl = 2  # type: ignore[attr-defined]  # the task's own option wins
-    assert singleton_options(job).lock_ttl == 2.0
+    assert options_of(job).singleton.lock_ttl == 2.0
 
 
 def test_modes_are_named() -> None:
@@ -152,7 +153,7 @@ def test_plain_redislock_task_takes_no_lock(app: Celery) -> None:
     def job() -> None:
         pass
 
-    assert singleton_options(job).enabled is False
+    assert options_of(job).singleton.enabled is False
 
 
 def test_shared_task_with_our_base_works() -> None:

@@ -207,7 +207,7 @@ def test_lock_key_errors(app: Celery) -> None:
 
     with pytest.raises(ConfigurationError, match=r"lock_key of task .* non-empty string, got 3"):
         call_key(f, (3,))
-    with pytest.raises(ConfigurationError, match=r"lock_key of task .* must be callable"):
+    with pytest.raises(ConfigurationError, match=r"task .*g': option lock_key must be callable"):
         call_key(g, (3,))
     with pytest.raises(ConfigurationError, match="argument 'a' of task"):
         call_key(f, (object(),))
