@@ -16,7 +16,7 @@ What each option means and how it is checked: :mod:`.singleton.options` and
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from celery.local import Proxy
@@ -24,6 +24,7 @@ from celery.local import Proxy
 from .bounded.options import OPTIONS as BOUNDED_OPTIONS
 from .bounded.options import SETTINGS as BOUNDED_SETTINGS
 from .bounded.options import BoundedOptions, check_bounded_options, resolve_bounded
+from .client import replica_options
 from .config import SETTINGS_KEYS, conf_fingerprint, settings_for, task_option
 from .singleton.options import OPTIONS as SINGLETON_OPTIONS
 from .singleton.options import SingletonOptions, check_singleton_options, resolve_singleton
@@ -74,7 +75,10 @@ def options_of(task: Any) -> TaskOptions:
     cached = own.get(_ATTRIBUTE)
     if cached is not None and cached[1] == fingerprint and cached[0] == raw:
         return cached[2]  # type: ignore[no-any-return]
-    options = TaskOptions(resolve_singleton(task, settings_for(app)), resolve_bounded(task))
+    singleton, bounded = resolve_singleton(task, settings_for(app)), resolve_bounded(task)
+    if singleton.enabled or bounded.enabled:  # they take locks or permits: how acknowledged
+        singleton = replace(singleton, replicas=replica_options(app))
+    options = TaskOptions(singleton, bounded)
     if fingerprint is not None:  # None: the configuration is not loaded yet
         own[_ATTRIBUTE] = (raw, fingerprint, options)
     return options

@@ -40,6 +40,7 @@ import random
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any, Final
 
 import celery.app.task as celery_task_module
@@ -47,7 +48,7 @@ from celery import states
 from celery.exceptions import Ignore
 
 from ...core import Lease, RedisSemaphore
-from ..client import get_redis, replica_options
+from ..client import get_redis
 from ..execution import AnyTask, Cleanup, Guard, Hold, RunState
 from ..options import options_of
 from ..signals import lease_lost, permit_acquired, permit_released, permit_rescheduled
@@ -76,14 +77,16 @@ _semaphores: OrderedDict[tuple[Any, ...], RedisSemaphore] = OrderedDict()
 _semaphores_guard = threading.Lock()
 
 
-def semaphore_for(task: AnyTask, pool: str, limit: int, ttl: float, prefix: str) -> RedisSemaphore:
-    """The semaphore of ``pool`` on the app's Redis, enforcing ``limit``.
+def semaphore_for(
+    task: AnyTask, pool: str, limit: int, ttl: float, prefix: str, acks: Mapping[str, Any]
+) -> RedisSemaphore:
+    """The semaphore of ``pool`` on the app's Redis, enforcing ``limit`` (``acks``: the
+    replica acknowledgement terms, ``SingletonOptions.replicas``).
 
     Semaphore objects keep no per-lease state, so the most recently used are kept:
     building one costs more than the call it makes.
     """
     client = get_redis(task.app)
-    acks = replica_options(task.app)
     cache_key = (id(client), prefix, pool, limit, ttl, *acks.values())
     with _semaphores_guard:
         sem = _semaphores.get(cache_key)
@@ -176,7 +179,7 @@ class ConcurrencyGuard(Guard):
         pool = options.pool(task, args, kwargs)
         limit = options.limit_of(pool)
         lock = resolved.singleton  # the permit's lease: lock_ttl, under the prefix
-        sem = semaphore_for(task, pool, limit, lock.lock_ttl, lock.prefix)
+        sem = semaphore_for(task, pool, limit, lock.lock_ttl, lock.prefix, lock.replicas)
         request = task.request
         eager = bool(request.is_eager)
         owner = permit_owner(run.task_id, None if eager else _seed(request.headers))
@@ -213,7 +216,8 @@ class ConcurrencyGuard(Guard):
             return  # its pool is unknown here: the permit expires after lock_ttl
         pool = options.pool(task, event.args, event.kwargs)
         lock = resolved.singleton
-        sem = semaphore_for(task, pool, options.limit_of(pool), lock.lock_ttl, lock.prefix)
+        sem = semaphore_for(task, pool, options.limit_of(pool), lock.lock_ttl, lock.prefix,
+                            lock.replicas)  # fmt: skip
         for headers in event.deliveries:
             seed = _seed(headers)
             if seed and sem.release_owner(permit_owner(event.task_id, seed)):

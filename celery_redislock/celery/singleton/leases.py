@@ -13,7 +13,7 @@ from typing import Final
 
 from ...core import Lease, RedisLock, RedlockLock
 from ...core.lease import current_pid
-from ..client import get_redis, replica_options
+from ..client import get_redis
 from ..execution import AnyTask
 from ..redlock import CeleryRedlock, redlock_clients, redlock_max_ttl
 from .options import SingletonOptions
@@ -49,7 +49,7 @@ def lock_for(task: AnyTask, key: str, options: SingletonOptions) -> SingletonLoc
                              max_ttl=max_ttl)  # fmt: skip
     else:
         lock = RedisLock(get_redis(task.app), key, ttl=options.lock_ttl,
-                         prefix=options.prefix, **replica_options(task.app))  # fmt: skip
+                         prefix=options.prefix, **options.replicas)  # fmt: skip
     if len(options.locks) >= _LOCKS_KEPT:
         options.locks.clear()  # one C call, safe beside other threads; refilled on use
     options.locks[key] = (pid, lock)

@@ -25,7 +25,7 @@ the class).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -72,6 +72,9 @@ class SingletonOptions:
     """The argument names making the key, sorted (None: all of them)."""
     lock_key: Callable[..., str] | None = None
     """The task's ``lock_key`` callable (it then makes the whole key)."""
+    replicas: Mapping[str, Any] = field(default_factory=dict)
+    """The replica acknowledgement terms of its locks and permits (``min_replicas``,
+    ``replica_timeout``, ``wait_aof``: :func:`..client.replica_options`; empty: none)."""
     remember_keys: bool = False
     """True when the keys of calls may be remembered (:attr:`call_keys`): the task
     gives no ``lock_key`` (whose keys may change from call to call), its ``unique_on``
