@@ -26,6 +26,7 @@ from .bounded.options import SETTINGS as BOUNDED_SETTINGS
 from .bounded.options import BoundedOptions, check_bounded_options, resolve_bounded
 from .client import replica_options
 from .config import SETTINGS_KEYS, conf_fingerprint, settings_for, task_option
+from .redlock import redlock_max_ttl
 from .singleton.options import OPTIONS as SINGLETON_OPTIONS
 from .singleton.options import SingletonOptions, check_singleton_options, resolve_singleton
 
@@ -76,12 +77,20 @@ def options_of(task: Any) -> TaskOptions:
     if cached is not None and cached[1] == fingerprint and cached[0] == raw:
         return cached[2]  # type: ignore[no-any-return]
     singleton, bounded = resolve_singleton(task, settings_for(app)), resolve_bounded(task)
-    if singleton.enabled or bounded.enabled:  # they take locks or permits: how acknowledged
-        singleton = replace(singleton, replicas=replica_options(app))
+    if singleton.enabled or bounded.enabled:  # they take locks or permits: on what terms
+        singleton = replace(
+            singleton, replicas=replica_options(app), redlock_max_ttl=_redlock_ttl(app, singleton)
+        )
     options = TaskOptions(singleton, bounded)
     if fingerprint is not None:  # None: the configuration is not loaded yet
         own[_ATTRIBUTE] = (raw, fingerprint, options)
     return options
+
+
+def _redlock_ttl(app: Any, singleton: SingletonOptions) -> float | None:
+    if app.conf.get("redislock_urls") is None:
+        return None
+    return max(redlock_max_ttl(app, singleton.queued_ttl), singleton.lock_ttl)
 
 
 def check_class_options(task: Any) -> None:

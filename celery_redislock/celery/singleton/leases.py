@@ -15,7 +15,7 @@ from ...core import Lease, RedisLock, RedlockLock
 from ...core.lease import current_pid
 from ..client import get_redis
 from ..execution import AnyTask
-from ..redlock import CeleryRedlock, redlock_clients, redlock_max_ttl
+from ..redlock import CeleryRedlock, redlock_clients
 from .options import SingletonOptions
 
 __all__ = ["SingletonLock", "extend_token", "hand_over", "lock_for", "release_token"]
@@ -41,10 +41,10 @@ def lock_for(task: AnyTask, key: str, options: SingletonOptions) -> SingletonLoc
     cached = options.locks.get(key)
     if cached is not None and cached[0] == pid:
         return cached[1]
-    masters = redlock_clients(task.app)
+    max_ttl = options.redlock_max_ttl
+    masters = None if max_ttl is None else redlock_clients(task.app)
     lock: SingletonLock
-    if masters is not None:
-        max_ttl = max(redlock_max_ttl(task.app, options.queued_ttl), options.lock_ttl)
+    if masters is not None and max_ttl is not None:
         lock = CeleryRedlock(masters, key, ttl=options.lock_ttl, prefix=options.prefix,
                              max_ttl=max_ttl)  # fmt: skip
     else:

@@ -75,6 +75,9 @@ class SingletonOptions:
     replicas: Mapping[str, Any] = field(default_factory=dict)
     """The replica acknowledgement terms of its locks and permits (``min_replicas``,
     ``replica_timeout``, ``wait_aof``: :func:`..client.replica_options`; empty: none)."""
+    redlock_max_ttl: float | None = None
+    """Under Redlock (``redislock_urls``): the longest lease its locks take (see
+    :mod:`..redlock`); None: locks on the app's Redis."""
     remember_keys: bool = False
     """True when the keys of calls may be remembered (:attr:`call_keys`): the task
     gives no ``lock_key`` (whose keys may change from call to call), its ``unique_on``

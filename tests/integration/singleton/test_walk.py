@@ -18,6 +18,7 @@ from celery import Celery
 from celery_redislock import SingletonTask
 
 _PACKAGE = "celery_redislock"
+_SENDS = ("execute_command", "send_command")  # a client's command, a connection's
 
 
 def _module(frame: FrameType | None) -> str | None:
@@ -39,7 +40,7 @@ def walk(call: Callable[[], Any]) -> list[str]:
         if done or event != "call":
             return
         name = str(frame.f_globals.get("__name__", ""))
-        if name.startswith("redis.") and frame.f_code.co_name == "execute_command":
+        if name.startswith("redis.") and frame.f_code.co_name in _SENDS:
             done = True
         elif name.startswith(_PACKAGE + ".") and _module(frame.f_back) != name:
             entered.append(name.removeprefix(_PACKAGE + "."))
