@@ -125,12 +125,14 @@ end
 -- Make `token` a waiter: a heartbeat deadline WAITER_HEARTBEAT_MS from now each time;
 -- the first time also a ticket (the server's µs clock, bumped past the tail so the
 -- order is strict) and its request ("<ttl ms> <owner>" in the asks hash, so a release
--- can grant it directly). The three keys always hold the same tokens (a waiter enters
+-- can grant it directly; a semaphore waiter's "<ttl ms>:<limit> <owner>", `limit`
+-- being the limit it acquires under, so a release grants it a permit under its own
+-- limit, not under the stored one of whoever acquired last). The three keys always hold the same tokens (a waiter enters
 -- and leaves all three in one script), so the ZADD to alive, which counts the members
 -- it added, tells whether the token is queued already. `given`, when not nil, is the
 -- ticket itself (a Redlock waiter's, the same on every master, so every master's
 -- queue has the same order and the same head; ties go by token).
-local function enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us, given)
+local function enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us, given, limit)
   local beat = {{WAITER_HEARTBEAT_MS}}
   if redis.call('ZADD', alive, string.format('%d', now + beat), token) == 1 then
     local ticket = given or now_us
@@ -139,7 +141,9 @@ local function enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us
       if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end
     end
     redis.call('ZADD', queue, string.format('%d', ticket), token)
-    redis.call('HSET', asks, token, string.format('%d', ttl) .. ' ' .. owner)
+    local ask = string.format('%d', ttl)
+    if limit then ask = ask .. ':' .. string.format('%d', limit) end
+    redis.call('HSET', asks, token, ask .. ' ' .. owner)
   end
   -- The keys outlive every heartbeat deadline by a heartbeat, so dead waiters never
   -- leave them behind. Refreshed only when due (a PTTL read is cheaper than a write):
@@ -161,13 +165,14 @@ end
 -- left in the queue, if it may be granted directly: it checked in within the last
 -- half heartbeat (live waiters poll every second), so it is almost surely there to
 -- use the grant; `stale` is the set of those that did not (from reap_dead_waiters).
--- Returns its ttl (ms) and owner, or nil.
+-- Returns its ttl (ms), owner and limit (a semaphore waiter's; nil for a lock's), or
+-- nil.
 local function fresh_ask(asks, token, stale)
   if stale[token] then return nil end
   local ask = redis.call('HGET', asks, token)
   if not ask then return nil end
-  local ttl, owner = string.match(ask, '^(%d+) (.*)$')
-  return tonumber(ttl), owner
+  local ttl, limit, owner = string.match(ask, '^(%d+):?(%d*) (.*)$')
+  return tonumber(ttl), owner, tonumber(limit)
 end
 
 -- True when a connection listens on the channel of waiter `token` (see

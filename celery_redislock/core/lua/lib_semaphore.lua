@@ -69,12 +69,15 @@ end
 -- starting with `head` (the queue's first token, or nil): each fresh one (see
 -- fresh_ask; `stale` from reap_dead_waiters) that listens (see listening) is
 -- granted one here and told "<token> <fence>", so the hand-off costs it no round
--- trip. Stops at the first waiter not granted so (it is woken, or reaped, as before).
--- Returns the permits left.
+-- trip. A waiter is granted only while fewer leases than its own limit are live (the
+-- limit it asked under: one client with a higher limit having acquired last must not
+-- make the release admit more than the waiters allow). Stops at the first waiter not
+-- granted so (it is woken, or reaped, as before). Returns the permits left.
 local function hand_over_permits(keys, free, now, now_us, channel, head, stale)
   while free > 0 and head do
-    local ttl, owner = fresh_ask(keys.asks, head, stale)
+    local ttl, owner, limit = fresh_ask(keys.asks, head, stale)
     if not ttl then break end
+    if limit and redis.call('ZCARD', keys.holders) >= limit then break end
     if not listening(channel, head) then break end
     local fence = next_fence(keys.fence, now_us)
     dequeue_waiter(keys.queue, keys.alive, keys.asks, head)

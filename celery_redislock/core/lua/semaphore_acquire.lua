@@ -8,7 +8,7 @@
 -- KEYS[5]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
 -- KEYS[6]  meta     hash: "limit", the limit the latest acquire enforced; kept
 --                   FENCE_MEMORY_MS after each grant or change.
--- KEYS[7]  asks     hash: each waiting token's request, "<ttl ms> <owner>", so a
+-- KEYS[7]  asks     hash: each waiting token's request, "<ttl ms>:<limit> <owner>", so a
 --                   release can grant it a permit directly (semaphore_release.lua).
 -- ARGV[1]  token    the new lease's random token.
 -- ARGV[2]  ttl      lease time, milliseconds (integer > 0).
@@ -94,7 +94,7 @@ if not allowed then
   if queued then
     wake_new(wake_channel(holders), before, eligible(queue, free, fair), token)
   end
-  if wait then enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us) end
+  if wait then enqueue_waiter(queue, alive, asks, token, ttl, owner, now, now_us, nil, limit) end
   local wait_ms = 0
   if free <= 0 then
     first = first or redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')

@@ -6,7 +6,7 @@
 -- KEYS[3]  queue    zset: waiting tokens scored by ticket (FIFO order).
 -- KEYS[4]  alive    zset: waiting tokens scored by heartbeat deadline (server ms).
 -- KEYS[5]  meta     hash: "limit", the limit the latest acquire enforced.
--- KEYS[6]  asks     hash: each waiting token's request, "<ttl ms> <owner>".
+-- KEYS[6]  asks     hash: each waiting token's request, "<ttl ms>:<limit> <owner>" (granted under its own limit).
 -- KEYS[7]  fence    string: last fence granted (see semaphore_acquire.lua).
 -- KEYS[8]  done     string "<prefix>:semaphore:{name}:done:<token>": written when the
 --                   lease is released, kept RELEASE_MEMORY_MS, so a re-sent release
