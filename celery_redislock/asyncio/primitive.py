@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any
 
@@ -156,27 +156,34 @@ class AsyncPrimitive(PrimitiveBase):
         raise NotImplementedError
 
     async def _give_up(self, token: str) -> None:
-        """Wait for the clean-up of ``token`` after a failed or cancelled acquire."""
-        task = asyncio.get_running_loop().create_task(self._clean_up(token))
-        _background.add(task)
-        task.add_done_callback(_background.discard)
+        """Give ``token`` up after a failed or cancelled acquire: the first pass is
+        awaited (shielded: a second cancel cannot stop it), the late one is not."""
+        task = self._spawn(self._clean_up(token, late=True))
         with contextlib.suppress(BaseException):  # cancelled again: it runs on
             await asyncio.shield(task)
 
-    async def _clean_up(self, token: str) -> None:
-        for attempt in range(2):
-            try:
-                await self._leave(token)
-                await self._release_token(token)
-            except (RedisError, OSError) as exc:
-                # Unreachable: the waiter's heartbeat lapses and any lease expires.
-                log.warning("celery_redislock: giving up %s on %r failed: %r",
-                            self.kind, self.name, exc)  # fmt: skip
-            if attempt == 0:
-                await asyncio.sleep(LATE_CLEANUP)
+    async def _clean_up(self, token: str, late: bool) -> None:
+        try:
+            await self._leave(token)
+            await self._release_token(token)
+        except (RedisError, OSError) as exc:
+            # Unreachable: the waiter's heartbeat lapses and any lease expires.
+            log.warning("celery_redislock: giving up %s on %r failed: %r",
+                        self.kind, self.name, exc)  # fmt: skip
+        if late:
+            self._spawn(self._late_clean_up(token))
+
+    async def _late_clean_up(self, token: str) -> None:
+        await asyncio.sleep(LATE_CLEANUP)
+        await self._clean_up(token, late=False)
+
+    @staticmethod
+    def _spawn(coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+        return task
 
     def _release_later(self, token: str) -> None:
         """Release ``token`` in the background (its release was cancelled in flight)."""
-        task = asyncio.get_running_loop().create_task(self._clean_up(token))
-        _background.add(task)
-        task.add_done_callback(_background.discard)
+        self._spawn(self._clean_up(token, late=True))
