@@ -41,6 +41,7 @@ from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
 from ..core.validate import acquire_deadline
 from ..core.waiting import Grant, poll_slice
 from ..errors import ConfigurationError
+from .calls import call
 from .lease import AsyncLease, AsyncOnLost
 from .notifier import AsyncNotifier
 from .primitive import AsyncPrimitive, cancel_check
@@ -135,7 +136,7 @@ class AsyncRedisLock(AsyncPrimitive):
             else:
                 args = [token, ttl_ms, owner] if owner else [token, ttl_ms]  # acquire_args
                 sent_at = time.monotonic()
-                answer = await ACQUIRE.call_async(self._client, self._acquire_keys, args)
+                answer = await call(ACQUIRE, self._client, self._acquire_keys, args)
                 check()
                 grant = acquire_reply(answer, sent_at, ttl_ms)
                 if grant is None:
@@ -161,7 +162,7 @@ class AsyncRedisLock(AsyncPrimitive):
 
         async def attempt() -> Grant | int:
             sent_at = time.monotonic()
-            answer = await ACQUIRE.call_async(client, keys, args)
+            answer = await call(ACQUIRE, client, keys, args)
             check()
             grant = acquire_reply(answer, sent_at, ttl_ms)
             if grant is not None:
@@ -195,7 +196,7 @@ class AsyncRedisLock(AsyncPrimitive):
         new_token = new_token or secrets.token_hex(16)
         sent_at = time.monotonic()
         keys, args = self._scripts.adopt_call(token, new_token, ttl_ms, owner)
-        grant = adopt_reply(await ADOPT.call_async(self._client, keys, args), sent_at, ttl_ms)
+        grant = adopt_reply(await call(ADOPT, self._client, keys, args), sent_at, ttl_ms)
         if grant is None:
             return None
         return self._new_lease(new_token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
@@ -213,7 +214,7 @@ class AsyncRedisLock(AsyncPrimitive):
 
     async def _release_owner(self, owner: str) -> int:
         keys, args = self._scripts.release_owner_call(owner)
-        return int(await RELEASE_OWNER.call_async(self._client, keys, args))
+        return int(await call(RELEASE_OWNER, self._client, keys, args))
 
     async def locked(self) -> bool:
         """True while any lease holds the lock."""
@@ -221,7 +222,7 @@ class AsyncRedisLock(AsyncPrimitive):
 
     async def info(self) -> PrimitiveInfo:
         """The lock's holders, owner, fence and number of waiters, read-only."""
-        reply = await INFO.call_async(self._client, self._scripts.info_keys,
+        reply = await call(INFO, self._client, self._scripts.info_keys,
                                       LockScripts.info_args())  # fmt: skip
         return info_reply(self.name, reply)
 
@@ -232,23 +233,23 @@ class AsyncRedisLock(AsyncPrimitive):
 
     async def _release_token(self, token: str) -> bool:
         keys = self._scripts.release_call(token)
-        return bool(await RELEASE.call_async(self._client, keys, [token]))
+        return bool(await call(RELEASE, self._client, keys, [token]))
 
     async def _extend_token(self, token: str, ttl_ms: int) -> bool:
         keys = self._scripts.holders_key
-        return bool(await EXTEND.call_async(self._client, keys, [token, ttl_ms]))
+        return bool(await call(EXTEND, self._client, keys, [token, ttl_ms]))
 
     async def _held_token(self, token: str) -> int:
-        return int(await HELD.call_async(self._client, self._scripts.holders_key, [token]))
+        return int(await call(HELD, self._client, self._scripts.holders_key, [token]))
 
     async def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
         keys = self._scripts.add_keys
-        return int(await EXTEND_ADD.call_async(self._client, keys, [token, ttl_ms, nonce]))
+        return int(await call(EXTEND_ADD, self._client, keys, [token, ttl_ms, nonce]))
 
     async def _leave(self, token: str) -> int:
         scripts = self._scripts
         args = scripts.leave_args(token)
-        return leave_reply(await LEAVE.call_async(self._client, scripts.queue_keys, args))
+        return leave_reply(await call(LEAVE, self._client, scripts.queue_keys, args))
 
     # -- the renewer's side (renewal.Renewable) ---------------------------------------
 

@@ -33,6 +33,7 @@ from ..core.renewal.sender import (
     splits,
 )
 from ..core.scripts import LuaScript
+from .calls import call
 
 __all__ = ["IDLE_EXIT", "AsyncRenewer", "keep_alive_async", "renewer_for_loop"]
 
@@ -109,7 +110,7 @@ class AsyncRenewer:
         error = ""
         renewed: list[object] = []
         try:
-            reply = await script.call_async(items[0][0].client, keys, args)
+            reply = await call(script, items[0][0].client, keys, args)
             renewed = check_batch_reply(script, items, reply)
         except Exception as exc:  # every failure is retried until the lease's deadline
             if splits(exc, items):

@@ -36,6 +36,7 @@ from ..core.semaphore_scripts import (
 from ..core.validate import acquire_deadline, check_bool, check_positive_int
 from ..core.waiting import Grant, poll_slice
 from ..errors import ConfigurationError
+from .calls import call
 from .lease import AsyncLease, AsyncOnLost
 from .notifier import AsyncNotifier
 from .primitive import AsyncPrimitive, cancel_check
@@ -153,7 +154,7 @@ class AsyncRedisSemaphore(AsyncPrimitive):
 
     async def info(self) -> PrimitiveInfo:
         """Live leases with their TTL left, the waiters and the stored limit, read-only."""
-        reply = await INFO.call_async(self._client, self._scripts.info_keys,
+        reply = await call(INFO, self._client, self._scripts.info_keys,
                                       SemaphoreScripts.info_args())  # fmt: skip
         return info_reply(self.name, self._limit, reply)
 
@@ -167,7 +168,7 @@ class AsyncRedisSemaphore(AsyncPrimitive):
                        wait: bool) -> tuple[int, int, int, int]:  # fmt: skip
         scripts = self._scripts
         args = scripts.acquire_args(token, owner, ttl_ms, wait)
-        reply = acquire_reply(await ACQUIRE.call_async(self._client, scripts.acquire_keys, args))
+        reply = acquire_reply(await call(ACQUIRE, self._client, scripts.acquire_keys, args))
         if reply[2] and not self._warned_limit:
             self._warned_limit = True
             log.warning(
@@ -179,28 +180,28 @@ class AsyncRedisSemaphore(AsyncPrimitive):
     async def _leave(self, token: str) -> int:
         scripts = self._scripts
         args = scripts.leave_args(token)
-        return leave_reply(await LEAVE.call_async(self._client, scripts.leave_keys, args))
+        return leave_reply(await call(LEAVE, self._client, scripts.leave_keys, args))
 
     async def _release_owner(self, owner: str) -> int:
         keys, args = self._scripts.release_owner_call(owner)
-        return int(await RELEASE_OWNER.call_async(self._client, keys, args))
+        return int(await call(RELEASE_OWNER, self._client, keys, args))
 
     async def _release_token(self, token: str) -> bool:
         scripts = self._scripts
         keys, args = scripts.release_call(token), scripts.release_args(token)
-        return bool(await RELEASE.call_async(self._client, keys, args))
+        return bool(await call(RELEASE, self._client, keys, args))
 
     async def _extend_token(self, token: str, ttl_ms: int) -> bool:
         scripts = self._scripts
         args = scripts.extend_args(token, ttl_ms)
-        return bool(await EXTEND.call_async(self._client, scripts.state_keys, args))
+        return bool(await call(EXTEND, self._client, scripts.state_keys, args))
 
     async def _held_token(self, token: str) -> int:
-        return int(await HELD.call_async(self._client, self._scripts.add_keys[:1], [token]))
+        return int(await call(HELD, self._client, self._scripts.add_keys[:1], [token]))
 
     async def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
         keys = self._scripts.add_keys
-        return int(await EXTEND_ADD.call_async(self._client, keys, [token, ttl_ms, nonce]))
+        return int(await call(EXTEND_ADD, self._client, keys, [token, ttl_ms, nonce]))
 
     # -- the renewer's side (renewal.Renewable) ---------------------------------------
 

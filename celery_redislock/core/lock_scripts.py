@@ -3,8 +3,9 @@
 I/O-free: :class:`LockScripts` holds one lock's keys, encoded once, and builds each
 script's arguments; the ``*_reply`` functions read each script's reply. The sync
 :class:`~.lock.RedisLock` and the async ``AsyncRedisLock`` both use them, so the
-two differ only in how they send a call (``script(client, ...)`` or ``await
-script.call_async(client, ...)``) and can never disagree on what a reply means.
+two differ only in how they send a call (``script(client, ...)``, or ``await
+call(script, client, ...)`` from :mod:`celery_redislock.asyncio.calls`) and can never
+disagree on what a reply means.
 """
 
 from __future__ import annotations

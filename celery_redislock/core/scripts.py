@@ -194,22 +194,6 @@ class LuaScript:
             first = first.decode("utf-8", "replace")
         return as_text(reply[0]) == f"{self.code}{str(first)[:8]}"
 
-    async def call_async(self, client: Any, keys: list[Any], args: list[Any]) -> Any:
-        """:meth:`__call__` through a ``redis.asyncio`` client: the same call and the
-        same stamp check, awaited. (redis.asyncio drops a connection whose read was
-        interrupted, so no other call's reply is left on a pooled one; a reply with
-        the wrong stamp is still refused, and the call sent once more.)"""
-        for _ in (1, 2):
-            try:
-                reply = await client.execute_command(
-                    "EVALSHA", self.sha, len(keys), *keys, *args
-                )
-            except NoScriptError:
-                reply = await client.eval(self.text, len(keys), *keys, *args)
-            if self.code is None or self._stamped(reply, args):
-                return reply if self.code is None else reply[1]
-        raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
-
     def __repr__(self) -> str:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
 

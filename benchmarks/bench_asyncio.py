@@ -1,0 +1,273 @@
+"""Benchmark ``celery_redislock.asyncio`` beside redis.asyncio's ``Lock`` and a floor.
+
+Run from the repository root::
+
+    python benchmarks/bench_asyncio.py            # full run (about a minute)
+    python benchmarks/bench_asyncio.py --quick    # shorter, for a smoke test
+
+It starts a private ``redis-server`` and measures, all through ``redis.asyncio``:
+
+1. **Uncontended** acquire + release, p50 / p99, of the *floor* (``SET key token NX
+   PX`` then a compare-and-delete script by ``EVALSHA``: two round trips, the least a
+   correct token lock can do), redis.asyncio's ``Lock`` and ``AsyncRedisLock``,
+   interleaved cycle by cycle in several rounds; the ratio to the floor is the
+   median of the per-round ratios of p50, so drift of the machine's speed cancels.
+2. **Hand-off**: 8 tasks in one loop, then 8 processes (one task each), looping
+   acquire -> hold 1 ms -> release; the gap between one section's release and the
+   next section's acquire returning, p50 / p99 (``time.time()``, one clock).
+3. **API cap**: 1,000 tasks in one loop through an ``AsyncRedisSemaphore`` of limit
+   10, each holding 5 ms once: throughput against the ideal (limit / hold), each
+   task's wait p50 / p99, tasks that never got a permit, at most ``limit`` in at
+   once, and Redis commands per section (``INFO commandstats``, counting those run
+   inside scripts) beside client round trips per section. Throughput is taken over
+   the steady part (from the first permit granted to the last section ended) and
+   over the whole run (from the moment the 1,000 tasks were started).
+
+The figures depend on the machine (the load average is printed at the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import multiprocessing
+import os
+import platform
+import secrets
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import command_calls, median, percentile, print_table, us
+
+from celery_redislock.asyncio import AsyncRedisLock, AsyncRedisSemaphore
+from celery_redislock.testing import RedisServer
+
+COMPARE_AND_DELETE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+Cycle = Callable[[], Awaitable[None]]
+
+# -- uncontended ------------------------------------------------------------------
+
+
+async def floor_cycle(client: aioredis.Redis) -> Cycle:
+    sha = await client.script_load(COMPARE_AND_DELETE)
+
+    async def cycle() -> None:
+        token = secrets.token_hex(16)
+        if not await client.set("bench:floor", token, nx=True, px=30_000):
+            raise RuntimeError("floor key held")
+        await client.evalsha(sha, 1, "bench:floor", token)
+
+    return cycle
+
+
+def redis_py_cycle(client: aioredis.Redis) -> Cycle:
+    lock = client.lock("bench:redis-py", timeout=30)
+
+    async def cycle() -> None:
+        if not await lock.acquire(blocking=False):
+            raise RuntimeError("redis-py lock held")
+        await lock.release()
+
+    return cycle
+
+
+def ours_cycle(client: aioredis.Redis) -> Cycle:
+    lock = AsyncRedisLock(client, "bench:ours", ttl=30)
+
+    async def cycle() -> None:
+        lease = await lock.acquire(blocking=False)
+        if lease is None:
+            raise RuntimeError("lock held")
+        await lease.release()
+
+    return cycle
+
+
+async def uncontended(url: str, rounds: int, cycles: int) -> list[list[object]]:
+    client = aioredis.Redis.from_url(url)
+    impls = {
+        "floor (SET NX PX + EVALSHA del)": await floor_cycle(client),
+        "redis.asyncio Lock": redis_py_cycle(client),
+        "AsyncRedisLock": ours_cycle(client),
+    }
+    names = list(impls)
+    per_round: dict[str, list[list[float]]] = {name: [] for name in names}
+    for cycle in impls.values():  # warm up: scripts loaded, connections made
+        for _ in range(200):
+            await cycle()
+    for round_no in range(rounds):
+        samples: dict[str, list[float]] = {name: [] for name in names}
+        for i in range(cycles):
+            order = names[(i + round_no) % 3 :] + names[: (i + round_no) % 3]
+            for name in order:
+                started = time.perf_counter()
+                await impls[name]()
+                samples[name].append(time.perf_counter() - started)
+        for name in names:
+            per_round[name].append(samples[name])
+    await client.aclose()
+    floor = names[0]
+    rows: list[list[object]] = []
+    for name in names:
+        every = [x for samples_ in per_round[name] for x in samples_]
+        ratios = [
+            median(per_round[name][i]) / median(per_round[floor][i]) for i in range(rounds)
+        ]
+        rows.append([name, us(median(every)), us(percentile(every, 99)),
+                     f"{median(ratios):.3f}x", f"{min(ratios):.3f}-{max(ratios):.3f}"])  # fmt: skip
+    return rows
+
+
+# -- hand-off ---------------------------------------------------------------------
+
+HOLD = 0.001
+
+
+async def sections(url: str, name: str, duration: float, tasks: int) -> list[tuple[float, float]]:
+    client = aioredis.Redis.from_url(url)
+    lock = AsyncRedisLock(client, name, ttl=10)
+    rows: list[tuple[float, float]] = []
+    stop_at = time.time() + duration
+
+    async def task() -> None:
+        while time.time() < stop_at:
+            lease = await lock.acquire(timeout=10)
+            assert lease is not None
+            start = time.time()
+            await asyncio.sleep(HOLD)
+            end = time.time()
+            await lease.release()
+            rows.append((start, end))
+
+    await asyncio.gather(*(task() for _ in range(tasks)))
+    await client.aclose()
+    return rows
+
+
+def process_body(url: str, name: str, duration: float, go: Any, out: Any) -> None:
+    go.wait(30)
+    out.put(asyncio.run(sections(url, name, duration, 1)))
+
+
+def handoffs(rows: list[tuple[float, float]], warmup: float) -> list[float]:
+    ordered = sorted(rows)
+    begin = ordered[0][0] + warmup
+    return [b[0] - a[1] for a, b in itertools.pairwise(ordered) if a[1] >= begin]
+
+
+def contended(url: str, duration: float) -> list[list[object]]:
+    rows_out: list[list[object]] = []
+    in_loop = asyncio.run(sections(url, "bench:tasks", duration, 8))
+    ctx = multiprocessing.get_context("spawn")
+    go, out = ctx.Barrier(9), ctx.Queue()
+    procs = [ctx.Process(target=process_body, args=(url, "bench:procs", duration, go, out))
+             for _ in range(8)]  # fmt: skip
+    for proc in procs:
+        proc.start()
+    go.wait(30)
+    per_proc = [out.get(timeout=duration + 60) for _ in procs]
+    for proc in procs:
+        proc.join(10)
+    across = [row for rows in per_proc for row in rows]
+    for label, rows in (("8 tasks, one loop", in_loop), ("8 processes", across)):
+        gaps = handoffs(rows, 0.3)
+        rows_out.append([label, len(rows), us(median(gaps)), us(percentile(gaps, 99))])
+    return rows_out
+
+
+# -- the API cap ------------------------------------------------------------------
+
+
+async def api_cap(url: str, tasks: int, limit: int, hold: float) -> list[list[object]]:
+    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=64)
+    client = aioredis.Redis(connection_pool=pool)
+    sem = AsyncRedisSemaphore(client, f"bench:cap:{secrets.token_hex(4)}", limit=limit, ttl=30)
+    sync = redis.Redis.from_url(url)
+    inside = peak = 0
+    waits: list[float] = []
+    granted: list[float] = []
+    ended: list[float] = []
+    round_trips = 0
+    original = sem._attempt
+
+    async def counted(*args: Any) -> Any:
+        nonlocal round_trips
+        round_trips += 1
+        return await original(*args)
+
+    sem._attempt = counted  # type: ignore[method-assign]
+
+    async def task() -> None:
+        nonlocal inside, peak, round_trips
+        asked = time.monotonic()
+        lease = await sem.acquire(timeout=60)
+        if lease is None:
+            return
+        granted.append(time.monotonic())
+        waits.append(granted[-1] - asked)
+        inside += 1
+        peak = max(peak, inside)
+        await asyncio.sleep(hold)
+        inside -= 1
+        ended.append(time.monotonic())
+        round_trips += 1
+        await lease.release()
+
+    before = command_calls(sync)
+    started = time.monotonic()
+    await asyncio.gather(*(task() for _ in range(tasks)))
+    commands = command_calls(sync) - before - 1
+    ideal = limit / hold
+    steady = len(ended) / (max(ended) - min(granted))
+    whole = len(ended) / (max(ended) - started)
+    await client.aclose()
+    await pool.aclose()
+    sync.close()
+    return [[
+        f"{tasks} tasks, limit {limit}, {hold * 1000:g} ms",
+        f"{steady:.0f}/s ({steady / ideal:.1%})", f"{whole:.0f}/s ({whole / ideal:.1%})",
+        f"{median(waits) * 1000:.0f}", f"{percentile(waits, 99) * 1000:.0f}",
+        tasks - len(ended), peak, f"{commands / len(ended):.1f}", f"{round_trips / len(ended):.2f}",
+    ]]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="shorter run (smoke test)")
+    options = parser.parse_args()
+    rounds, cycles, duration = (2, 200, 1.0) if options.quick else (5, 500, 2.0)
+    load_before = os.getloadavg()[0]
+    began = time.monotonic()
+    with RedisServer() as server:
+        version = redis.Redis.from_url(server.url).info("server")["redis_version"]
+        print(f"redis-server {version}, redis-py {redis.__version__}, Python "
+              f"{platform.python_version()}, {os.cpu_count()} CPUs\n")  # fmt: skip
+        print(f"Uncontended acquire + release, {rounds} rounds x {cycles} cycles (µs):")
+        print_table(["implementation", "p50", "p99", "p50 / floor", "range"],
+                    asyncio.run(uncontended(server.url, rounds, cycles)))  # fmt: skip
+        print(f"\nHand-off, AsyncRedisLock, 1 ms hold, {duration:g} s per run (µs):")
+        print_table(["workers", "sections", "hand-off p50", "p99"],
+                    contended(server.url, duration))  # fmt: skip
+        print("\nAPI cap, AsyncRedisSemaphore, one loop:")
+        print_table(["case", "steady throughput (of ideal)", "whole run", "wait p50 ms",
+                     "wait p99 ms", "starved", "max inside", "cmds/section",
+                     "round trips/section"],
+                    asyncio.run(api_cap(server.url, 1000, 10, 0.005)))  # fmt: skip
+    print(f"\ntotal time {time.monotonic() - began:.1f} s; load average (1 min) "
+          f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
