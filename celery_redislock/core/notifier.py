@@ -116,9 +116,24 @@ class Notifier:
 
     @classmethod
     def _forget_after_fork(cls) -> None:
-        # The parent's subscriber connection is not ours in a forked child.
+        # The parent's subscriber connection is not ours in a forked child. Its socket
+        # is closed here -- the child's copy of the descriptor only: close(), never
+        # shutdown(), which would cut the parent's connection too. Kept open, it would
+        # keep the connection alive after the parent died (SIGKILL), PUBSUB NUMSUB
+        # would count the dead waiter as listening, and a release would grant it a
+        # lease nobody uses for a whole TTL.
+        for notifier in list(cls._registry.values()):
+            notifier._close_inherited()
         cls._registry = {}
         cls._registry_lock = threading.Lock()
+
+    def _close_inherited(self) -> None:
+        connection = getattr(self._pubsub, "connection", None)
+        sock = getattr(connection, "_sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+            connection._sock = None  # redis-py must not shut it down later either
 
     def __init__(self, client: Any) -> None:
         self._client = weakref.ref(client)  # a closed, dropped client must not be kept
