@@ -128,7 +128,7 @@ class Notifier:
         cls._registry_lock = threading.Lock()
 
     def _close_inherited(self) -> None:
-        connection = getattr(self._pubsub, "connection", None)
+        connection: Any = getattr(self._pubsub, "connection", None)
         sock = getattr(connection, "_sock", None)
         if sock is not None:
             with contextlib.suppress(OSError):
