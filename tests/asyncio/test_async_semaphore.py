@@ -1,0 +1,77 @@
+"""The API-cap case in small (benchmarks/bench_asyncio.py runs 1,000 tasks): many tasks
+of one loop through one AsyncRedisSemaphore -- never more than ``limit`` inside, every
+task served; and renewal of many leases of a
+loop in one script call per tick."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import redis
+import redis.asyncio as aioredis
+
+from celery_redislock.asyncio import AsyncRedisLock, AsyncRedisSemaphore
+
+
+def script_calls(r: redis.Redis) -> int:
+    stats = r.info("commandstats")
+    return sum(int(stats.get(name, {}).get("calls", 0))
+               for name in ("cmdstat_evalsha", "cmdstat_eval"))  # fmt: skip
+
+
+def test_two_hundred_tasks_through_a_limit_of_ten(r: redis.Redis, redis_url: str) -> None:
+    tasks, limit, hold = 200, 10, 0.005
+
+    async def main() -> tuple[int, list[float], float]:
+        pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=32)
+        client = aioredis.Redis(connection_pool=pool)
+        sem = AsyncRedisSemaphore(client, "cap", limit=limit, ttl=10)
+        inside = peak = 0
+        waits: list[float] = []
+
+        async def task() -> None:
+            nonlocal inside, peak
+            asked = time.monotonic()
+            async with sem:
+                waits.append(time.monotonic() - asked)
+                inside += 1
+                peak = max(peak, inside)
+                await asyncio.sleep(hold)
+                inside -= 1
+
+        started = time.monotonic()
+        await asyncio.gather(*(task() for _ in range(tasks)))
+        elapsed = time.monotonic() - started
+        await client.aclose()
+        await pool.aclose()
+        return peak, waits, elapsed
+
+    peak, waits, elapsed = asyncio.run(main())
+    assert peak == 10  # never more than the limit, and the limit used
+    assert len(waits) == tasks  # nobody starved
+    ideal = tasks / limit * hold
+    assert elapsed < 10 * ideal + 2  # generous: CI shares 2 cores (benchmark: real figure)
+    assert r.zcard("redislock:semaphore:{cap}:holders") == 0
+    assert r.zcard("redislock:semaphore:{cap}:queue") == 0
+
+
+def test_a_loop_renews_all_its_leases_in_one_call_per_tick(r: redis.Redis, redis_url: str) -> None:
+    ttl = 0.6  # a tick every 0.2 s
+
+    async def main() -> int:
+        client = aioredis.Redis.from_url(redis_url)
+        leases = [await AsyncRedisLock(client, f"many-{i}", ttl=ttl).acquire(renew=True)
+                  for i in range(200)]  # fmt: skip
+        await asyncio.sleep(ttl / 3)  # the acquisition-time spread settles into one tick
+        before = script_calls(r)
+        await asyncio.sleep(1.0)  # five ticks
+        calls = script_calls(r) - before
+        assert all(lease is not None and not lease.lost for lease in leases)
+        for lease in leases:
+            assert lease is not None and await lease.release()
+        await client.aclose()
+        return calls
+
+    calls = asyncio.run(main())
+    assert calls <= 1.0 / (ttl / 3) + 2, calls  # one call per tick for 200 leases
