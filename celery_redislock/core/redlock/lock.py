@@ -309,6 +309,8 @@ class RedlockLock(Primitive):
         return sum(1 for reply in replies.values() if reply == 1) >= self.quorum
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
+        # Lease.hand_over / a token-only extend: the same max_ttl rule as extend().
+        ttl_ms = self._check_ttl(ttl_ms / 1000, "ttl")
         return self._extend_all(token, ttl_ms)[0] is True
 
     def _extend_all(self, token: str, ttl_ms: int) -> tuple[bool | None, float, str]:

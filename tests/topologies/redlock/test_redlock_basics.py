@@ -115,3 +115,13 @@ def test_try_acquire_adopt_and_release_owner(clients: list[redis.Redis]) -> None
     assert lock.release_owner("someone-else") == 0
     assert lock.release_owner("task-1@run") == 5
     assert not lock.locked()
+
+
+def test_no_lease_outlives_max_ttl(clients: list[redis.Redis]) -> None:
+    lease = make(clients).acquire(blocking=False)  # max_ttl defaults to the ttl
+    assert lease is not None
+    with pytest.raises(ConfigurationError, match="ttl must be <= max_ttl"):
+        lease.extend(GRACE * 5)
+    assert lease.extend(GRACE / 2) and lease.remaining() < GRACE / 2
+    with pytest.raises(ConfigurationError, match="ttl must be <= max_ttl"):
+        lease.hand_over(GRACE * 5)  # (a Celery singleton's lock cuts it to max_ttl instead)

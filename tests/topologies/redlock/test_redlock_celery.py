@@ -4,6 +4,7 @@ a bounded task is refused at definition, bad URL lists are named."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -83,3 +84,35 @@ def test_bad_redislock_urls_are_named(
 
     with pytest.raises(ConfigurationError, match="redislock_urls"):
         job.delay()
+
+
+def test_a_retry_keeps_its_redlock_lease_through_the_countdown(
+    make_app: MakeApp, worker: Any, masters: list[RedisServer], clients: list[redis.Redis]
+) -> None:
+    app: Celery = make_app(redislock_urls=urls(masters), redislock_queued_ttl=30)
+    mark_booted(clients[:3], 30.0)
+    attempts: list[int] = []
+    retrying, second, go = threading.Event(), threading.Event(), threading.Event()
+
+    @app.task(base=SingletonTask, bind=True, lock_ttl=2, max_retries=1)
+    def flaky(self: Any) -> int:
+        attempts.append(self.request.retries)
+        if not self.request.retries:
+            retrying.set()
+            raise self.retry(countdown=1)
+        second.set()
+        go.wait(10)
+        return len(attempts)
+
+    worker(app)
+    first = flaky.delay()
+    assert retrying.wait(10)
+    time.sleep(0.3)  # in the countdown: the lease was handed to the retry message
+    assert held_on(clients[:3]) == [1, 1, 1]
+    assert flaky.delay().id == first.id
+    assert second.wait(10)  # the retry adopted it
+    assert held_on(clients[:3]) == [1, 1, 1]
+    assert flaky.delay().id == first.id
+    go.set()
+    assert first.get(timeout=10) == 2 and attempts == [0, 1]
+    assert held_on(clients[:3]) == [0, 0, 0]
