@@ -17,7 +17,7 @@ from celery_redislock import RedisLock
 from celery_redislock.core.pubsub import use_sharded_pubsub
 from celery_redislock.testing_cluster import LocalCluster
 
-from .helpers import client_in_mode, name_on, slot_of, wait_queued
+from .helpers import client_in_mode, name_on, require_sharded, slot_of, wait_queued
 
 MODES = ["sharded", "classic"]
 
@@ -48,6 +48,7 @@ class Section:
 def test_resharding_a_held_lock_keeps_it_and_its_waiters(
     cluster: LocalCluster, rc: RedisCluster, mode: str
 ) -> None:
+    require_sharded(cluster, mode)
     source, target = cluster._primaries()[:2]
     name = name_on(cluster, source, f"reshard-{mode}")
     slot = slot_of(name)

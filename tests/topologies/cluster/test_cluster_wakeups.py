@@ -22,7 +22,14 @@ from celery_redislock.core.pubsub import CLASSIC, SHARDED, pubsub_mode, use_shar
 from celery_redislock.core.scripts import LuaScript
 from celery_redislock.testing_cluster import LocalCluster
 
-from .helpers import Waiter, client_in_mode, name_on, publish_counters, wait_queued
+from .helpers import (
+    Waiter,
+    client_in_mode,
+    name_on,
+    publish_counters,
+    require_sharded,
+    wait_queued,
+)
 
 MODES = ["sharded", "classic"]
 
@@ -41,7 +48,10 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[tuple[int, str
     return counter
 
 
-def test_a_cluster_of_redis_7_listens_sharded(rc: RedisCluster, name: str) -> None:
+def test_a_cluster_of_redis_7_listens_sharded(
+    cluster: LocalCluster, rc: RedisCluster, name: str
+) -> None:
+    require_sharded(cluster)
     assert pubsub_mode(rc) is SHARDED
     lock = RedisLock(rc, name)
     holder = lock.acquire(blocking=False)
@@ -137,6 +147,7 @@ def test_a_killed_sharded_waiter_is_never_granted_the_lock(
 ) -> None:
     """SHARDNUMSUB finds no subscriber for a waiter whose process died: the release
     leaves the lock free instead of granting it to the dead waiter."""
+    require_sharded(cluster)
     lock = RedisLock(rc, name, ttl=10)
     holder = lock.acquire(blocking=False)
     assert holder is not None

@@ -48,8 +48,12 @@ def test_list_and_inspect_show_every_master(
     assert document["redlock"] is True and document["quorum"] == 2
     assert document["held_by_majority"] == ["report"]
     assert [("error" in master) for master in document["masters"]] == [False, True, False]
-    fences = [primitive["fence"] for master in document["masters"]
-              for primitive in master.get("primitives", []) if primitive["name"] == "report"]
+    fences = [
+        primitive["fence"]
+        for master in document["masters"]
+        for primitive in master.get("primitives", [])
+        if primitive["name"] == "report"
+    ]
     assert fences == [lease.fence, lease.fence]
 
     inspected = invoke(masters, "inspect", "report")
