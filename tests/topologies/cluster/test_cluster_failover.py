@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 from celery_redislock import NotReplicated, RedisLock
 from celery_redislock.testing_cluster import LocalCluster
 
-from .helpers import name_on
+from .helpers import Waiter, name_on, wait_queued
 
 CLIENT = {"socket_timeout": 1.0, "socket_connect_timeout": 0.5}
 TTL = 3.0
@@ -26,6 +26,7 @@ def test_killed_primary_leases_survive_or_are_reported_lost(cluster: LocalCluste
     acked_name, plain_name = (name_on(cluster, primary, stem) for stem in ("acked", "plain"))
     holder_client = cluster.client(**CLIENT)
     other_client = cluster.client(**CLIENT)
+    waiter_client = cluster.client(**CLIENT)
     try:
         # min_replicas=1: the grant counts once the replica has it (WAIT on its node).
         acked = RedisLock(holder_client, acked_name, ttl=TTL, renew=True, min_replicas=1,
@@ -33,6 +34,11 @@ def test_killed_primary_leases_survive_or_are_reported_lost(cluster: LocalCluste
         plain_lock = RedisLock(holder_client, plain_name, ttl=TTL, renew=True)
         plain = plain_lock.acquire(blocking=False)
         assert acked is not None and plain is not None
+        # A waiter queued through the failover (sharded on Redis >= 7: its subscription
+        # follows the slot to the promoted node).
+        waiter = Waiter(RedisLock(waiter_client, acked_name, ttl=TTL), timeout=30)
+        waiter.start()
+        wait_queued(RedisLock(other_client, acked_name), 1)
         cluster.kill(primary)
         killed_at = time.monotonic()
         # While the slot has no primary, a waiter never gets a lease it was not granted
@@ -61,10 +67,16 @@ def test_killed_primary_leases_survive_or_are_reported_lost(cluster: LocalCluste
         # The acknowledged lease lives on the new primary and is renewed there.
         assert RedisLock(other_client, acked_name).acquire(blocking=False) is None
         time.sleep(TTL * 2 / 3)
+        released_at = time.monotonic()
         assert not acked.lost and acked.held() and acked.release()
+        waiter.join(10)
+        assert waiter.error is None and waiter.lease is not None
+        assert waiter.at - released_at < 1.0 and waiter.lease.fence > acked.fence
+        assert waiter.lease.release()
     finally:
         holder_client.close()
         other_client.close()
+        waiter_client.close()
         cluster.restart(primary)  # back as a replica of the promoted node
 
 

@@ -91,8 +91,14 @@ def test_a_master_restarted_empty_grants_nothing_while_an_old_lease_may_live(
         RedlockLock(three, "warm", ttl=GRACE).acquire(blocking=False)
     # Without the grace it would grant, and with the free third master make a majority.
     lock = make(three)
-    outcome = rounds.attempt(lock._masters, lock._acquire_keys, lock._boot_prefix,
-                             ["probe", 1000, "", b"0", 0, round(GRACE * 1000)], 1000, 1.0)
+    outcome = rounds.attempt(
+        lock._masters,
+        lock._acquire_keys,
+        lock._boot_prefix,
+        ["probe", 1000, "", b"0", 0, round(GRACE * 1000)],
+        1000,
+        1.0,
+    )
     assert outcome.restarting() == [0], outcome  # it answers, refusing: restarted
     lock._release_token("probe")  # the free third master granted the probe
     second = make(three).acquire(blocking=False)
