@@ -33,8 +33,10 @@ from celery import Celery, shared_task
 from ..errors import ConfigurationError
 from .bounded.options import OPTIONS as BOUNDED_OPTIONS
 from .bounded.options import PoolKey
+from .literals import OnDuplicate, OnRunningDuplicate, SingletonMode
 from .options import check_class_options
 from .redlock import check_not_bounded
+from .singleton.percall import check_unknown_options
 from .task import RedisLockTask, SingletonTask
 
 __all__ = ["bounded_task", "singleton_task"]
@@ -52,6 +54,8 @@ def _decorator(app: Celery | None, options: dict[str, Any],
         raise ConfigurationError(
             f"base must be a subclass of celery_redislock.RedisLockTask, got {base!r}"
         )
+    # A keyword that looks like ours but is none (``lock_tll=``) fails here, not later.
+    check_unknown_options(str(options.get("name") or "<task>"), options, dir(base))
     # Checked as the task class would see them: these options over the base's.
     check_class_options(SimpleNamespace(**{"name": "<task>", **_class_options(base),
                                            **options}))  # fmt: skip
@@ -72,8 +76,10 @@ def _class_options(base: type) -> dict[str, Any]:
 def singleton_task(fun: Callable[_P, _R], /) -> SingletonTask[_P, _R]: ...
 @overload
 def singleton_task(
-    *, app: Celery | None = None, **options: Any
-) -> Callable[[Callable[_P, _R]], SingletonTask[_P, _R]]: ...
+    *, app: Celery | None = None, on_duplicate: OnDuplicate = ...,
+    on_running_duplicate: OnRunningDuplicate = ..., singleton_mode: SingletonMode = ...,
+    **options: Any,
+) -> Callable[[Callable[_P, _R]], SingletonTask[_P, _R]]: ...  # fmt: skip
 def singleton_task(
     fun: Callable[..., Any] | None = None, /, *, app: Celery | None = None, **options: Any
 ) -> Any:
@@ -94,12 +100,16 @@ def singleton_task(
 @overload
 def bounded_task(
     fun: None = None, /, *, concurrency_limit: int, concurrency_key: PoolKey = None,
-    app: Celery | None = None, **options: Any,
+    app: Celery | None = None, on_duplicate: OnDuplicate = ...,
+    on_running_duplicate: OnRunningDuplicate = ..., singleton_mode: SingletonMode = ...,
+    **options: Any,
 ) -> Callable[[Callable[_P, _R]], RedisLockTask[_P, _R]]: ...  # fmt: skip
 @overload
 def bounded_task(
     fun: Callable[_P, _R], /, *, concurrency_limit: int, concurrency_key: PoolKey = None,
-    app: Celery | None = None, **options: Any,
+    app: Celery | None = None, on_duplicate: OnDuplicate = ...,
+    on_running_duplicate: OnRunningDuplicate = ..., singleton_mode: SingletonMode = ...,
+    **options: Any,
 ) -> RedisLockTask[_P, _R]: ...  # fmt: skip
 def bounded_task(
     fun: Callable[..., Any] | None = None, /, *, concurrency_limit: Any = None,

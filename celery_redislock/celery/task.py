@@ -27,10 +27,12 @@ from . import cleanup
 from .bounded.guard import CONCURRENCY
 from .bounded.options import PoolKey
 from .execution import Guard, current_run, outcome_of, start_run
+from .literals import OnDuplicate, OnRunningDuplicate, SingletonMode
 from .options import check_class_options
 from .redlock import check_not_bounded
-from .singleton import enqueue
+from .singleton import enqueue, lookup
 from .singleton.guard import SINGLETON
+from .singleton.percall import call_options, check_unknown_options
 
 __all__ = ["RedisLockTask", "SingletonTask"]
 
@@ -66,17 +68,18 @@ class RedisLockTask(Task[_P, _R]):
     lock_queued_ttl: float | None = None
     """Seconds: lease of a queued task, plus its countdown/ETA (``redislock_queued_ttl``)."""
 
-    on_duplicate: str | None = None
+    on_duplicate: OnDuplicate | None = None
     """``"existing"``, ``"raise"``, ``"drop"`` or ``"replace"`` (``redislock_on_duplicate``)."""
 
-    on_running_duplicate: str = "skip"
+    on_running_duplicate: OnRunningDuplicate = "skip"
     """A copy starting while another holds the lock: ``"skip"`` or ``"reschedule"``."""
 
     reschedule_countdown: float | None = None
     """Seconds before a rescheduled runtime duplicate runs again (default 5)."""
 
-    singleton_mode: str = "until_done"
-    """``"until_done"``, ``"while_running"``, ``"until_started"`` or ``"interval"``."""
+    singleton_mode: SingletonMode = "until_done"
+    """``"until_done"``, ``"while_running"``, ``"until_started"``, ``"interval"`` or
+    ``"until_and_while_executing"``."""
 
     singleton_interval: float | None = None
     """Seconds the lock stays held after a run ends (``singleton_mode="interval"``)."""
@@ -113,6 +116,7 @@ class RedisLockTask(Task[_P, _R]):
         """Bind to ``app`` (Celery applies ``task_annotations`` here), then validate
         the options, so a bad one fails when the task is defined."""
         bound = super().bind(app)
+        check_unknown_options(cls.name, dir(cls), dir(RedisLockTask))
         check_class_options(cls)
         check_not_bounded(app, cls.name, cls.concurrency_limit)
         return bound
@@ -126,6 +130,11 @@ class RedisLockTask(Task[_P, _R]):
         link: Any = None,
         link_error: Any = None,
         shadow: str | None = None,
+        *,
+        on_duplicate: OnDuplicate | None = None,
+        singleton: bool | None = None,
+        lock_ttl: float | None = None,
+        lock_queued_ttl: float | None = None,
         **options: Any,
     ) -> AsyncResult[_R] | None:
         """Send the task, taking its singleton lock first (see :mod:`.singleton.enqueue`).
@@ -134,14 +143,33 @@ class RedisLockTask(Task[_P, _R]):
         ``on_duplicate`` says: the existing copy's ``AsyncResult`` (``"existing"``),
         ``DuplicateTask`` raised (``"raise"``), None (``"drop"``), or the new task's
         result after revoking a queued copy (``"replace"``).
+
+        Per call: ``on_duplicate``, ``singleton=False`` (neither this call nor its run
+        takes the singleton lock), ``lock_ttl`` (the run's lease: singleton lock and
+        concurrency permit) and ``lock_queued_ttl`` override the task's options. Any
+        other keyword that looks like ours (``lock_*``, ``singleton_*``,
+        ``concurrency_*``, ``on_*duplicate*``, ``once``) raises ``ConfigurationError``.
         """
+        call = call_options(self, options, on_duplicate, singleton, lock_ttl, lock_queued_ttl)
+
         def publish(new_id: str, headers: dict[str, Any]) -> AsyncResult[_R]:
             return super(RedisLockTask, self).apply_async(
                 args, kwargs, new_id, producer, link, link_error, shadow,
                 **{**options, "headers": headers},
             )  # fmt: skip
 
-        return enqueue.apply_async(self, publish, args, kwargs, task_id, options)
+        return enqueue.apply_async(self, publish, args, kwargs, task_id, options, call)
+
+    def singleton_key(self, *args: Any, **kwargs: Any) -> str:
+        """The singleton lock name of a call with these arguments (what
+        ``apply_async`` would lock; celery-singleton's ``generate_lock``). Read-only."""
+        return lookup.singleton_key(self, args, kwargs)
+
+    def singleton_holder(self, *args: Any, **kwargs: Any) -> AsyncResult[Any] | None:
+        """The ``AsyncResult`` of the copy, queued or running, that holds the lock of a
+        call with these arguments, or None (celery-singleton's
+        ``get_existing_task_id``). Read-only: takes nothing."""
+        return lookup.singleton_holder(self, args, kwargs)
 
     def before_start(self, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Enter every guard: take the singleton lock (or skip as a duplicate), then a

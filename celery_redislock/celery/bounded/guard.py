@@ -52,6 +52,7 @@ from ..client import get_redis
 from ..execution import AnyTask, Cleanup, Guard, Hold, RunState
 from ..options import options_of
 from ..signals import lease_lost, permit_acquired, permit_released, permit_rescheduled
+from ..singleton.percall import run_lock_ttl
 from ..tokens import NONCE_HEADER, TOKEN_HEADER, running_owner
 from .options import BoundedOptions
 
@@ -186,12 +187,14 @@ class ConcurrencyGuard(Guard):
         on_lost = functools.partial(_report_lost, task, run.task_id, pool)
         since, rescheduled = _wait_state(request)
         tried_at, started = time.time(), time.monotonic()
+        ttl = run_lock_ttl(request.headers, lock.lock_ttl)  # per call, else the task's
         if eager:  # no queue to go back to: wait as long as it takes
-            lease = sem.acquire(owner=owner, renew=True, on_lost=on_lost)
+            lease = sem.acquire(owner=owner, ttl=ttl, renew=True, on_lost=on_lost)
         else:
-            lease = sem.acquire(blocking=False, owner=owner, renew=True, on_lost=on_lost)
+            lease = sem.acquire(blocking=False, owner=owner, ttl=ttl, renew=True,
+                                on_lost=on_lost)  # fmt: skip
             if lease is None and options.wait > 0 and _may_wait(sem, options, limit):
-                lease = sem.acquire(timeout=options.wait, owner=owner, renew=True,
+                lease = sem.acquire(timeout=options.wait, owner=owner, ttl=ttl, renew=True,
                                     on_lost=on_lost)  # fmt: skip
         if lease is None:
             _reschedule(task, run, pool, limit, options,

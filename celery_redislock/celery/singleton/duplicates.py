@@ -24,6 +24,8 @@ from ...errors import DuplicateTask
 from ..execution import AnyTask, RunState, resend
 from ..signals import singleton_duplicate
 from ..tokens import RECHECK_HEADER, parse_owner
+from .leases import lock_for
+from .lookup import ttl_left
 from .options import SingletonOptions
 
 __all__ = ["enqueue_duplicate", "revoke_replaced", "runtime_duplicate"]
@@ -70,9 +72,10 @@ def enqueue_duplicate(
         f" (a member of a {canvas.replace('_id', '')} cannot be replaced by another copy's "
         "result: its canvas would wait for an id it does not know)" if canvas else ""
     )
+    left = ttl_left(lock_for(task, key, opts))  # what a caller needs to decide to retry
     raise DuplicateTask(
         f"task {task.name}[{task_id}] not sent: {task.name}[{existing_id}] with the same "
-        f"signature is {state}{why}", task_id=existing_id, key=key,
+        f"signature is {state}{why}", task_id=existing_id, key=key, ttl_left=left,
     )  # fmt: skip
 
 

@@ -18,6 +18,7 @@ callbacks, ``retry()`` and beat (for tasks registered in beat's process). In ord
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
@@ -41,6 +42,8 @@ from ..tokens import (
 )
 from .duplicates import enqueue_duplicate, revoke_replaced
 from .leases import lock_for
+from .options import SingletonOptions
+from .percall import BYPASS_HEADER, LOCK_TTL_HEADER, NO_CALL_OPTIONS, CallOptions
 from .signature import call_key
 
 __all__ = ["Publish", "apply_async", "delay_of"]
@@ -69,15 +72,18 @@ def delay_of(task: AnyTask, options: Mapping[str, Any]) -> float:
 
 def apply_async(
     task: AnyTask, publish: Publish, args: Any, kwargs: Any, task_id: str | None,
-    options: dict[str, Any],
+    options: dict[str, Any], call: CallOptions = NO_CALL_OPTIONS,
 ) -> AsyncResult[Any] | None:  # fmt: skip
-    """Take the singleton lock and publish, or apply ``on_duplicate``."""
+    """Take the singleton lock and publish, or apply ``on_duplicate``; ``call`` holds
+    the per-call options (see :mod:`.percall`)."""
     opts = options_of(task).singleton
     headers = dict(options.get("headers") or {})
     # retry() copies the running request's headers: ours are never trusted as given.
     inherited = {name: headers.pop(name) for name in HEADERS if name in headers}
+    if call is not NO_CALL_OPTIONS:
+        opts = _with_call_options(opts, call, headers)
     key = None
-    if opts.enabled:
+    if opts.enabled and BYPASS_HEADER not in headers:
         memo = opts.call_keys if opts.remember_keys else None
         key = call_key(task, args, kwargs, options, memo, opts)
     delay = delay_of(task, options)
@@ -116,6 +122,24 @@ def apply_async(
             continue
         return enqueue_duplicate(task, opts, key, task_id, holder, options)
     raise AssertionError("unreachable: the last attempt never replaces")  # pragma: no cover
+
+
+def _with_call_options(
+    opts: SingletonOptions, call: CallOptions, headers: dict[str, Any]
+) -> SingletonOptions:
+    """The task's options with this call's over them; what the run needs goes in
+    ``headers`` (``retry()`` and re-sends keep them)."""
+    if call.singleton is False:
+        headers[BYPASS_HEADER] = "1"
+    if call.lock_ttl is not None:
+        headers[LOCK_TTL_HEADER] = repr(call.lock_ttl)
+    changes: dict[str, Any] = {}
+    if call.on_duplicate is not None:
+        changes["on_duplicate"] = call.on_duplicate
+    if call.queued_ttl is not None:
+        changes["queued_ttl"] = call.queued_ttl
+    # The caches (locks, call keys) are shared: they do not depend on these two.
+    return dataclasses.replace(opts, **changes) if changes else opts
 
 
 def _publish_locked(

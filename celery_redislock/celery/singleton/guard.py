@@ -32,6 +32,7 @@ from ..tokens import (
 from .duplicates import runtime_duplicate
 from .leases import extend_token, hand_over, lock_for, release_token
 from .options import SingletonOptions
+from .percall import BYPASS_HEADER, run_lock_ttl
 from .signature import received_key
 
 __all__ = ["SINGLETON", "SingletonGuard", "SingletonHold"]
@@ -117,6 +118,8 @@ class SingletonGuard(Guard):
             # An eager retry re-runs through apply() with the first attempt's headers
             # (celery's Task.apply copies them), never through apply_async: stale here.
             headers = {}
+        if BYPASS_HEADER in headers:  # sent with singleton=False: no lock for this call
+            return None
         token, nonce = headers.get(TOKEN_HEADER), headers.get(NONCE_HEADER)
         key = headers.get(KEY_HEADER) or received_key(task, args, kwargs, None, options)
         lock = lock_for(task, key, options)
@@ -127,7 +130,7 @@ class SingletonGuard(Guard):
             return None
         owner = running_owner(run.task_id)
         on_lost = functools.partial(_report_lost, task, run.task_id, key)
-        ttl = options.lock_ttl
+        ttl = run_lock_ttl(headers, options.lock_ttl)
         lease = None
         if token:
             lease = lock.adopt(token, new_token=run_token(token), owner=owner, ttl=ttl,

@@ -1,0 +1,40 @@
+"""The fixed-string options are ``Literal`` types: mypy catches a bad value where the
+option is written with a type; with celery-types, ``.delay()`` is typed too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mypy import api
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SNIPPET = '''
+from celery import Celery
+from celery_redislock import SingletonTask, bounded_task, singleton_task
+
+app = Celery("typed")
+
+@singleton_task(app=app, on_duplicate="raise", singleton_mode="until_and_while_executing")
+def refresh(user_id: int) -> None: ...
+
+refresh.delay(1)
+refresh.apply_async((1,), on_duplicate="drop", singleton=False, lock_ttl=5)
+refresh.apply_async((1,), on_duplicate="rais")  # line 12: error
+refresh.delay("not an int")  # line 13: error (celery-types)
+
+class Mine(SingletonTask[[int], None]):
+    on_running_duplicate = "skipp"  # line 16: error
+
+wrong = singleton_task(app=app, on_duplicate="bogus")  # line 18: error
+also_wrong = bounded_task(concurrency_limit=2, singleton_mode="until_dun")  # line 19: error
+'''
+
+
+def test_mypy_catches_bad_option_strings_and_typed_delay(tmp_path: Path) -> None:
+    source = tmp_path / "typed_snippet.py"
+    source.write_text(SNIPPET)
+    out, err, _ = api.run(["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "c"),
+                           "--config-file", str(ROOT / "pyproject.toml"), str(source)])
+    lines = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
+    assert lines == {12, 13, 16, 18, 19}, out + err
