@@ -26,6 +26,7 @@ a test holds the two together.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -39,14 +40,28 @@ DEFAULT_PREFIX = "redislock"
 _ESCAPES = {"%": "%25", "{": "%7B", "}": "%7D"}
 
 
+_ESCAPE_TABLE = str.maketrans(_ESCAPES)
+
+
 def encode_name(name: str) -> str:
     """Percent-encode the characters that would break the hash tag."""
-    return "".join(_ESCAPES.get(char, char) for char in name)
+    if "%" in name or "{" in name or "}" in name:
+        return name.translate(_ESCAPE_TABLE)
+    return name  # the common case: nothing to escape, no copy
 
 
 def decode_name(encoded: str) -> str:
     """Reverse :func:`encode_name`."""
     return encoded.replace("%7B", "{").replace("%7D", "}").replace("%25", "%")
+
+
+@functools.lru_cache(maxsize=64)
+def _check_prefix(prefix: str) -> str:
+    """``prefix`` if usable (checked once per prefix: locks are built per call)."""
+    check_name(prefix, "prefix")
+    if "{" in prefix or "}" in prefix:
+        raise ConfigurationError(f"prefix must not contain '{{' or '}}', got {prefix!r}")
+    return prefix
 
 
 @dataclass(frozen=True)
@@ -61,9 +76,9 @@ class KeySpace:
     def build(cls, prefix: str, kind: str, name: str) -> KeySpace:
         """Validate ``prefix`` and ``name`` and return the key space."""
         check_name(name)
-        check_name(prefix, "prefix")
-        if "{" in prefix or "}" in prefix:
-            raise ConfigurationError(f"prefix must not contain '{{' or '}}', got {prefix!r}")
+        if prefix.__class__ is not str:
+            check_name(prefix, "prefix")  # raises (not hashable for the cache, either)
+        _check_prefix(prefix)
         return cls(prefix, kind, name)
 
     @cached_property

@@ -94,7 +94,6 @@ class RedisLock(Primitive):
         # Keys encoded once; arguments and replies read as the async lock reads them.
         self._scripts = scripts = LockScripts(self._client, self._keys)
         self._acquire_keys = scripts.acquire_keys  # the hot path's, read directly
-        self._channel = scripts.channel
 
     def acquire(
         self,
@@ -165,7 +164,7 @@ class RedisLock(Primitive):
     ) -> tuple[Lease | None, str | None]:
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
         token, tag = fresh_token(self._client)
-        channel = f"{self._channel}:{tag}"
+        channel = f"{self._keys.channel}:{tag}"
         reply: list[Any] = [0, 0, b""]
         grant: Grant | None = None
         if (

@@ -15,7 +15,7 @@ from typing import Any
 
 from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
-from .scripts import LuaScript, as_text
+from .scripts import LuaScript, as_text, key_encoder
 from .waiting import WAITER_HEARTBEAT_MS, Grant, granted_lease
 
 __all__ = [
@@ -71,23 +71,49 @@ class LockScripts:
     The scripts derive the wake-up channel from the holders key (``channel``).
     """
 
-    __slots__ = ("_encode", "_keys", "acquire_keys", "add_keys", "adopt_keys", "channel",
-                 "holders_key", "info_keys", "queue_keys", "release_keys")  # fmt: skip
+    __slots__ = ("_base", "_encode", "_keys", "acquire_keys", "release_keys")
 
     def __init__(self, client: Any, keys: KeySpace) -> None:
-        encode = self._encode = client.get_encoder().encode
+        encode = self._encode = key_encoder(client)
         self._keys = keys
-        holders, fence, queue, alive, asks = (
-            encode(key) for key in (keys.holders, keys.fence, keys.queue, keys.alive, keys.asks)
-        )
+        # The common part encoded once, the parts appended as bytes: a lock is cheap
+        # to build per call (what redis-py would send for each key's str). Only the
+        # uncontended path's lists are made here; the others when asked for.
+        base = self._base = encode(keys.base)
+        holders, fence, queue = base + b":holders", base + b":fence", base + b":queue"
+        alive, asks = base + b":alive", base + b":asks"
         self.acquire_keys: list[Any] = [holders, fence, queue, alive, asks]
         self.release_keys: list[Any] = [holders, queue, alive, asks, fence]
-        self.queue_keys: list[Any] = [holders, queue, alive, asks]
-        self.adopt_keys: list[Any] = [holders, fence]
-        self.holders_key: list[Any] = [holders]
-        self.info_keys: list[Any] = [holders, queue]
-        self.add_keys: list[Any] = [holders, encode(keys.added)]
-        self.channel = keys.channel
+
+    @property
+    def queue_keys(self) -> list[Any]:
+        """KEYS of the queue scripts: holders, queue, alive, asks."""
+        return self.release_keys[:4]
+
+    @property
+    def adopt_keys(self) -> list[Any]:
+        """KEYS of ``lock_adopt.lua`` (before its record key): holders, fence."""
+        return [self.acquire_keys[0], self.acquire_keys[1]]
+
+    @property
+    def holders_key(self) -> list[Any]:
+        """KEYS of the one-key scripts: holders."""
+        return [self.acquire_keys[0]]
+
+    @property
+    def info_keys(self) -> list[Any]:
+        """KEYS of ``lock_info.lua``: holders, queue."""
+        return [self.acquire_keys[0], self.acquire_keys[2]]
+
+    @property
+    def add_keys(self) -> list[Any]:
+        """KEYS of ``lock_extend_add.lua``: holders, added."""
+        return [self.acquire_keys[0], self._base + b":added"]
+
+    @property
+    def channel(self) -> str:
+        """The wake-up channel (the scripts derive it from the holders key)."""
+        return self._keys.channel
 
     @staticmethod
     def acquire_args(token: str, ttl_ms: int, owner: str | None) -> list[Any]:
@@ -116,7 +142,7 @@ class LockScripts:
 
     def release_call(self, token: str) -> list[Any]:
         """KEYS releasing ``token`` (ARGV: ``[token]``), with its record for re-sends."""
-        return [*self.release_keys, self._encode(self._keys.done(token))]
+        return [*self.release_keys, self._base + b":done:" + self._encode(token)]
 
     def release_owner_call(self, owner: str) -> tuple[list[Any], list[Any]]:
         """KEYS and ARGV releasing the leases of ``owner`` ("": every lease), with a

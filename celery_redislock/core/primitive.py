@@ -24,6 +24,9 @@ from .validate import capped_ttl_ms, check_bool, check_client, check_max_hold, t
 __all__ = ["Primitive", "PrimitiveBase", "fresh_token"]
 
 
+_STACKS_LOCK = threading.Lock()
+
+
 class PrimitiveBase:
     """What the sync and async locks and semaphores share, with no I/O: checked
     settings, keys and lease terms. Subclasses set :attr:`kind` (the key-space kind)."""
@@ -101,8 +104,15 @@ class Primitive(PrimitiveBase):
         wait_aof: bool = False,
     ) -> None:
         super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold)
-        self._ack = check_replica_ack(self._client, min_replicas, replica_timeout, wait_aof)
-        self._local = threading.local()
+        defaults = (min_replicas.__class__ is int and min_replicas == 0 and wait_aof is False
+                    and replica_timeout is DEFAULT_REPLICA_TIMEOUT)  # fmt: skip
+        # The defaults need no check: a lock is cheap to build per call.
+        self._ack = None if defaults else check_replica_ack(
+            self._client, min_replicas, replica_timeout, wait_aof
+        )
+        # `with lock:` leases by thread (a dict: a threading.local costs more than the
+        # rest of a lock built per call), made by the first `with`.
+        self._stacks: dict[int, list[Lease]] | None = None
 
     def acquire(
         self,
@@ -155,7 +165,13 @@ class Primitive(PrimitiveBase):
     def __enter__(self) -> Lease:
         lease = self.acquire()
         assert lease is not None  # a blocking acquire without timeout returns a lease
-        self._local.__dict__.setdefault("stack", []).append(lease)
+        stacks = self._stacks
+        if stacks is None:
+            with _STACKS_LOCK:  # two threads entering the first `with` at once share one
+                if self._stacks is None:
+                    self._stacks = {}
+                stacks = self._stacks
+        stacks.setdefault(threading.get_ident(), []).append(lease)
         return lease
 
     def __exit__(
@@ -164,7 +180,13 @@ class Primitive(PrimitiveBase):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._local.stack.pop().__exit__(exc_type, exc, tb)
+        assert self._stacks is not None  # set by __enter__
+        ident = threading.get_ident()
+        stack = self._stacks[ident]
+        lease = stack.pop()
+        if not stack:
+            del self._stacks[ident]  # a thread id may be reused by another thread
+        lease.__exit__(exc_type, exc, tb)
 
     # -- for the subclasses -----------------------------------------------------------
 

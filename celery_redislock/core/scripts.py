@@ -29,7 +29,8 @@ import contextlib
 import hashlib
 import re
 import time
-from collections.abc import Iterator, Mapping
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from importlib import resources
 from typing import Any
@@ -40,7 +41,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import RedisLockError
 
 __all__ = ["DeadlinePassed", "LuaScript", "StaleReply", "as_text", "discard_idle_connections",
-           "expand", "reply_deadline"]
+           "expand", "key_encoder", "reply_deadline"]
 
 _LUA_PACKAGE = "celery_redislock.core.lua"
 _INCLUDE = "--!include "
@@ -104,7 +105,7 @@ class LuaScript:
     taken for this one's -- a bare 1 from anything is not a grant.
     """
 
-    __slots__ = ("code", "name", "sha", "text")
+    __slots__ = ("_code", "code", "name", "sha", "text")
 
     def __init__(self, filename: str, constants: Mapping[str, int] | None = None) -> None:
         self.name = filename
@@ -112,6 +113,7 @@ class LuaScript:
         self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest()
         match = _STAMP.search(self.text)
         self.code = match[1] if match else None
+        self._code = self.code.encode() if self.code else b""
 
     def __call__(self, client: Any, keys: list[Any], args: list[Any]) -> Any:
         """Run the script on ``client`` in one round trip (two after a NOSCRIPT).
@@ -189,10 +191,14 @@ class LuaScript:
     def _stamped(self, reply: Any, args: list[Any]) -> bool:
         if reply.__class__ is not list or len(reply) != 2:
             return False
-        first = args[0] if args else ""
-        if first.__class__ is bytes:
-            first = first.decode("utf-8", "replace")
-        return as_text(reply[0]) == f"{self.code}{str(first)[:8]}"
+        # Lua's string.sub counts bytes: compare the first 8 bytes of the argument as
+        # sent (redis-py sends a str as UTF-8, a number as its digits).
+        stamp, first = reply[0], args[0] if args else b""
+        if first.__class__ is not bytes:
+            first = str(first).encode("utf-8")
+        if stamp.__class__ is not bytes:
+            stamp = str(stamp).encode("utf-8")
+        return bool(stamp == self._code + first[:8])
 
     def __repr__(self) -> str:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
@@ -205,6 +211,20 @@ def _read_reply(conn: Any, deadline: float | None) -> Any:
     # Retry, whose failure callback ends the call once the deadline passed. A call made
     # at its deadline (a waiter's last look) still gets a round trip's worth of time.
     return conn.read_response(timeout=max(_LAST_LOOK, deadline - time.monotonic()))
+
+
+_ENCODERS: dict[int, Callable[[Any], bytes]] = {}
+
+
+def key_encoder(client: Any) -> Callable[[Any], bytes]:
+    """``client``'s own encoder (what redis-py sends for a str), made once per client:
+    ``get_encoder()`` builds a new one from the pool's settings on every call, and
+    locks are built per call (``with RedisLock(client, f"user:{uid}")``)."""
+    encode = _ENCODERS.get(id(client))
+    if encode is None:
+        encode = _ENCODERS[id(client)] = client.get_encoder().encode
+        weakref.finalize(client, _ENCODERS.pop, id(client), None)
+    return encode
 
 
 def discard_idle_connections(client: Any) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
 from .lock_scripts import LEAVE, SCRIPT_CONSTANTS
-from .scripts import LuaScript, as_text
+from .scripts import LuaScript, as_text, key_encoder
 from .waiting import Grant, granted_lease
 
 __all__ = ["ACQUIRE", "EXTEND", "EXTEND_ADD", "HELD", "INFO", "LEAVE", "PATIENCE_MS",
@@ -53,11 +53,12 @@ class SemaphoreScripts:
 
     def __init__(self, client: Any, keys: KeySpace, limit: int, fair: bool) -> None:
         self.channel = keys.channel
-        encode = self._encode = client.get_encoder().encode
+        encode = self._encode = key_encoder(client)
         self._keys = keys
+        base = encode(keys.base)  # the parts appended as bytes (see LockScripts)
         holders, leases, fence, queue, alive, meta, asks = (
-            encode(key) for key in (keys.holders, keys.leases, keys.fence, keys.queue,
-                                    keys.alive, keys.meta, keys.asks)
+            base + part for part in (b":holders", b":leases", b":fence", b":queue",
+                                     b":alive", b":meta", b":asks")
         )  # fmt: skip
         self._flags = [b"%d" % limit, b"1" if fair else b"0"]  # limit, fair
         self.acquire_keys: list[Any] = [holders, leases, fence, queue, alive, meta, asks]
@@ -66,7 +67,7 @@ class SemaphoreScripts:
         self.state_keys: list[Any] = [holders, leases, queue, alive, meta, asks]
         self.leave_keys: list[Any] = [holders, queue, alive, asks, leases]
         self.info_keys: list[Any] = [holders, leases, queue, meta]
-        self.add_keys: list[Any] = [holders, leases, encode(keys.added)]
+        self.add_keys: list[Any] = [holders, leases, base + b":added"]
 
     def acquire_args(self, token: str, owner: str, ttl_ms: int, wait: bool) -> list[Any]:
         """``semaphore_acquire.lua``'s ARGV (owner left out when none: its default)."""

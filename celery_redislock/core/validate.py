@@ -40,6 +40,8 @@ def ttl_to_ms(value: object, argument: str = "ttl") -> int:
     Floats are allowed; anything that is not a finite number > 0 and at most
     :data:`MAX_SECONDS` is refused.
     """
+    if (value.__class__ is float or value.__class__ is int) and 0 < value <= MAX_SECONDS:
+        return max(1, round(value * 1000))  # the common case
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigurationError(
             f"{argument} must be a number of seconds > 0, got {value!r} ({type(value).__name__})"
