@@ -186,3 +186,30 @@ def test_a_sync_client_is_refused(url: str) -> None:
         AsyncRedisLock(redis.Redis.from_url(url), "x")
     with pytest.raises(ConfigurationError, match="limit"):
         AsyncRedisSemaphore(aioredis.Redis.from_url(url), "x", limit=0)
+
+
+def test_one_subscriber_connection_per_loop_for_all_its_waiters(url: str) -> None:
+    async def body(client: aioredis.Redis) -> None:
+        lock = AsyncRedisLock(client, "many-waiters", ttl=5)
+        held = await lock.acquire()
+        assert held is not None
+        waiters = [asyncio.create_task(lock.acquire(timeout=5)) for _ in range(20)]
+        while (await lock.info()).waiters < 20:
+            await asyncio.sleep(0.01)
+        listing = await client.client_list()
+        subscribers = [c for c in listing if int(c.get("sub", 0)) or "P" in c.get("flags", "")]
+        assert len(subscribers) == 1, subscribers
+        # FIFO hand-off through the shared connection: each release grants the next.
+        leases = [held]
+        for _ in range(20):
+            assert await leases[-1].release()
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            assert len(done) == 1
+            task = done.pop()
+            waiters.remove(task)
+            lease = task.result()
+            assert lease is not None and lease.fence > leases[-1].fence
+            leases.append(lease)
+        assert await leases[-1].release()
+
+    run(url, body)
