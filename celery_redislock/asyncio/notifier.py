@@ -33,7 +33,7 @@ from ..core.notifier import (
 )
 from ..core.scripts import as_text
 
-__all__ = ["AsyncNotifier", "AsyncWaiter"]
+__all__ = ["AsyncNotifier", "AsyncWaiter", "Signal"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,51 @@ _READ_SLICE = 1.0  # longest single read, so idle channels are unsubscribed on t
 _registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, AsyncNotifier]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+class Signal:
+    """A flag tasks can await with a timeout: an ``asyncio.Event`` that holds no
+    reference to its loop while nobody waits (the per-loop registries are weak on
+    the loop; an Event bound to it would keep it alive)."""
+
+    __slots__ = ("_futures", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._futures: list[asyncio.Future[bool]] = []
+
+    def is_set(self) -> bool:
+        """True between :meth:`set` and :meth:`clear`."""
+        return self._set
+
+    def set(self) -> None:
+        """Set the flag and wake every waiting task."""
+        self._set = True
+        for future in self._futures:
+            _resolve(future, True)
+
+    def clear(self) -> None:
+        """Clear the flag."""
+        self._set = False
+
+    async def wait(self, timeout: float) -> bool:
+        """Until set or ``timeout`` seconds pass; True when set."""
+        if self._set:
+            return True
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        timer = loop.call_later(timeout, _resolve, future, False)
+        self._futures.append(future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            self._futures.remove(future)
+
+
+def _resolve(future: asyncio.Future[bool], value: bool) -> None:
+    if not future.done():
+        future.set_result(value)
 
 
 class AsyncWaiter:
@@ -68,7 +113,7 @@ class _Channel:
 
     def __init__(self) -> None:
         self.waiters: dict[str, AsyncWaiter] = {}
-        self.confirmed = asyncio.Event()
+        self.confirmed = Signal()
         self.idle_since: float | None = None
         self.sent = False
 
@@ -120,9 +165,7 @@ class AsyncNotifier:
             self._reader = asyncio.get_running_loop().create_task(
                 self._read(), name="celery-redislock-subscriber"
             )
-        if not entry.confirmed.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(entry.confirmed.wait(), SUBSCRIBE_CONFIRM_TIMEOUT)
+        await entry.confirmed.wait(SUBSCRIBE_CONFIRM_TIMEOUT)
         return waiter
 
     def leave(self, channel: str, token: str) -> None:

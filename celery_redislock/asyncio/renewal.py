@@ -16,7 +16,6 @@ is shared across loops or threads. Loss is reported on the loop (``lease.lost``,
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 import weakref
@@ -34,6 +33,7 @@ from ..core.renewal.sender import (
 )
 from ..core.scripts import LuaScript
 from .calls import call
+from .notifier import Signal
 
 __all__ = ["IDLE_EXIT", "AsyncRenewer", "keep_alive_async", "renewer_for_loop"]
 
@@ -48,9 +48,10 @@ _renewers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncRenewer] = 
 class AsyncRenewer:
     """One event loop's renewer; use :func:`renewer_for_loop`."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._wake = asyncio.Event()
+    def __init__(self) -> None:
+        # No reference to the loop (the registry is weak on it): tasks are made from
+        # inside it, and the wake-up signal binds to it only while the task sleeps.
+        self._wake = Signal()
         self._schedule = Schedule(self._wake.set)
         self._task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
@@ -67,7 +68,9 @@ class AsyncRenewer:
         entry = Entry(lease, holder, self._schedule.drop, stop_at)
         self._schedule.add(entry, lease)
         if self._task is None or self._task.done():
-            self._task = self._loop.create_task(self._run(), name="celery-redislock-renewer")
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="celery-redislock-renewer"
+            )
         return entry
 
     async def _run(self) -> None:
@@ -85,12 +88,16 @@ class AsyncRenewer:
                 timeout = IDLE_EXIT if due is None else max(0.0, due - time.monotonic())
                 schedule.wake_at = time.monotonic() + timeout
                 self._wake.clear()
-                woken = False
-                with contextlib.suppress(asyncio.TimeoutError):
-                    woken = await asyncio.wait_for(self._wake.wait(), timeout)
+                woken = await self._wake.wait(timeout)
                 schedule.wake_at = math.inf
                 if due is None and not woken and not schedule.live:
                     return
+        except asyncio.CancelledError:
+            # The loop is shutting down: forget every lease (their holders, clients
+            # and connections would otherwise keep the closed loop alive).
+            schedule.heap.clear()
+            schedule.live = 0
+            raise
         finally:
             self._task = None
 
@@ -98,9 +105,10 @@ class AsyncRenewer:
         groups: dict[tuple[LuaScript, int], list[tuple[Entry, int]]] = {}
         for entry, ttl_ms in ready:
             groups.setdefault((entry.script, entry.slot), []).append((entry, ttl_ms))
+        loop = asyncio.get_running_loop()
         for (script, _slot), items in groups.items():
             for start in range(0, len(items), MAX_BATCH):
-                task = self._loop.create_task(self._send(script, items[start : start + MAX_BATCH]))
+                task = loop.create_task(self._send(script, items[start : start + MAX_BATCH]))
                 self._sends.add(task)
                 task.add_done_callback(self._sends.discard)
 
@@ -129,7 +137,7 @@ def renewer_for_loop() -> AsyncRenewer:
     loop = asyncio.get_running_loop()
     renewer = _renewers.get(loop)
     if renewer is None:
-        renewer = _renewers[loop] = AsyncRenewer(loop)
+        renewer = _renewers[loop] = AsyncRenewer()
     return renewer
 
 

@@ -213,3 +213,26 @@ def test_one_subscriber_connection_per_loop_for_all_its_waiters(url: str) -> Non
         assert await leases[-1].release()
 
     run(url, body)
+
+
+def test_per_loop_state_dies_with_its_loop(url: str) -> None:
+    import gc
+    import weakref
+
+    from celery_redislock.asyncio import notifier, renewal
+
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def body(client: aioredis.Redis) -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        lock = AsyncRedisLock(client, "per-loop", ttl=1)
+        lease = await lock.acquire(renew=True)  # the loop's renewer
+        assert lease is not None
+        assert await lock.acquire(timeout=0.2) is None  # the loop's subscriber
+        assert await lease.release()
+
+    for _ in range(3):
+        run(url, body)
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None, None]
+    assert len(notifier._registry) == 0 and len(renewal._renewers) == 0

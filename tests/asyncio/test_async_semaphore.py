@@ -50,8 +50,9 @@ def test_two_hundred_tasks_through_a_limit_of_ten(r: redis.Redis, redis_url: str
     peak, waits, elapsed = asyncio.run(main())
     assert peak == 10  # never more than the limit, and the limit used
     assert len(waits) == tasks  # nobody starved
-    ideal = tasks / limit * hold
-    assert elapsed < 10 * ideal + 2  # generous: CI shares 2 cores (benchmark: real figure)
+    # Generous (CI shares 2 cores; benchmarks/bench_asyncio.py has the real figure), but
+    # far below what polling alone would take (20 rounds x a 1 s poll): hand-offs work.
+    assert elapsed < 10.0, elapsed
     assert r.zcard("redislock:semaphore:{cap}:holders") == 0
     assert r.zcard("redislock:semaphore:{cap}:queue") == 0
 
