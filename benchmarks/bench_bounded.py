@@ -4,6 +4,8 @@ Run from the repository root (about half a minute)::
 
     python benchmarks/bench_bounded.py                 # 200 tasks of 50 ms, limit 3
     python benchmarks/bench_bounded.py --tasks 100 --duration 0.02 --rounds 1
+    python benchmarks/bench_bounded.py --backlog      # 60 tasks of 0.2 s, limit 2:
+                                                      # parked vs re-publish (_backlog.py)
 
 It starts a private ``redis-server`` (``celery_redislock.testing.RedisServer``) holding
 the broker (db 1), the result backend (db 2) and the semaphores (db 3), writes the app
@@ -98,8 +100,8 @@ def peak(intervals: list[tuple[float, float]]) -> int:
 
 
 @contextmanager
-def worker(directory: str, module: str, queue: str, concurrency: int) -> Iterator[None]:
-    """A ``celery worker`` subprocess (prefork) on ``queue``, ready on entry."""
+def worker(directory: str, module: str, queue: str, concurrency: int) -> Iterator[int]:
+    """A ``celery worker`` subprocess (prefork) on ``queue``, ready on entry; its pid."""
     log_path = os.path.join(directory, f"{queue}-{uuid.uuid4().hex[:6]}.log")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
         directory, os.environ.get("PYTHONPATH")]))}  # fmt: skip
@@ -116,7 +118,7 @@ def worker(directory: str, module: str, queue: str, concurrency: int) -> Iterato
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"worker did not start: see {log_path}")
             time.sleep(0.05)
-        yield
+        yield process.pid
     finally:
         process.terminate()
         try:
@@ -222,9 +224,12 @@ def _log_count(directory: str, text: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=200, help="tasks per run")
-    parser.add_argument("--duration", type=float, default=0.05, help="seconds each task sleeps")
-    parser.add_argument("--limit", type=int, default=3, help="concurrency_limit")
+    parser.add_argument("--backlog", action="store_true",
+                        help="the backlog case: parked vs re-publish (see _backlog.py)")
+    parser.add_argument("--tasks", type=int, help="tasks per run (200; backlog 60)")
+    parser.add_argument("--duration", type=float,
+                        help="seconds each task sleeps (0.05; backlog 0.2)")
+    parser.add_argument("--limit", type=int, help="concurrency_limit (3; backlog 2)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each (interleaved)")
     parser.add_argument("--countdown", type=float, help="concurrency_countdown (s)")
     parser.add_argument("--jitter", type=float, help="concurrency_jitter (s)")
@@ -233,6 +238,13 @@ def main() -> None:
     parser.add_argument("--prefetch", type=int, default=4, help="worker_prefetch_multiplier")
     parser.add_argument("--dump", help="write every run's intervals to this JSON file")
     args = parser.parse_args()
+    if args.backlog:
+        from _backlog import run_backlog
+
+        run_backlog(args.tasks or 60, args.duration or 0.2, args.limit or 2, args.rounds)
+        return
+    args.tasks, args.duration = args.tasks or 200, args.duration or 0.05
+    args.limit = args.limit or 3
     options = {
         f"concurrency_{name}": value
         for name, value in (

@@ -14,6 +14,7 @@ __all__ = [
     "NotReplicated",
     "RedisLockError",
     "RedlockUnavailable",
+    "RedisUnavailable",
 ]
 
 
@@ -118,3 +119,9 @@ class NotReplicated(RedisLockError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class RedisUnavailable(RedisLockError):
+    """A run could not reach the lock Redis when it started, after every attempt
+    ``redislock_outage_attempts`` allows; the message names the setting and the
+    last connection error (chained as ``__cause__``)."""

@@ -59,6 +59,16 @@ class Hold:
     def on_retry_failed(self) -> None:
         """Publishing the next attempt failed: take back (or give back) what was prepared."""
 
+    def on_park(self, headers: dict[str, Any]) -> None:
+        """The run is about to be parked (see :mod:`.parking`): put what the parked
+        message inherits in ``headers``, keeping it held until :meth:`on_parked`."""
+
+    def on_parked(self) -> None:
+        """The run was parked: hand over what :meth:`on_park` put in the headers."""
+
+    def on_park_failed(self) -> None:
+        """Parking failed: keep holding what :meth:`on_park` prepared."""
+
 
 class Guard:
     """One kind of resource the runs of a task need; see the module docs.

@@ -29,6 +29,8 @@ from celery.utils.dispatch import Signal
 __all__ = [
     "lease_lost",
     "permit_acquired",
+    "permit_duplicate",
+    "permit_parked",
     "permit_released",
     "permit_rescheduled",
     "singleton_acquired",
@@ -73,8 +75,25 @@ permit_acquired = Signal(
 )
 """A bounded task got one of the ``limit`` permits of pool ``key`` and starts.
 ``waited`` is the seconds it waited for the permit: since its first refusal when it
-was re-scheduled (``rescheduled`` times; measured on the workers' wall clocks), else
-the time it waited in place (about 0.0 when granted at once)."""
+was parked or re-scheduled (``rescheduled`` re-schedules; measured on the workers'
+wall clocks), else the time it waited in place (about 0.0 when granted at once)."""
+
+permit_parked = Signal(
+    name="permit_parked",
+    providing_args=("key", "limit", "position", "task_id", "waited"),
+)
+"""All ``limit`` permits of pool ``key`` were taken: the run was parked in the pool's
+FIFO queue in Redis at 1-based place ``position`` (0: a permit came free meanwhile
+and it was published again at once), its message acknowledged. ``waited`` is the
+seconds since its first refusal (0.0 the first time)."""
+
+permit_duplicate = Signal(
+    name="permit_duplicate",
+    providing_args=("key", "task_id"),
+)
+"""A second message of a parked run (published twice: a sweeper re-published it
+while the first copy was on its way) started after the first had taken its park
+token: it was skipped and ran nothing."""
 
 permit_rescheduled = Signal(
     name="permit_rescheduled",

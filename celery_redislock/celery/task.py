@@ -23,12 +23,14 @@ from typing import Any, ClassVar, ParamSpec, TypeVar
 from celery import Celery, Task
 from celery.result import AsyncResult
 
-from . import cleanup
+from . import cleanup, kombu_fix
+from .bounded import sweeper
 from .bounded.guard import CONCURRENCY
 from .bounded.options import PoolKey
 from .execution import Guard, current_run, outcome_of, start_run
 from .literals import OnDuplicate, OnRunningDuplicate, SingletonMode
 from .options import check_class_options
+from .outage import enter_guard
 from .redlock import check_not_bounded
 from .singleton import enqueue, lookup
 from .singleton.guard import SINGLETON
@@ -107,6 +109,11 @@ class RedisLockTask(Task[_P, _R]):
     """At most this many runs of a pool wait in place at once, across all workers
     (``redislock_concurrency_waiters``; None: as many as the limit)."""
 
+    concurrency_park: bool | None = None
+    """Park a refused run in the pool's FIFO queue in Redis, published again when a
+    permit frees (``redislock_concurrency_park``, True); False: re-publish it with a
+    countdown (polling)."""
+
     redislock_guards: ClassVar[tuple[Guard, ...]] = (SINGLETON, CONCURRENCY)
     """What each run holds, entered in this order and given back in reverse: the
     singleton lock first, then the concurrency permit."""
@@ -177,7 +184,7 @@ class RedisLockTask(Task[_P, _R]):
         run = start_run(self, task_id)
         try:
             for guard in self.redislock_guards:
-                hold = guard.enter(self, run, args, kwargs)
+                hold = enter_guard(guard, self, run, args, kwargs)
                 if hold is not None:
                     run.holds.append(hold)
         except BaseException as exc:
@@ -211,3 +218,5 @@ class SingletonTask(RedisLockTask[_P, _R]):
 
 
 cleanup.connect()
+sweeper.connect()
+kombu_fix.connect()

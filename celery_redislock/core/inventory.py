@@ -23,6 +23,7 @@ from ..errors import RedisLockError
 from .info import PrimitiveInfo
 from .keys import decode_name
 from .lock import RedisLock
+from .parking import ParkingSemaphore
 from .scripts import as_text
 from .semaphore import RedisSemaphore
 
@@ -51,6 +52,7 @@ KINDS: Final = ("lock", "semaphore")
 _UNKNOWN_LIMIT: Final = 2**62
 
 _SCAN_COUNT: Final = 1000
+_SCANNED: Final = frozenset(("holders", "queue", "parked", "dead"))
 _GLOB_SPECIAL: Final = frozenset("*?[]\\")
 
 
@@ -103,7 +105,9 @@ class Entry:
 
     ``limit`` is None for a lock, and for a semaphore whose stored limit is gone;
     ``since`` is the server time (epoch seconds) of the first grant of the current
-    holding; ``fence`` the highest fence among the live leases.
+    holding; ``fence`` the highest fence among the live leases. A semaphore's
+    ``parked`` runs wait in its queue (see :mod:`.parking`), the oldest for
+    ``oldest_parked`` seconds; ``dead`` counts its dead-lettered entries.
     """
 
     kind: str
@@ -113,6 +117,9 @@ class Entry:
     limit: int | None
     since: float | None
     fence: int | None
+    parked: int = 0
+    oldest_parked: float | None = None
+    dead: int = 0
 
     @property
     def held(self) -> bool:
@@ -121,8 +128,8 @@ class Entry:
 
     @property
     def exists(self) -> bool:
-        """True while something holds or waits for the primitive."""
-        return self.held or self.waiters > 0
+        """True while something holds, waits for or is parked at the primitive."""
+        return self.held or self.waiters > 0 or self.parked > 0 or self.dead > 0
 
     @property
     def available(self) -> int | None:
@@ -149,6 +156,9 @@ class Entry:
             "ttl": round(self.ttl, 3),
             "fence": self.fence,
             "since": self.since,
+            "parked": self.parked,
+            "oldest_parked": None if self.oldest_parked is None else round(self.oldest_parked, 3),
+            "dead": self.dead,
         }
 
 
@@ -172,12 +182,17 @@ def scan(client: Any, prefix: str, kinds: Iterable[str] = KINDS) -> list[tuple[s
     wanted = tuple(kinds)
     found: set[tuple[str, str]] = set()
     kind_glob = wanted[0] if len(wanted) == 1 else "*"
-    for suffix in ("holders", "queue"):
-        match = f"{_glob_escape(prefix)}:{kind_glob}:{{*}}:{suffix}"
-        for raw in client.scan_iter(match=match, count=_SCAN_COUNT):
-            parsed = _parse_key(as_text(raw), prefix, suffix)
-            if parsed is not None and parsed[0] in wanted:
-                found.add(parsed)
+    # One pass over the keyspace: a primitive is listed while something holds it
+    # (holders), waits for it (queue) or is parked at it (parked, dead letters).
+    match = f"{_glob_escape(prefix)}:{kind_glob}:{{*}}:*"
+    for raw in client.scan_iter(match=match, count=_SCAN_COUNT):
+        key = as_text(raw)
+        suffix = key.rsplit(":", 1)[-1]
+        if suffix not in _SCANNED:
+            continue
+        parsed = _parse_key(key, prefix, suffix)
+        if parsed is not None and parsed[0] in wanted:
+            found.add(parsed)
     return sorted(found)
 
 
@@ -194,18 +209,24 @@ def _primitive(client: Any, prefix: str, kind: str, name: str, limit: int) -> An
     if kind == "lock":
         return RedisLock(client, name, prefix=prefix)
     if kind == "semaphore":
-        return RedisSemaphore(client, name, limit=limit, prefix=prefix)
+        return ParkingSemaphore(client, name, limit=limit, prefix=prefix)
     raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
 
 
 def describe(
     client: Any, prefix: str, kind: str, name: str, parse_owner: OwnerParser = whole_owner
 ) -> Entry:
-    """Read one primitive (one round trip); a free one has no holders and no waiters."""
-    info: PrimitiveInfo = _primitive(client, prefix, kind, name, _UNKNOWN_LIMIT).info()
+    """Read one primitive (one round trip; a semaphore two, with its parked runs); a
+    free one has no holders, waiters or parked runs."""
+    primitive = _primitive(client, prefix, kind, name, _UNKNOWN_LIMIT)
+    info: PrimitiveInfo = primitive.info()
     limit = info.limit if info.limit != _UNKNOWN_LIMIT else None
     holders = _holders(info, parse_owner)
-    return Entry(kind, name, holders, info.waiters, limit, info.since, info.fence)
+    if not isinstance(primitive, ParkingSemaphore):
+        return Entry(kind, name, holders, info.waiters, limit, info.since, info.fence)
+    park = primitive.parking_info()
+    return Entry(kind, name, holders, info.waiters, limit, info.since, info.fence,
+                 park.parked + park.claimed, park.oldest_age, park.dead)  # fmt: skip
 
 
 def snapshot(

@@ -139,6 +139,8 @@ class ParkingSemaphore(RedisSemaphore):
         keep: seconds the parking keys outlive the latest park (payloads included).
         on_claimed: publishes the entries an operation claimed (see :data:`OnClaimed`);
             without it claimed entries wait for their reservation to lapse.
+        acks: ``min_replicas``, ``replica_timeout``, ``wait_aof`` of the semaphore's
+            own grants (parking's scripts do not wait for replicas).
 
     A lease released through this object (``lease.release()``) hands the permit to a
     run waiting in place, else to the head of the parked queue.
@@ -158,9 +160,10 @@ class ParkingSemaphore(RedisSemaphore):
         reserve_ttl: float | None = None,
         keep: float = 86400.0,
         on_claimed: OnClaimed | None = None,
+        **acks: Any,
     ) -> None:
         super().__init__(client, name, limit=limit, ttl=ttl, fair=fair, prefix=prefix,
-                         renew=renew, max_hold=max_hold)  # fmt: skip
+                         renew=renew, max_hold=max_hold, **acks)  # fmt: skip
         self._reserve_ms = self._ttl_ms if reserve_ttl is None else ttl_to_ms(
             reserve_ttl, "reserve_ttl")  # fmt: skip
         self._keep_ms = ttl_to_ms(keep, "keep")
@@ -191,11 +194,15 @@ class ParkingSemaphore(RedisSemaphore):
                        self.payloads_key, self.claimed_key, self.taken_key],
                       [entry_id, payload, owner, self.limit, self._reserve_ms,
                        self._keep_ms])  # fmt: skip
-        # After the script: a sweeper that dropped the pool from the set before this
-        # park finds the entry when it pumps, and then adds the pool back.
-        self._client.sadd(pools_key(self._prefix), encode_name(self.name))
+        position = int(reply[0])
+        if position <= 1:
+            # After the script, by whoever finds the queue empty (or claims at once): a
+            # sweeper drops a pool from the set only after finding it empty, and adds
+            # it back when a pump finds anything; a later parker finds the queue
+            # non-empty, so it was (or will be) found by that pump.
+            self._client.sadd(pools_key(self._prefix), encode_name(self.name))
         self._deliver(_entries(reply[1:]))
-        return int(reply[0])
+        return position
 
     def pump(self) -> tuple[int, list[Parked]]:
         """Hand every free permit to the queue's head (lapsed reservations go back to

@@ -182,3 +182,24 @@ def test_a_resent_refused_take_is_refused_again(r: redis.Redis) -> None:
     assert sem.take(entry, owner="task@1") == (REFUSED, None)
     assert sem.take(entry, owner="task@1") == (REFUSED, None)  # not a duplicate
     assert sem.take(entry, owner="task@2")[0] == DUPLICATE
+
+
+def test_a_run_waiting_in_place_is_served_before_the_parked_queue(r: redis.Redis) -> None:
+    import threading
+
+    sem, published = _pool(r)
+    held = sem.acquire(blocking=False)
+    assert held is not None
+    sem.park(new_entry_id(), b"parked")
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(sem.acquire(timeout=5)))
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while not r.zcard(sem.keys.queue) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert held.release()
+    waiter.join(5)
+    assert got and got[0] is not None  # handed the permit in the release
+    assert published.entries == []  # nothing free for the parked run yet
+    got[0].release()  # type: ignore[attr-defined]
+    assert published.payloads() == [b"parked"]

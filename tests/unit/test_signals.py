@@ -17,6 +17,8 @@ NAMES = [
     "singleton_released",
     "lease_lost",
     "permit_acquired",
+    "permit_parked",
+    "permit_duplicate",
     "permit_rescheduled",
     "permit_released",
 ]

@@ -37,9 +37,7 @@ import functools
 import hashlib
 import logging
 import random
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -47,14 +45,21 @@ import celery.app.task as celery_task_module
 from celery import states
 from celery.exceptions import Ignore
 
-from ...core import Lease, RedisSemaphore
-from ..client import get_redis
+from ...core import Lease
+from ...core.parking import DUPLICATE, ParkingSemaphore
 from ..execution import AnyTask, Cleanup, Guard, Hold, RunState
 from ..options import options_of
-from ..signals import lease_lost, permit_acquired, permit_released, permit_rescheduled
+from ..signals import (
+    lease_lost,
+    permit_acquired,
+    permit_duplicate,
+    permit_released,
+    permit_rescheduled,
+)
 from ..singleton.percall import run_lock_ttl
 from ..tokens import NONCE_HEADER, TOKEN_HEADER, running_owner
 from .options import BoundedOptions
+from .parking import park_attempt, park_run, park_state, parking_for
 
 __all__ = [
     "CONCURRENCY",
@@ -73,33 +78,16 @@ WAIT_HEADER: Final = "redislock_permit_wait"
 Not one of :data:`~..tokens.HEADERS` (``apply_async`` would drop it); ``retry()``
 copies it, which the retries count in it tells apart."""
 
-_KEPT: Final = 1024
-_semaphores: OrderedDict[tuple[Any, ...], RedisSemaphore] = OrderedDict()
-_semaphores_guard = threading.Lock()
 
 
 def semaphore_for(
     task: AnyTask, pool: str, limit: int, ttl: float, prefix: str, acks: Mapping[str, Any]
-) -> RedisSemaphore:
+) -> ParkingSemaphore:
     """The semaphore of ``pool`` on the app's Redis, enforcing ``limit`` (``acks``: the
-    replica acknowledgement terms, ``SingletonOptions.replicas``).
-
-    Semaphore objects keep no per-lease state, so the most recently used are kept:
-    building one costs more than the call it makes.
-    """
-    client = get_redis(task.app)
-    cache_key = (id(client), prefix, pool, limit, ttl, *acks.values())
-    with _semaphores_guard:
-        sem = _semaphores.get(cache_key)
-        if sem is not None and sem.client is client:
-            _semaphores.move_to_end(cache_key)
-            return sem
-    sem = RedisSemaphore(client, pool, limit=limit, ttl=ttl, prefix=prefix, **acks)
-    with _semaphores_guard:
-        _semaphores[cache_key] = sem
-        while len(_semaphores) > _KEPT:
-            _semaphores.popitem(last=False)
-    return sem
+    replica acknowledgement terms, ``SingletonOptions.replicas``): a
+    :class:`~celery_redislock.core.parking.ParkingSemaphore`, so every release hands
+    its permit to a parked run of the pool, whether this task parks or not."""
+    return parking_for(task.app, pool, limit, ttl, prefix, acks)
 
 
 def permit_owner(task_id: str, seed: str | None) -> str:
@@ -185,10 +173,18 @@ class ConcurrencyGuard(Guard):
         eager = bool(request.is_eager)
         owner = permit_owner(run.task_id, None if eager else _seed(request.headers))
         on_lost = functools.partial(_report_lost, task, run.task_id, pool)
-        since, rescheduled = _wait_state(request)
+        parked = None if eager else park_state(request)
+        since, rescheduled = _wait_state(request) if parked is None else (parked[1], 0)
         tried_at, started = time.time(), time.monotonic()
         ttl = run_lock_ttl(request.headers, lock.lock_ttl)  # per call, else the task's
-        if eager:  # no queue to go back to: wait as long as it takes
+        lease: Lease | None = None
+        if park_attempt(request) is not None:  # an earlier attempt may have parked it
+            _park(task, run, sem, tried_at if since is None else since, limit)
+        if parked is not None:  # published by the release that reserved its permit
+            status, lease = sem.take(parked[0], owner, ttl=ttl, renew=True, on_lost=on_lost)
+            if status == DUPLICATE:
+                _skip_duplicate(task, run, pool)
+        elif eager:  # no queue to go back to: wait as long as it takes
             lease = sem.acquire(owner=owner, ttl=ttl, renew=True, on_lost=on_lost)
         else:
             lease = sem.acquire(blocking=False, owner=owner, ttl=ttl, renew=True,
@@ -197,10 +193,15 @@ class ConcurrencyGuard(Guard):
                 lease = sem.acquire(timeout=options.wait, owner=owner, ttl=ttl, renew=True,
                                     on_lost=on_lost)  # fmt: skip
         if lease is None:
-            _reschedule(task, run, pool, limit, options,
-                        tried_at if since is None else since, rescheduled)  # fmt: skip
+            first = tried_at if since is None else since
+            if options.park:
+                _park(task, run, sem, first, limit)
+            _reschedule(task, run, pool, limit, options, first, rescheduled)
         assert lease is not None
         waited = time.monotonic() - started if since is None else max(0.0, time.time() - since)
+        if parked is not None:
+            logger.debug("celery_redislock: %s[%s] took its permit of pool %r after %.3fs "
+                         "parked", task.name, run.task_id, pool, waited)  # fmt: skip
         permit_acquired.send(sender=task, task_id=run.task_id, key=pool, limit=limit,
                              fence=lease.fence, waited=waited, rescheduled=rescheduled)  # fmt: skip
         return PermitHold(task, run.task_id, pool, lease)
@@ -232,7 +233,7 @@ class ConcurrencyGuard(Guard):
                                      stage="cleanup")  # fmt: skip
 
 
-def _may_wait(sem: RedisSemaphore, options: BoundedOptions, limit: int) -> bool:
+def _may_wait(sem: ParkingSemaphore, options: BoundedOptions, limit: int) -> bool:
     """True when fewer than ``concurrency_waiters`` runs already wait for the pool.
 
     A soft bound (two runs may look at once), but it keeps waiting in place from
@@ -240,6 +241,27 @@ def _may_wait(sem: RedisSemaphore, options: BoundedOptions, limit: int) -> bool:
     """
     waiters = options.waiters_of(limit)
     return waiters > 0 and int(sem.client.zcard(sem.keys.queue)) < waiters
+
+
+def _skip_duplicate(task: AnyTask, run: RunState, pool: str) -> None:
+    """A second message of a parked run whose park token was taken: never runs."""
+    logger.warning("celery_redislock: %s[%s] is a second message of a parked run of pool "
+                   "%r that started already: skipped", task.name, run.task_id,
+                   pool)  # fmt: skip
+    permit_duplicate.send(sender=task, task_id=run.task_id, key=pool)
+    raise Ignore()
+
+
+def _park(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
+          limit: int) -> None:  # fmt: skip
+    """Park the run in its pool's queue (see :mod:`.parking`); always raises Ignore."""
+    request = task.request
+    if _tracks_started(task, request):
+        # The worker stored STARTED before this hook ran; the task waits again.
+        # Before parking: its next run's own STARTED must never be overwritten.
+        task.backend.store_result(run.task_id, None, states.PENDING, request=request)
+    park_run(task, run, sem, since, limit)
+    raise Ignore()
 
 
 def _reschedule(

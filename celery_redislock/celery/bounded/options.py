@@ -17,7 +17,11 @@ Task options (class attributes, ``@app.task(...)`` keywords or ``task_annotation
                            (blocking its worker slot) before it is re-scheduled
 ``concurrency_waiters``    at most this many runs of a pool wait in place at once,
                            across all workers (None: as many as the limit); the
-                           others are re-scheduled at once
+                           others are parked (or re-scheduled) at once
+``concurrency_park``       True (default): a refused run is parked in the pool's
+                           FIFO queue in Redis and published again by the release
+                           that frees its permit; False: it is re-published with
+                           ``concurrency_countdown`` plus jitter (polling)
 ========================== ==========================================================
 
 Settings (``app.conf``; read when used, so a change counts from the next run on):
@@ -29,6 +33,7 @@ Settings (``app.conf``; read when used, so a change counts from the next run on)
 ``redislock_concurrency_jitter``    default ``concurrency_jitter``
 ``redislock_concurrency_wait``      default ``concurrency_wait``
 ``redislock_concurrency_waiters``   default ``concurrency_waiters``
+``redislock_concurrency_park``      default ``concurrency_park``
 =================================== =================================================
 
 **Which limit applies.** ``redislock_concurrency_limits[pool]`` when the pool is
@@ -83,12 +88,13 @@ DEFAULT_WAIT: Final = 0.0
 already) before it is re-scheduled. 0: never; a worker slot is not blocked."""
 
 OPTIONS: Final = ("concurrency_limit", "concurrency_key", "concurrency_countdown",
-                  "concurrency_jitter", "concurrency_wait", "concurrency_waiters")  # fmt: skip
+                  "concurrency_jitter", "concurrency_wait", "concurrency_waiters",
+                  "concurrency_park")  # fmt: skip
 """The task options of bounded concurrency."""
 
 SETTINGS: Final = ("redislock_concurrency_limits", "redislock_concurrency_countdown",
                    "redislock_concurrency_jitter", "redislock_concurrency_wait",
-                   "redislock_concurrency_waiters")  # fmt: skip
+                   "redislock_concurrency_waiters", "redislock_concurrency_park")  # fmt: skip
 """The settings of bounded concurrency."""
 
 PoolKey: TypeAlias = "str | Callable[..., str] | None"
@@ -106,6 +112,7 @@ class BoundedOptions:
     wait: float
     waiters: int | None
     limits: Mapping[str, int] = field(default_factory=dict)
+    park: bool = True
 
     @property
     def enabled(self) -> bool:
@@ -196,11 +203,19 @@ def _task_level(task: Any) -> dict[str, Any]:
                        ("concurrency_wait", True)):  # fmt: skip
         if raw[name] is not None:
             values[name] = _seconds(raw[name], f"{where} {name}", zero=zero)
+    if raw["concurrency_park"] is not None:
+        values["concurrency_park"] = _flag(raw["concurrency_park"], f"{where} concurrency_park")
     if raw["concurrency_waiters"] is not None:
         values["concurrency_waiters"] = _limit(
             raw["concurrency_waiters"], f"{where} concurrency_waiters", least=0
         )
     return values
+
+
+def _flag(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{what} must be True or False, got {value!r}")
+    return value
 
 
 def check_bounded_options(task: Any) -> None:
@@ -215,6 +230,7 @@ class _Settings:
     jitter: float
     wait: float
     waiters: int | None
+    park: bool
 
 
 def _settings_of(app: Celery) -> _Settings:
@@ -237,6 +253,7 @@ def _settings_of(app: Celery) -> _Settings:
             zero=True,
         ),
         waiters=_waiters(get("redislock_concurrency_waiters")),
+        park=_flag(get("redislock_concurrency_park", True), "redislock_concurrency_park"),
     )
 
 
@@ -281,4 +298,5 @@ def resolve_bounded(task: Any) -> BoundedOptions:
             else values["concurrency_waiters"]
         ),
         limits=settings.limits,
+        park=settings.park if values["concurrency_park"] is None else values["concurrency_park"],
     )

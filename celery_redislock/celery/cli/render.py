@@ -14,7 +14,8 @@ from ...core.inventory import Entry, Holder
 
 __all__ = ["format_duration", "render_entry", "render_list", "table"]
 
-LIST_HEADERS: Final = ("KIND", "NAME", "HELD", "WAITERS", "TASK/OWNER", "STATE", "TTL", "FENCE")
+LIST_HEADERS: Final = ("KIND", "NAME", "HELD", "WAITERS", "PARKED", "TASK/OWNER", "STATE", "TTL",
+                       "FENCE")  # fmt: skip
 HOLDER_HEADERS: Final = ("TOKEN", "TASK/OWNER", "STATE", "TTL", "FENCE", "OWNER ID")
 _NONE: Final = "-"
 
@@ -54,6 +55,16 @@ def _held(entry: Entry) -> str:
     return "held" if len(entry.holders) == 1 else f"held x{len(entry.holders)}"
 
 
+def _parked(entry: Entry) -> str:
+    """``-`` (a lock), ``0``, or ``3 (oldest 12.0s)``; ``+N dead`` when dead-lettered."""
+    if entry.kind != "semaphore":
+        return _NONE
+    text = str(entry.parked)
+    if entry.parked and entry.oldest_parked is not None:
+        text += f" (oldest {format_duration(entry.oldest_parked)})"
+    return text + (f" +{entry.dead} dead" if entry.dead else "")
+
+
 def _holder_cells(holder: Holder | None) -> list[str]:
     if holder is None:
         return [_NONE, _NONE, _NONE, _NONE]
@@ -65,10 +76,10 @@ def render_list(entries: Sequence[Entry]) -> str:
     """The ``list`` table: one row per holder, the primitive's columns on its first."""
     rows: list[list[str]] = []
     for entry in entries:
-        first = [entry.kind, entry.name, _held(entry), str(entry.waiters)]
+        first = [entry.kind, entry.name, _held(entry), str(entry.waiters), _parked(entry)]
         holders: Sequence[Holder | None] = entry.holders or (None,)
         for i, holder in enumerate(holders):
-            rows.append((first if i == 0 else ["", "", "", ""]) + _holder_cells(holder))
+            rows.append((first if i == 0 else [""] * len(first)) + _holder_cells(holder))
     return table(LIST_HEADERS, rows)
 
 
@@ -76,8 +87,16 @@ def _utc(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
 
 
-def render_entry(entry: Entry, *, prefix: str, now: float | None = None) -> str:
-    """The ``inspect`` view of one primitive; ``now`` is the server's clock (seconds)."""
+def render_entry(
+    entry: Entry,
+    *,
+    prefix: str,
+    now: float | None = None,
+    dead_letters: Sequence[tuple[str, float, str]] = (),
+) -> str:
+    """The ``inspect`` view of one primitive; ``now`` is the server's clock (seconds);
+    ``dead_letters`` the newest parked runs that could not be decoded, as ``(id, epoch
+    seconds, reason)``."""
     lines = [f"{entry.kind} {entry.name!r}"]
 
     def field(label: str, value: str) -> None:
@@ -89,6 +108,7 @@ def render_entry(entry: Entry, *, prefix: str, now: float | None = None) -> str:
         limit = "an unknown limit" if entry.limit is None else f"limit {entry.limit}"
         available = "" if entry.available is None else f", {entry.available} available"
         field("held", f"{leases} of {limit}{available}; {waiters}")
+        field("parked", _parked(entry) + " (runs queued in Redis for a permit)")
     else:
         field("held", f"{'yes' if entry.held else 'no'}, {leases}; {waiters}")
         owner = entry.holders[0] if entry.holders else None
@@ -108,4 +128,8 @@ def render_entry(entry: Entry, *, prefix: str, now: float | None = None) -> str:
     if entry.holders:
         rows = [[h.token, *_holder_cells(h), h.owner or _NONE] for h in entry.holders]
         lines += ["", table(HOLDER_HEADERS, rows, indent="  ")]
+    if dead_letters:
+        rows = [[entry_id, _utc(at), reason] for entry_id, at, reason in dead_letters]
+        lines += ["", "  dead letters (newest last):",
+                  table(("ID", "AT", "REASON"), rows, indent="  ")]  # fmt: skip
     return "\n".join(lines)

@@ -40,7 +40,8 @@ def list_command(ctx: click.Context, kind: str | None, as_json: bool) -> None:
     One row per holder: the task id (or owner id) holding it, whether that task is
     queued (lease taken when it was sent) or running, the lease's TTL left unless
     renewed, and its fencing token. HELD is held/free for a lock and held/limit for
-    a semaphore.
+    a semaphore; PARKED the runs of a pool queued in Redis for a permit (and the
+    oldest one's wait), with the dead-lettered ones that could not be decoded.
 
     \b
     JSON (--json), stable keys:
@@ -49,7 +50,8 @@ def list_command(ctx: click.Context, kind: str | None, as_json: bool) -> None:
       PRIMITIVE: {"kind": "lock"|"semaphore", "name": str, "held": bool,
        "holders": [HOLDER, ...], "waiters": int, "limit": int|null,
        "available": int|null, "ttl": float, "fence": int|null,
-       "since": float|null}
+       "since": float|null, "parked": int, "oldest_parked": float|null,
+       "dead": int}
       HOLDER: {"owner": str|null, "task_id": str|null,
        "state": "queued"|"running"|null, "ttl": float, "fence": int|null,
        "token": str (first 8 characters only)}
@@ -94,15 +96,21 @@ def _list_document(conn: Connection, entries: list[Entry], now: float | None) ->
 def inspect_command(ctx: click.Context, name: str, kind: str | None, as_json: bool) -> None:
     """Show one lock or semaphore in detail: owner, since, fence, every lease.
 
-    An unknown NAME (nothing holds or waits for it) exits with code 3.
+    NAME may also be a task name: then every lock and semaphore of that task is
+    listed (its singleton locks are named "<task name>:<hash of the arguments>", its
+    pool by default after the task). A NAME that matches nothing held, waited for
+    or parked exits with code 3.
 
     \b
     JSON (--json), stable keys:
       {"url": str, "prefix": str, "server_time": float, "primitive": PRIMITIVE}
-    with PRIMITIVE as in `celery redislock list --help`.
+    with PRIMITIVE as in `celery redislock list --help`; for a task name
+      {"url": str, "prefix": str, "server_time": float, "task": str,
+       "primitives": [PRIMITIVE, ...]}
     """
+    from .group import NotFound
     from .masters import inspect_masters, redlock_connections
-    from .render import render_entry
+    from .render import render_entry, render_list
 
     masters = redlock_connections(ctx)
     if masters is not None:  # redislock_urls: NAME on every master
@@ -110,8 +118,21 @@ def inspect_command(ctx: click.Context, name: str, kind: str | None, as_json: bo
         return
     conn = connect(ctx)
     with redis_errors(conn.url):
-        entry = resolve(conn, name, kind)
+        try:
+            entry = resolve(conn, name, kind)
+        except NotFound:
+            task_entries = _of_task(conn, name, kind)
+            if not task_entries:
+                raise
+            document = _list_document(conn, task_entries, server_time(conn.client))
+            if as_json:
+                emit_json({**document, "task": name})
+            else:
+                click.echo(f"task {name!r}: {len(task_entries)} held, waited for or parked")
+                click.echo(render_list(task_entries))
+            return
         now = server_time(conn.client)
+        dead = _dead_letters(conn, entry) if not as_json else []
     if as_json:
         emit_json(
             {
@@ -122,7 +143,26 @@ def inspect_command(ctx: click.Context, name: str, kind: str | None, as_json: bo
             }
         )
     else:
-        click.echo(render_entry(entry, prefix=conn.prefix, now=now))
+        click.echo(render_entry(entry, prefix=conn.prefix, now=now, dead_letters=dead))
+
+
+def _of_task(conn: Connection, task_name: str, kind: str | None) -> list[Entry]:
+    """Every primitive of a task: its singleton locks ``<task name>:<hash>``."""
+    from ...core.inventory import snapshot
+    from ..tokens import parse_owner
+
+    entries = snapshot(conn.client, conn.prefix, kinds(kind), parse_owner)
+    return [e for e in entries if e.name.startswith(f"{task_name}:")]
+
+
+def _dead_letters(conn: Connection, entry: Entry) -> list[tuple[str, float, str]]:
+    """The newest dead letters of a semaphore (those ``inspect`` shows)."""
+    if entry.kind != "semaphore" or not entry.dead:
+        return []
+    from ...core.parking import ParkingSemaphore
+
+    sem = ParkingSemaphore(conn.client, entry.name, limit=1, prefix=conn.prefix)
+    return [(entry_id, at, reason) for entry_id, at, reason, _ in sem.dead_letters(10)]
 
 
 @redislock.command(name="watch")

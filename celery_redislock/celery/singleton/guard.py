@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ...core import Lease, RedisLock, RedlockLock
@@ -50,6 +51,10 @@ def _report_lost(task: AnyTask, task_id: str, key: str, lease: Lease) -> None:
     lease_lost.send(sender=task, task_id=task_id, key=key, fence=lease.fence, kind="lock")
 
 
+def _quiet(lease: Lease) -> None:
+    """``on_lost`` of a lease being handed to a parked run (see ``on_park``)."""
+
+
 class SingletonHold(Hold):
     """The running lease of one run."""
 
@@ -59,6 +64,8 @@ class SingletonHold(Hold):
         self.options = options
         self.handed_over = False
         self.retry_ttl = 0.0
+        self.parking = False
+        self._saved_on_lost: Callable[[Lease], None] | None = None
 
     def finish(self, reason: str) -> None:
         """Release the lease (mode ``interval``: keep it ``singleton_interval`` more)."""
@@ -81,6 +88,31 @@ class SingletonHold(Hold):
         if hand_over(self.lease, self.retry_ttl):
             headers[TOKEN_HEADER], headers[KEY_HEADER] = self.lease.token, key
             self.handed_over = True
+
+    def on_park(self, headers: dict[str, Any]) -> None:
+        """Name the running lease in the parked message's headers (its run adopts it).
+
+        Still held and renewed here until :meth:`on_parked`, so a failed park leaves
+        it ours; meanwhile a loss is not reported: the parked run, published at once
+        when a permit is free, may adopt it first.
+        """
+        if self.lease.released or self.lease.lost:
+            return
+        headers[TOKEN_HEADER], headers[KEY_HEADER] = self.lease.token, self.key
+        self._saved_on_lost, self.lease.on_lost = self.lease.on_lost, _quiet
+        self.parking = True
+
+    def on_parked(self) -> None:
+        """Hand the lease to the parked message, kept ``lock_queued_ttl`` (False from
+        the hand-over: its run adopted it already)."""
+        if self.parking:
+            hand_over(self.lease, self.options.queued_ttl)
+            self.handed_over, self.parking = True, False
+
+    def on_park_failed(self) -> None:
+        """Keep the lease: report its loss again."""
+        if self.parking:
+            self.lease.on_lost, self.parking = self._saved_on_lost, False
 
     def on_retry_published(self) -> None:
         """Set the TTL once more: a renewal in flight when renewal stopped may have

@@ -97,6 +97,7 @@ def busy(seconds):
 
 @bounded_task(app=app, bind=True, concurrency_limit=1, concurrency_key="api", max_retries=1,
               default_retry_delay=0, concurrency_wait=0, concurrency_countdown=0.1,
+              concurrency_park=False,
               concurrency_jitter=0.1)
 def flaky(self):
     locks.rpush("attempts", self.request.retries)

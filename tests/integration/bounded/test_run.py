@@ -28,7 +28,8 @@ from ..helpers import lock_info, wait_until
 from .helpers import holders, peak
 
 # Re-scheduled copies come back fast, so the tests do not wait for them long.
-FAST = {"concurrency_countdown": 0.05, "concurrency_jitter": 0.05}
+# The re-publish mode (concurrency_park=False), with short countdowns.
+FAST = {"concurrency_countdown": 0.05, "concurrency_jitter": 0.05, "concurrency_park": False}
 
 
 def test_permit_signals_and_state_while_rescheduled(app: Celery, locks: redis.Redis,
@@ -73,7 +74,8 @@ def test_track_started_state_goes_back_to_pending(make_app: MakeApp, locks: redi
     rescheduled = capture(permit_rescheduled)
 
     @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_wait=0,
-                  concurrency_countdown=1.0, concurrency_jitter=0)  # fmt: skip
+                  concurrency_countdown=1.0, concurrency_jitter=0,
+                  concurrency_park=False)  # fmt: skip
     def call() -> str:
         return "done"
 

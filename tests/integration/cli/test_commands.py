@@ -31,6 +31,7 @@ from celery_redislock.celery.cli import redislock
 from celery_redislock.celery.singleton.signature import call_key
 from celery_redislock.celery.tokens import parse_owner, queued_owner, running_owner
 from celery_redislock.core.keys import KeySpace
+from celery_redislock.core.parking import ParkingSemaphore, new_entry_id
 
 from ..helpers import wait_until
 from ..workers import BROKER_DB, LOCKS_DB, db_url
@@ -41,7 +42,7 @@ TASK_A = "5b0e7c1a-1111-4c8e-9f00-aaaaaaaaaaaa"
 TASK_B = "c0ffee00-2222-4c8e-9f00-bbbbbbbbbbbb"
 
 PRIMITIVE_KEYS = {"kind", "name", "held", "holders", "waiters", "limit", "available", "ttl",
-                  "fence", "since"}  # fmt: skip
+                  "fence", "since", "parked", "oldest_parked", "dead"}  # fmt: skip
 HOLDER_KEYS = {"owner", "task_id", "state", "ttl", "fence", "token"}
 
 
@@ -149,16 +150,17 @@ def test_list_shows_holders_states_ttl_fences_and_waiters(
     result = run("list")
     assert result.returncode == 0, result.stderr
     rows = _rows(result.stdout)
-    assert rows[0] == ["KIND", "NAME", "HELD", "WAITERS", "TASK/OWNER", "STATE", "TTL", "FENCE"]
+    assert rows[0] == ["KIND", "NAME", "HELD", "WAITERS", "PARKED", "TASK/OWNER", "STATE", "TTL",
+                       "FENCE"]  # fmt: skip
     assert "  plain {braces} % lock  " in result.stdout  # encoded in keys, shown decoded
-    assert rows[1][:9] == ["lock", "plain", "{braces}", "%", "lock", "held", "0", "-", "-"]
-    assert rows[2][:6] == ["lock", "proj.report:9d1c", "held", "1", TASK_B, "running"]
-    assert rows[2][6].endswith("s") and 25 < float(rows[2][6][:-1]) <= 30
-    assert rows[2][7] == str(running.fence)
-    assert rows[3][:6] == ["lock", "proj.sync_user:3f2a", "held", "0", TASK_A, "queued"]
-    assert rows[3][6].startswith("59m")  # a queued task's lease: an hour
-    assert rows[4][:6] == ["semaphore", "smtp", "1/1", "2", "mailer", "-"]
-    assert rows[5][:6] == ["semaphore", "stripe-api", "2/3", "0", TASK_A, "running"]
+    assert rows[1][:10] == ["lock", "plain", "{braces}", "%", "lock", "held", "0", "-", "-", "-"]
+    assert rows[2][:7] == ["lock", "proj.report:9d1c", "held", "1", "-", TASK_B, "running"]
+    assert rows[2][7].endswith("s") and 25 < float(rows[2][7][:-1]) <= 30
+    assert rows[2][8] == str(running.fence)
+    assert rows[3][:7] == ["lock", "proj.sync_user:3f2a", "held", "0", "-", TASK_A, "queued"]
+    assert rows[3][7].startswith("59m")  # a queued task's lease: an hour
+    assert rows[4][:7] == ["semaphore", "smtp", "1/1", "2", "0", "mailer", "-"]
+    assert rows[5][:7] == ["semaphore", "stripe-api", "2/3", "0", "0", TASK_A, "running"]
     assert rows[6][:2] == ["worker-7", "-"]  # a continuation row: the second permit
     assert len(rows) == 7
 
@@ -167,7 +169,7 @@ def test_a_primitive_with_waiters_only_is_listed(invoke: Callable[..., Any],
                                                  locks: redis.Redis) -> None:  # fmt: skip
     # Between a holder's expiry and its waiter's next poll only the queue key exists.
     locks.zadd(KeySpace.build("redislock", "lock", "w").queue, {"token": 1})
-    assert _rows(invoke("list").output)[1] == ["lock", "w", "free", "1", "-", "-", "-", "-"]
+    assert _rows(invoke("list").output)[1] == ["lock", "w", "free", "1", "-", "-", "-", "-", "-"]
     refused = invoke("release", "w", "--force", "--yes")
     assert refused.exit_code == 1 and "is not held (1 waiting)" in refused.output
 
@@ -417,7 +419,7 @@ def test_a_running_singleton_task_is_listed_and_released(
     assert started.wait(15)
     wait_until(lambda: parse_owner(RedisLock(locks, key).info().owner)[1], what="running")
     listed = run("list")
-    assert [key, "held", "0", result.id, "running"] == _rows(listed.stdout)[1][1:6]
+    assert [key, "held", "0", "-", result.id, "running"] == _rows(listed.stdout)[1][1:7]
     proceed.set()
     assert result.get(timeout=15) == 42
     wait_until(lambda: not RedisLock(locks, key).locked(), what="the release")
@@ -486,3 +488,40 @@ def test_watch_clears_the_screen_on_a_terminal(tmp_path: Path, run: Run,
         os.close(secondary)
         os.close(primary)
     assert screen.count("\x1b[2J") == 2 and screen.count("proj.report:9d1c") == 2
+
+
+def test_inspect_a_task_name_lists_its_locks(invoke: Callable[..., Any],
+                                             locks: redis.Redis) -> None:  # fmt: skip
+    for digest, owner in (("9d1c", running_owner(TASK_A)), ("77aa", queued_owner(TASK_B))):
+        assert RedisLock(locks, f"proj.nightly:{digest}", ttl=30).acquire(owner=owner)
+    assert RedisLock(locks, "proj.nightly_other:1111", ttl=30).acquire()
+    result = invoke("inspect", "proj.nightly")
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("task 'proj.nightly': 2 held, waited for or parked")
+    assert "proj.nightly:9d1c" in result.output and "proj.nightly:77aa" in result.output
+    assert "nightly_other" not in result.output
+    document = json.loads(invoke("inspect", "proj.nightly", "--json").output)
+    assert document["task"] == "proj.nightly" and len(document["primitives"]) == 2
+    assert invoke("inspect", "proj.weekly").exit_code == 3
+
+
+def test_parked_runs_and_dead_letters_are_shown(invoke: Callable[..., Any],
+                                                locks: redis.Redis) -> None:  # fmt: skip
+    sem = ParkingSemaphore(locks, "stripe-api", limit=1, ttl=30)
+    assert sem.acquire(owner=running_owner(TASK_A))
+    sem.park(new_entry_id(), b"RLP1 x y\nrun", owner=TASK_B)
+    sem.park(new_entry_id(), b"RLP1 x y\nrun", owner="other-task")
+    listed = invoke("list").output.splitlines()
+    assert listed[0].split()[4] == "PARKED"
+    assert listed[1].split()[4:6] == ["2", "(oldest"]
+    document = json.loads(invoke("list", "--json").output)
+    assert document["primitives"][0]["parked"] == 2
+    assert document["primitives"][0]["oldest_parked"] >= 0
+    claimed = sem.pump()  # nothing free: nothing claimed
+    assert claimed == (2, [])
+    sem.force_release()
+    dead = sem.pump()[1][0]
+    assert sem.give_back(dead.id, dead="ValueError: not a parked message")
+    view = invoke("inspect", "stripe-api").output
+    assert "parked    1 (oldest" in view and "+1 dead" in view
+    assert f"{dead.id}  " in view and "ValueError: not a parked message" in view

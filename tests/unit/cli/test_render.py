@@ -69,9 +69,17 @@ def test_render_list_and_entry() -> None:
     sem = Entry("semaphore", "api", (_holder("t1@0123456789ab", "t1", "running"),
                                      _holder(None, None, None)), 0, None, 100.0, 7)  # fmt: skip
     listed = render_list([free, sem]).splitlines()
-    assert listed[1].split() == ["lock", "waited", "free", "2", "-", "-", "-", "-"]
-    assert listed[2].split() == ["semaphore", "api", "2/-", "0", "t1", "running", "12.5s", "7"]
+    assert listed[1].split() == ["lock", "waited", "free", "2", "-", "-", "-", "-", "-"]
+    assert listed[2].split() == ["semaphore", "api", "2/-", "0", "0", "t1", "running", "12.5s",
+                                 "7"]  # fmt: skip
     assert listed[3].split() == ["-", "-", "12.5s", "7"]
+    backlog = Entry("semaphore", "api", (), 0, 2, None, None, parked=3, oldest_parked=12.0,
+                    dead=1)  # fmt: skip
+    assert render_list([backlog]).splitlines()[1].split()[4:9] == [
+        "3", "(oldest", "12.0s)", "+1", "dead"]  # fmt: skip
+    dead_view = render_entry(backlog, prefix="redislock", dead_letters=[("abc", 0.0, "bad")])
+    assert "parked    3 (oldest 12.0s) +1 dead" in dead_view
+    assert "abc  1970-01-01 00:00:00 UTC  bad" in dead_view
     view = render_entry(sem, prefix="redislock", now=112.5)
     assert "2 leases of an unknown limit; 0 waiters" in view
     assert "since     1970-01-01 00:01:40 UTC (12.5s ago)" in view

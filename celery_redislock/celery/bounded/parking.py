@@ -1,0 +1,231 @@
+"""Parking a bounded run refused a permit (the default), and publishing it again.
+
+A refused run is **parked**: its whole message -- task name, id, arguments, options
+and headers, the ``retries`` count unchanged -- is serialized as the broker would
+carry it (kombu, with the task's serializer) and queued in the lock Redis next to the
+pool's semaphore (:class:`~celery_redislock.core.parking.ParkingSemaphore`); the
+current message is acknowledged (the run ends with ``Ignore``). The release that
+frees a permit claims the oldest parked run in the same script, reserving the permit
+for it, and the releasing process publishes it at once (:func:`publish_claimed`).
+Its message carries :data:`PARK_HEADER`; when it starts, the guard takes the park
+token (once: a second message of the same entry is skipped) and the reserved permit.
+
+A singleton task keeps its lock while parked: the running lease is handed to the
+parked message, as a ``retry()`` hands it to the next attempt.
+
+May import the core and the shared glue (client, config, execution, signals).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Final
+
+from kombu import serialization
+
+from ...core.parking import Parked, ParkingSemaphore, new_entry_id
+from ..client import get_redis, replica_options
+from ..execution import AnyTask, RunState
+from ..signals import permit_parked
+from ..tokens import HEADERS
+
+__all__ = [
+    "PARK_HEADER",
+    "decode_message",
+    "encode_message",
+    "park_attempt",
+    "park_run",
+    "park_state",
+    "parking_for",
+    "publish_claimed",
+]
+
+logger = logging.getLogger(__name__)
+
+PARK_HEADER: Final = "redislock_park"
+"""Header of a parked run's message: ``"<park token> <retries> <first refusal, epoch
+s>"``. ``retry()`` copies headers; the retries count in it tells a stale copy apart."""
+
+DEFAULT_KEEP: Final = 86400.0
+"""Seconds the parked runs of a pool are kept after the latest park (a day)."""
+
+_MAGIC: Final = b"RLP1"
+_ATTEMPT: Final = "_redislock_park_attempt"
+_KEPT: Final = 1024
+_semaphores: OrderedDict[tuple[Any, ...], ParkingSemaphore] = OrderedDict()
+_semaphores_guard = threading.Lock()
+
+
+def encode_message(task: AnyTask, args: Any, kwargs: Any, options: dict[str, Any]) -> bytes:
+    """The message to publish again, serialized as kombu would: ``RLP1 <content type>
+    <content encoding>\\n<body>``."""
+    body = {"task": task.name, "args": list(args or ()), "kwargs": dict(kwargs or {}),
+            "options": options}  # fmt: skip
+    content_type, encoding, data = serialization.dumps(body, serializer=task.serializer)
+    raw = data if isinstance(data, bytes) else str(data).encode(encoding or "utf-8")
+    return b"%s %s %s\n%s" % (_MAGIC, content_type.encode(), encoding.encode(), raw)
+
+
+def decode_message(app: Any, payload: bytes) -> tuple[str, list[Any], dict[str, Any],
+                                                      dict[str, Any]]:  # fmt: skip
+    """``(task name, args, kwargs, options)`` of a parked message; raises ``ValueError``
+    (or the serializer's error) for anything else. Only the content types the app
+    accepts (``accept_content``) are decoded."""
+    head, sep, data = payload.partition(b"\n")
+    parts = head.split(b" ")
+    if not sep or len(parts) != 3 or parts[0] != _MAGIC:
+        raise ValueError(f"not a parked message (header {head[:40]!r})")
+    content_type, encoding = parts[1].decode(), parts[2].decode()
+    accept = serialization.prepare_accept_content(app.conf.accept_content)
+    body = serialization.loads(data, content_type, encoding, accept=accept)
+    if not isinstance(body, dict) or not isinstance(body.get("task"), str):
+        raise ValueError("a parked message must be a dict naming its task")
+    options = body.get("options")
+    args, kwargs = body.get("args"), body.get("kwargs")
+    if not isinstance(options, dict) or not isinstance(args, list) or not isinstance(
+            kwargs, dict):  # fmt: skip
+        raise ValueError("a parked message needs args (list), kwargs and options (dicts)")
+    return body["task"], args, kwargs, options
+
+
+def parking_for(app: Any, pool: str, limit: int, ttl: float, prefix: str,
+                acks: Mapping[str, Any] | None = None) -> ParkingSemaphore:  # fmt: skip
+    """The parking semaphore of ``pool`` on the app's Redis (``acks``: the replica
+    acknowledgement terms of its grants); claimed runs are published through the app.
+    The recently used are kept (they keep no per-lease state)."""
+    client = get_redis(app)
+    acks = replica_options(app) if acks is None else acks
+    cache_key = (id(app), id(client), prefix, pool, limit, ttl, *acks.values())
+    with _semaphores_guard:
+        sem = _semaphores.get(cache_key)
+        if sem is not None and sem.client is client:
+            _semaphores.move_to_end(cache_key)
+            return sem
+    sem = ParkingSemaphore(client, pool, limit=limit, ttl=ttl, prefix=prefix,
+                           keep=float(app.conf.get("redislock_park_keep", DEFAULT_KEEP)),
+                           on_claimed=functools.partial(publish_claimed, app),
+                           **acks)  # fmt: skip
+    with _semaphores_guard:
+        _semaphores[cache_key] = sem
+        while len(_semaphores) > _KEPT:
+            _semaphores.popitem(last=False)
+    return sem
+
+
+def publish_claimed(app: Any, sem: ParkingSemaphore, claimed: list[Parked]) -> None:
+    """Publish the parked runs a release claimed (one INFO line each). An entry that
+    cannot be decoded goes to the dead-letter list (ERROR, with its task id) and its
+    permit on to the next; one the broker refuses goes back to its place."""
+    dead = False
+    for entry in claimed:
+        try:
+            name, args, kwargs, options = decode_message(app, entry.payload)
+        except Exception as exc:
+            logger.error(
+                "celery_redislock: parked run %s of pool %r cannot be decoded (%s: %s); "
+                "moved to the dead-letter list", entry.owner or entry.id, sem.name,
+                type(exc).__name__, exc,
+            )  # fmt: skip
+            dead = sem.give_back(entry.id, dead=f"{type(exc).__name__}: {exc}") or dead
+            continue
+        try:
+            app.send_task(name, args, kwargs, **options)
+        except Exception as exc:
+            # The broker is down: the entry keeps its place; a sweeper claims it again.
+            logger.warning(
+                "celery_redislock: could not publish parked run %s[%s] of pool %r (%s); "
+                "it stays parked", name, options.get("task_id"), sem.name, exc,
+            )  # fmt: skip
+            sem.give_back(entry.id)
+            continue
+        logger.info("celery_redislock: %s[%s] released from the parked queue of pool %r",
+                    name, options.get("task_id"), sem.name)  # fmt: skip
+    if dead:
+        sem.pump()  # the dead entry's permit goes to the next one
+
+
+class _QuietParked(logging.Filter):
+    """Drops Celery's ``Task ... ignored`` INFO line of a run that was parked: its one
+    line is ours (DEBUG when parked, INFO when released from the queue)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        data = getattr(record, "data", None)
+        if isinstance(data, dict) and data.get("description") == "ignored":
+            with _parked_guard:
+                return _recently_parked.pop(str(data.get("id")), None) is None
+        return True
+
+
+_recently_parked: OrderedDict[str, bool] = OrderedDict()
+_parked_guard = threading.Lock()
+logging.getLogger("celery.app.trace").addFilter(_QuietParked())
+
+
+def _quiet(task_id: str) -> None:
+    with _parked_guard:
+        _recently_parked[task_id] = True
+        while len(_recently_parked) > _KEPT:
+            _recently_parked.popitem(last=False)
+
+
+def park_attempt(request: Any) -> str | None:
+    """The park token of an earlier attempt to park this request, if any."""
+    value = getattr(request, _ATTEMPT, None)
+    return value if isinstance(value, str) else None
+
+
+def park_state(request: Any) -> tuple[str, float] | None:
+    """``(park token, first refusal in epoch seconds)`` of a parked run's message, or
+    None (no header, or one a ``retry()`` copied from an earlier attempt)."""
+    raw = (request.headers or {}).get(PARK_HEADER)
+    try:
+        entry_id, retries, since = str(raw).split()
+        if int(retries) == (request.retries or 0):
+            return entry_id, float(since)
+    except (TypeError, ValueError):
+        pass
+    return None
+
+
+def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
+             limit: int) -> int:  # fmt: skip
+    """Park the current request of ``task`` in ``sem``; its 1-based place in the queue
+    (0: claimed at once). The caller then ends the run with ``Ignore``.
+
+    The holds of the run (a singleton lease) are handed to the parked message first,
+    as to a retry; if parking fails they are kept by this run, which may try again.
+    """
+    request = task.request
+    sig = task.signature_from_request(request)
+    options = dict(sig.options)
+    headers = {k: v for k, v in (options.get("headers") or {}).items()
+               if k not in HEADERS and k != PARK_HEADER}  # fmt: skip
+    entry_id = park_attempt(request) or new_entry_id()
+    # Kept on the request: a park whose reply was lost to an outage is tried again
+    # under the same id (see outage.py), which never parks the run twice.
+    setattr(request, _ATTEMPT, entry_id)
+    headers[PARK_HEADER] = f"{entry_id} {request.retries or 0} {since:.3f}"
+    for hold in run.holds:
+        hold.on_park(headers)
+    options["headers"] = headers
+    payload = encode_message(task, sig.args, sig.kwargs, options)
+    try:
+        position = sem.park(entry_id, payload, owner=run.task_id)
+    except BaseException:
+        for hold in run.holds:
+            hold.on_park_failed()
+        raise
+    for hold in run.holds:
+        hold.on_parked()
+    _quiet(run.task_id)
+    waited = max(0.0, time.time() - since)
+    logger.debug("celery_redislock: %s[%s] over the limit of pool %r (%d): parked at "
+                 "place %d", task.name, run.task_id, sem.name, limit, position)  # fmt: skip
+    permit_parked.send(sender=task, task_id=run.task_id, key=sem.name, limit=limit,
+                       position=position, waited=waited)  # fmt: skip
+    return position

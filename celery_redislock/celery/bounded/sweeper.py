@@ -1,0 +1,138 @@
+"""The sweeper: a thread in each worker's main process that keeps parked runs moving.
+
+Releases hand permits to parked runs as they happen; the sweeper covers what no
+release sees, every ``redislock_park_sweep_interval`` seconds (1 s) and at once when
+the main process gave back a dead child's permit (:func:`poke`):
+
+* a permit that came back by expiry (a whole host lost) or by the main process's
+  cleanup goes to the oldest parked run;
+* a claimed run whose permit reservation lapsed -- its publisher died before
+  publishing, the broker refused the message, or the message was lost and never
+  started -- goes back to its old place and is claimed (published) again;
+* an outage: while the lock Redis or the broker is down nothing moves; when they are
+  back the next sweep catches up (one WARNING when it starts failing, one INFO when
+  it works again).
+
+It looks at the pools in ``<prefix>:parking:pools`` (parking adds its pool there),
+one script call per pool. Several workers sweeping at once are harmless: every step
+is one atomic script.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Final
+
+from celery import signals
+
+from ...core.keys import DEFAULT_PREFIX, encode_name
+from ...core.parking import parking_pools, pools_key
+from ..client import get_redis
+from .parking import parking_for
+
+__all__ = ["DEFAULT_INTERVAL", "Sweeper", "connect", "poke", "sweep"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL: Final = 1.0
+"""Seconds between sweeps (``redislock_park_sweep_interval``)."""
+
+_sweepers: dict[int, Sweeper] = {}
+_sweepers_guard = threading.Lock()
+
+
+def sweep(app: Any) -> int:
+    """One sweep of every pool with parked runs; returns the runs claimed (published)."""
+    client = get_redis(app)
+    prefix = app.conf.get("redislock_prefix") or DEFAULT_PREFIX
+    ttl = float(app.conf.get("redislock_lock_ttl") or 30.0)
+    published = 0
+    for pool in parking_pools(client, prefix):
+        # Dropped first, added back while anything is left: a park that lands
+        # meanwhile adds its pool after its script, so no pool is ever forgotten.
+        client.srem(pools_key(prefix), encode_name(pool))
+        sem = parking_for(app, pool, 1, ttl, prefix)  # the stored limit applies
+        parked, claimed = sem.pump()
+        published += len(claimed)
+        if parked or claimed or sem.parking_info().claimed:
+            client.sadd(pools_key(prefix), encode_name(pool))
+    return published
+
+
+class Sweeper(threading.Thread):
+    """Calls :func:`sweep` every ``interval`` seconds until :meth:`stop`."""
+
+    def __init__(self, app: Any, interval: float) -> None:
+        super().__init__(name="celery_redislock-sweeper", daemon=True)
+        self.app, self.interval = app, interval
+        self._stop_event, self._poked = threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        """Sweep until stopped; failures are logged once per outage, never raised."""
+        failing = False
+        while not self._stop_event.is_set():
+            try:
+                sweep(self.app)
+            except Exception as exc:
+                if not failing:
+                    logger.warning("celery_redislock: parked runs cannot be swept (%s: %s); "
+                                   "retrying every %gs", type(exc).__name__, exc,
+                                   self.interval)  # fmt: skip
+                failing = True
+            else:
+                if failing:
+                    logger.info("celery_redislock: sweeping parked runs again")
+                failing = False
+            self._poked.wait(self.interval)
+            self._poked.clear()
+
+    def poke(self) -> None:
+        """Sweep now (a permit came back outside a release)."""
+        self._poked.set()
+
+    def stop(self) -> None:
+        """Stop after the current sweep."""
+        self._stop_event.set()
+        self._poked.set()
+
+
+def _uses_parking(app: Any) -> bool:
+    return any(getattr(task, "concurrency_limit", None) is not None
+               for task in list(app.tasks.values()))  # fmt: skip
+
+
+def _on_ready(sender: Any = None, **_: Any) -> None:
+    app = getattr(sender, "app", None)
+    if app is None or not _uses_parking(app):
+        return
+    interval = float(app.conf.get("redislock_park_sweep_interval", DEFAULT_INTERVAL))
+    with _sweepers_guard:
+        if id(app) in _sweepers:
+            return
+        sweeper = _sweepers[id(app)] = Sweeper(app, interval)
+    sweeper.start()
+
+
+def _on_shutdown(sender: Any = None, **_: Any) -> None:
+    app = getattr(sender, "app", None)
+    with _sweepers_guard:
+        sweeper = _sweepers.pop(id(app), None)
+    if sweeper is not None:
+        sweeper.stop()
+        sweeper.join(timeout=5)
+
+
+def poke(app: Any) -> None:
+    """Ask this process's sweeper of ``app`` (if any) to sweep now."""
+    sweeper = _sweepers.get(id(app))
+    if sweeper is not None:
+        sweeper.poke()
+
+
+def connect() -> None:
+    """Start a sweeper in each worker's main process (idempotent)."""
+    signals.worker_ready.connect(_on_ready, weak=False,
+                                 dispatch_uid="celery_redislock.sweeper.ready")  # fmt: skip
+    signals.worker_shutdown.connect(_on_shutdown, weak=False,
+                                    dispatch_uid="celery_redislock.sweeper.shutdown")  # fmt: skip
