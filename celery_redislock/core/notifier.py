@@ -256,11 +256,11 @@ class Notifier:
                     return
 
     def _read(self, done: Callable[[], bool], deadline: float) -> None:
-        pubsub = self._pubsub
         while not done():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
+            pubsub = self._pubsub  # replaced when pinned to a node that failed
             try:
                 message = self._mode.read(pubsub, min(left, _READ_SLICE))
             except ResponseError as exc:
@@ -276,12 +276,33 @@ class Notifier:
                 for entry in list(self._channels.values()):
                     entry.deaf = entry.deaf or entry.confirmed.is_set()
                     entry.confirmed.clear()
+                if self._mode.pinned(pubsub):
+                    with self._lock:
+                        if self._pubsub is pubsub:
+                            self._new_pubsub()
                 time.sleep(min(0.2, max(0.0, left)))
                 continue
             if message is not None:
                 self._dispatch(message)
             if time.monotonic() >= self._next_sweep:
                 self._sweep()
+
+    def _new_pubsub(self) -> None:
+        """Under ``_lock``: a new subscriber for one pinned to a cluster node that failed
+        (see :meth:`.PubSubMode.pinned`); the channels with waiters are subscribed again
+        through the node the client's slot map names now (the waiters' requests refresh
+        it). A SUBSCRIBE that fails pins the new one to a dead node too: the sweep
+        makes another until one succeeds."""
+        client, old = self._client(), self._pubsub
+        if client is None:
+            return
+        self._pubsub = client.pubsub()
+        for channel, entry in self._channels.items():
+            entry.sent = False
+            if entry.waiters:
+                self._subscribe(channel, entry)
+        with contextlib.suppress(Exception):  # a dead node's connection: just drop it
+            old.reset()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         entry = self._channels.get(as_text(message.get("channel")))
@@ -319,9 +340,13 @@ class Notifier:
         now = time.monotonic()
         self._next_sweep = now + _READ_SLICE
         with self._lock:
-            for channel, entry in self._channels.items():
-                if not entry.sent and entry.waiters:
-                    self._subscribe(channel, entry)
+            unsent = [name for name, entry in self._channels.items()
+                      if not entry.sent and entry.waiters]  # fmt: skip
+            if unsent and self._mode.pinned(self._pubsub):
+                self._new_pubsub()
+            else:
+                for channel in unsent:
+                    self._subscribe(channel, self._channels[channel])
             idle = [
                 channel for channel, entry in self._channels.items()
                 if entry.idle_since is not None and now - entry.idle_since > IDLE_UNSUBSCRIBE

@@ -31,7 +31,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterPubSub, RedisCluster
 from redis.exceptions import RedisError
 
 __all__ = ["CLASSIC", "SHARDED", "SHARDED_TAG", "PubSubMode", "pubsub_mode", "use_sharded_pubsub"]
@@ -56,6 +56,13 @@ class PubSubMode:
     confirmed: str  # message types: a subscription confirmed, a message, one ended
     message: str
     ended: str
+
+    def pinned(self, pubsub: Any) -> bool:
+        """True for a classic subscriber on a cluster: its one connection is on one
+        node, which redis-py reconnects to and only to; when that node fails (a
+        failover), the notifier makes a new subscriber (see ``Notifier._read``).
+        Sharded subscriptions follow their slots by themselves."""
+        return not self.sharded and isinstance(pubsub, ClusterPubSub)
 
     def read(self, pubsub: Any, timeout: float) -> dict[str, Any] | None:
         """The next message of ``pubsub``, waiting up to ``timeout`` seconds."""

@@ -7,12 +7,15 @@ leaves the cluster healthy again (every node running, every slot served).
 
 from __future__ import annotations
 
+import collections
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from redis.cluster import RedisCluster
 
+from celery_redislock.core.scripts import LuaScript
 from celery_redislock.testing_cluster import LocalCluster
 
 
@@ -36,3 +39,17 @@ def rc(cluster: LocalCluster) -> Iterator[RedisCluster]:
 def name() -> str:
     """A lock name no other test uses."""
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[tuple[int, str]]:
+    """Script calls made during the test, by (id(client), script name)."""
+    counter: collections.Counter[tuple[int, str]] = collections.Counter()
+    call = LuaScript.__call__
+
+    def counting(self: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:
+        counter[id(client), self.name] += 1
+        return call(self, client, keys, args)
+
+    monkeypatch.setattr(LuaScript, "__call__", counting)
+    return counter

