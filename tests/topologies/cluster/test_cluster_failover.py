@@ -19,7 +19,7 @@ from celery_redislock.testing_cluster import LocalCluster
 from .helpers import Waiter, client_in_mode, name_on, wait_queued
 
 CLIENT = {"socket_timeout": 1.0, "socket_connect_timeout": 0.5}
-TTL = 3.0
+TTL = 6.0  # a renewed lease outlives the failover (~2.5 s) by a margin
 
 
 def test_killed_primary_leases_survive_or_are_reported_lost(cluster: LocalCluster) -> None:
@@ -107,10 +107,10 @@ def test_a_classic_subscriber_follows_its_node_failing_over(
     holder_client = cluster.client(**CLIENT)
     with client_in_mode(cluster, "classic") as waiter_client:
         try:
-            lock = RedisLock(holder_client, name, ttl=TTL, renew=True)
+            lock = RedisLock(holder_client, name, ttl=8, renew=True)  # outlives the failover
             holder = lock.acquire(blocking=False)
             assert holder is not None
-            waiter = Waiter(RedisLock(waiter_client, name, ttl=TTL), timeout=30)
+            waiter = Waiter(RedisLock(waiter_client, name, ttl=8), timeout=30)
             waiter.start()
             wait_queued(lock, 1)
             cluster.kill(primary)
