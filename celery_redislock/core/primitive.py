@@ -221,6 +221,14 @@ class Primitive(PrimitiveBase):
         """The script, keys and args of :meth:`_extend_token` (replica confirmation)."""
         raise NotImplementedError
 
+    def _prepare_renewal(self, renew: bool | None) -> None:
+        """Before an acquire that will be renewed is sent: the renewer opens its own
+        connection meanwhile (see ``renewal.sender``), ready for the first renewal."""
+        if self.renew if renew is None else renew:
+            from .renewal import prepare
+
+            prepare(self._client)
+
     def _new_lease(
         self,
         token: str,

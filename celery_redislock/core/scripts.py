@@ -115,8 +115,13 @@ class LuaScript:
         self.code = match[1] if match else None
         self._code = self.code.encode() if self.code else b""
 
-    def __call__(self, client: Any, keys: list[Any], args: list[Any]) -> Any:
+    def __call__(
+        self, client: Any, keys: list[Any], args: list[Any], *, with_text: bool = False
+    ) -> Any:
         """Run the script on ``client`` in one round trip (two after a NOSCRIPT).
+
+        ``with_text``: send EVAL with the script's text at once, for a caller that
+        cannot afford the NOSCRIPT round trip (the renewer's first call of a script).
 
         On a plain client the call holds one pooled connection itself: a connection
         interrupted mid-command (``KeyboardInterrupt``, an exception from a signal
@@ -128,7 +133,7 @@ class LuaScript:
         """
         pool = getattr(client, "connection_pool", None)
         if pool is None or getattr(client, "connection", None) is not None:
-            return self._via_client(client, keys, args)  # cluster, single connection
+            return self._via_client(client, keys, args, with_text)  # cluster, one connection
         deadline = _DEADLINE.get()
         conn = pool.get_connection()
 
@@ -138,7 +143,9 @@ class LuaScript:
                 raise DeadlinePassed(f"{self.name}: Redis did not answer before the deadline")
 
         try:
-            return conn.retry.call_with_retry(lambda: self._on(conn, keys, args, deadline), failed)
+            return conn.retry.call_with_retry(
+                lambda: self._on(conn, keys, args, deadline, with_text), failed
+            )
         except BaseException as exc:
             if not isinstance(exc, RedisError):
                 conn.disconnect()  # interrupted: a reply may be left unread
@@ -146,9 +153,12 @@ class LuaScript:
         finally:
             pool.release(conn)
 
-    def _on(self, conn: Any, keys: list[Any], args: list[Any], deadline: float | None) -> Any:
+    def _on(self, conn: Any, keys: list[Any], args: list[Any], deadline: float | None,
+            with_text: bool = False) -> Any:  # fmt: skip
         for attempt in (1, 2):
             try:
+                if with_text:
+                    raise NoScriptError("EVAL at once")  # the EVAL branch below
                 conn.send_command("EVALSHA", self.sha, len(keys), *keys, *args)
                 reply = _read_reply(conn, deadline)
             except NoScriptError:
@@ -161,10 +171,13 @@ class LuaScript:
                 break
         raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
 
-    def _via_client(self, client: Any, keys: list[Any], args: list[Any]) -> Any:
+    def _via_client(self, client: Any, keys: list[Any], args: list[Any],
+                    with_text: bool = False) -> Any:  # fmt: skip
         for _ in (1, 2):
             try:
                 try:
+                    if with_text:
+                        raise NoScriptError("EVAL at once")  # the EVAL branch below
                     # What client.evalsha() does, without its two layers of re-packed
                     # *args (a RedisCluster routes EVALSHA by its keys either way).
                     reply = client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)

@@ -152,6 +152,7 @@ class RedisSemaphore(Primitive):
         max_hold: float | None,
     ) -> Lease | None:
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
+        self._prepare_renewal(renew)
         token, tag = fresh_token(self._client)
 
         def attempt() -> Grant | int:

@@ -49,7 +49,7 @@ from ..validate import ttl_to_ms
 from .entry import Renewable
 from .scheduler import MAX_BATCH, Renewer
 
-__all__ = ["MAX_BATCH", "Renewable", "Renewer", "keep_alive", "renewer"]
+__all__ = ["MAX_BATCH", "Renewable", "Renewer", "keep_alive", "prepare", "renewer"]
 
 
 _lock = threading.Lock()
@@ -66,6 +66,12 @@ def renewer() -> Renewer:
             if current is None:
                 current = _renewer = Renewer()
     return current
+
+
+def prepare(client: object) -> None:
+    """An acquire with renewal is about to be sent to ``client``: the renewer opens its
+    own connection to it now (see :mod:`.sender`)."""
+    renewer().prepare(client)
 
 
 def keep_alive(lease: Lease, *, max_hold: float | None = None) -> None:

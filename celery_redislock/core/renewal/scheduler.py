@@ -54,6 +54,7 @@ class Renewer:
         entry = Entry(lease, holder, self._stop, None if max_hold is None else granted + max_hold)
         with self._lock:
             self._schedule.add(entry, lease)
+            self._sender(entry).warm()  # if not yet: the path ready for the 1st renewal
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="celery-redislock-renewer", daemon=True
@@ -94,11 +95,21 @@ class Renewer:
         self._thread = None
         return False
 
+    def prepare(self, client: object) -> None:
+        """A lease of ``client`` is about to be renewed (an acquire with renewal is
+        being sent): open the renewer's connection to it now, in the background, so
+        the first renewal does not pay for it."""
+        with self._lock:
+            self._sender_of(client).warm()
+
     def _sender(self, entry: Entry) -> Sender:
-        sender = self._senders.get(id(entry.client))
+        return self._sender_of(entry.client)
+
+    def _sender_of(self, client: object) -> Sender:
+        sender = self._senders.get(id(client))
         if sender is None:
-            sender = self._senders[id(entry.client)] = Sender(
-                entry.client, self._lock, self._on_replies, self._forget_sender
+            sender = self._senders[id(client)] = Sender(
+                client, self._lock, self._on_replies, self._forget_sender
             )
         return sender
 

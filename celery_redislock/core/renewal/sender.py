@@ -5,6 +5,16 @@ groups whatever is pending by script and hash slot (one group on a standalone
 server; in Redis Cluster all keys of one script call must share a slot), and sends
 each group as one call of at most :data:`MAX_BATCH` leases. A call may block for as
 long as Redis does not answer (and redis-py retries); only this thread waits.
+
+Renewal has its own path: on a plain ``redis.Redis`` the sender opens a connection of
+its own (a one-connection pool with the client's settings) as soon as the first lease
+to renew is granted, and loads the renewal scripts on it, in the background; once
+ready, every renewal goes through it, kept open, never waiting behind the caller's
+commands nor paying a new connection's handshake (HELLO, CLIENT SETINFO, ...). Until
+then renewals use the client's pool, and each script's first call is sent with its
+text (EVAL), never EVALSHA -> NOSCRIPT -> EVAL: one round trip per renewal from the
+first one on, so a lease survives while a round trip takes at most a fifth of its
+TTL (it is renewed a third into its TTL).
 """
 
 from __future__ import annotations
@@ -15,7 +25,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from redis.exceptions import ResponseError
+
+try:  # redis-py >= 7: maintenance notifications (one more handshake round trip)
+    from redis.maint_notifications import MaintNotificationsConfig
+
+    _NO_MAINT: Any = MaintNotificationsConfig(enabled=False)
+except ImportError:  # pragma: no cover - older redis-py
+    _NO_MAINT = None
 
 from ..scripts import LuaScript
 from .entry import Entry, Reply
@@ -43,29 +61,74 @@ class Sender:
         on_exit: Callable[[Sender], None],
     ) -> None:
         self.client = client
+        self._own: Any = None  # the renewer's own client, once connected (see warm)
+        self._loaded: set[LuaScript] = set()  # sent with their text once already
         self._cond = threading.Condition(lock)
         self._on_replies = on_replies
         self._on_exit = on_exit
         self._pending: dict[tuple[LuaScript, int], list[tuple[Entry, int]]] = {}
         self._thread: threading.Thread | None = None
 
+    def warm(self) -> None:
+        """Start the sender thread now (call with the renewer's lock held): it opens
+        the renewer's own connection while the first renewal is not due yet."""
+        self._start()
+
+    def _open(self) -> None:
+        """The renewer's own connection: a one-connection pool with the client's
+        settings but a light handshake (no CLIENT SETINFO, no maintenance
+        notifications: round trips a renewal cannot afford), opened now. The scripts
+        load with their first call (sent with their text: no NOSCRIPT round trip).
+        On any failure the client's pool serves instead."""
+        pool = getattr(self.client, "connection_pool", None)
+        if pool is None or getattr(self.client, "connection", None) is not None:
+            return  # a cluster or single-connection client: renewals go through it
+        try:
+            kwargs = dict(pool.connection_kwargs)
+            kwargs.pop("max_connections", None)
+            if "driver_info" in kwargs:
+                kwargs["driver_info"] = None
+            if "maint_notifications_config" in kwargs and _NO_MAINT is not None:
+                kwargs["maint_notifications_config"] = _NO_MAINT
+            own = redis.Redis(connection_pool=redis.ConnectionPool(
+                connection_class=pool.connection_class, max_connections=1, **kwargs))  # fmt: skip
+            own.connection_pool.release(own.connection_pool.get_connection())  # connects
+        except Exception as exc:  # the client's pool serves; tried again next start
+            log.debug("celery_redislock: renewal connection failed: %r", exc)
+            return
+        self._own = own
+
+    def close(self) -> None:
+        """Close the renewer's own connection (the sender is done)."""
+        own, self._own = self._own, None
+        self._loaded.clear()
+        if own is not None:
+            own.close()
+            own.connection_pool.disconnect()
+
     def submit(self, entry: Entry, ttl_ms: int) -> None:
         """Queue one renewal; call with the renewer's lock held."""
         self._pending.setdefault((entry.script, entry.slot), []).append((entry, ttl_ms))
+        self._start()
+        self._cond.notify()
+
+    def _start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(
                 target=self._run, name="celery-redislock-renewal-sender", daemon=True
             )
             self._thread.start()
-        self._cond.notify()
 
     def _run(self) -> None:
+        if self._own is None:
+            self._open()
         while True:
             with self._cond:
                 while not self._pending:
                     if not self._cond.wait(IDLE_EXIT) and not self._pending:
                         self._thread = None
                         self._on_exit(self)
+                        self.close()
                         return
                 work, self._pending = self._pending, {}
             for (script, _slot), items in work.items():
@@ -77,8 +140,12 @@ class Sender:
         sent_at = time.monotonic()
         error = ""
         renewed: list[Any] = []
+        own = self._own
+        first = script not in self._loaded  # its text at once: no NOSCRIPT round trip
         try:
-            renewed = check_batch_reply(script, items, script(self.client, keys, args))
+            reply = script(own or self.client, keys, args, with_text=first)
+            self._loaded.add(script)
+            renewed = check_batch_reply(script, items, reply)
         except Exception as exc:  # every failure is retried until the lease's deadline
             if splits(exc, items):
                 self._send(script, items[: len(items) // 2])
