@@ -6,11 +6,14 @@ interleaved round by round on the same workers, differ only in ``concurrency_par
 
 * **parked** (the default): a refused run is parked in Redis; the release that frees
   a permit publishes the oldest one;
+* **parked+standby** (``concurrency_standby=limit``): the same, with that many parked
+  runs published ahead to wait in place, so a release hands over the permit at once;
 * **re-publish** (``concurrency_park=False``): a refused run is sent back to the
   broker with a countdown (0.2 s + up to 0.3 s of jitter) and tried again.
 
 Per run: the drain time (first send to last end) over the ideal (count x seconds /
-limit), publishes per task (messages the workers received / count), the workers'
+limit), re-publishes per task (messages the workers received / count, minus the one
+each task was sent as) and deliveries per task, the workers'
 CPU seconds per task (main processes and pool children, from /proc, over the whole
 batch) and per parked task beyond an unbounded batch of the same tasks, the log
 lines per task, the peak concurrency (interval sweep), and the wait before each run
@@ -56,6 +59,12 @@ def _body(label, i, sent, seconds):
 
 @bounded_task(app=app, name="bench.parked", concurrency_limit={limit}, concurrency_key="parked")
 def parked(label, i, sent, seconds):
+    _body(label, i, sent, seconds)
+
+
+@bounded_task(app=app, name="bench.standby", concurrency_limit={limit},
+              concurrency_key="standby", concurrency_standby={limit})
+def standby(label, i, sent, seconds):
     _body(label, i, sent, seconds)
 
 
@@ -144,12 +153,13 @@ def run_backlog(count: int, seconds: float, limit: int, rounds: int) -> None:
         tasks = __import__(module)
         records = redis.Redis.from_url(f"{base}/3")
         pids = [stack.enter_context(worker(directory, module, "bounded", 4)) for _ in range(2)]
-        for task in (tasks.plain, tasks.parked, tasks.republish):  # warm-up
+        for task in (tasks.plain, tasks.parked, tasks.standby, tasks.republish):  # warm-up
             _batch(task, records, directory, pids, 16, 0.01, limit)
-        results: dict[str, list[dict[str, float]]] = {"unbounded": [], "parked": [],
-                                                      "re-publish": []}  # fmt: skip
+        results: dict[str, list[dict[str, float]]] = {
+            "unbounded": [], "parked": [], "parked+standby": [], "re-publish": []}  # fmt: skip
         for _ in range(rounds):
             for label, task in (("unbounded", tasks.plain), ("parked", tasks.parked),
+                                ("parked+standby", tasks.standby),
                                 ("re-publish", tasks.republish)):  # fmt: skip
                 results[label].append(_batch(task, records, directory, pids, count, seconds,
                                              limit))  # fmt: skip
@@ -158,14 +168,14 @@ def run_backlog(count: int, seconds: float, limit: int, rounds: int) -> None:
     ideal = count * seconds / limit
     plain_cpu = statistics.median(r["cpu"] for r in results["unbounded"])
     rows = []
-    for label in ("parked", "re-publish", "unbounded"):
+    for label in ("parked", "parked+standby", "re-publish", "unbounded"):
         for i, r in enumerate(results[label]):
             parked_share = max(1.0, count - limit)  # runs refused at least once
             extra = (r["cpu"] - plain_cpu) * count / parked_share * 1000
             rows.append([
                 f"{label} #{i + 1}", f"{r['drain']:.2f}",
                 f"{r['drain'] / ideal:.3f}" if label != "unbounded" else "-",
-                f"{r['publishes']:.2f}", f"{r['cpu'] * 1000:.1f}",
+                f"{r['publishes'] - 1:.2f}", f"{r['publishes']:.2f}", f"{r['cpu'] * 1000:.1f}",
                 f"{extra:.1f}" if label != "unbounded" else "-", f"{r['log lines']:.1f}",
                 int(r["peak"]), f"{r['wait p50']:.2f}", f"{r['wait p99']:.2f}",
                 f"{r['late p99'] * 1000:.0f}" if label != "unbounded" else "-",
@@ -173,7 +183,8 @@ def run_backlog(count: int, seconds: float, limit: int, rounds: int) -> None:
     print(f"backlog: {count} tasks of {seconds * 1000:g} ms sent at once, limit {limit}, "
           f"2 workers x 4 (prefork); ideal drain {ideal:.2f} s; unbounded = the same tasks "
           "without a limit (all 8 slots)\n")
-    print_table(["run", "drain s", "/ ideal", "publishes/task", "worker CPU ms/task",
+    print_table(["run", "drain s", "/ ideal", "re-publishes/task", "deliveries/task",
+                 "worker CPU ms/task",
                  "CPU ms/parked task", "log lines/task", "peak", "wait p50 s", "wait p99 s",
                  "late p99 ms (vs FIFO)"], rows)  # fmt: skip
     print(f"\npython {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "

@@ -109,6 +109,11 @@ class RedisLockTask(Task[_P, _R]):
     """At most this many runs of a pool wait in place at once, across all workers
     (``redislock_concurrency_waiters``; None: as many as the limit)."""
 
+    concurrency_standby: int | None = None
+    """Opt-in: parked runs of the pool published ahead to wait in place for the next
+    permit, handed over with no broker round trip (``redislock_concurrency_standby``,
+    0)."""
+
     concurrency_park: bool | None = None
     """Park a refused run in the pool's FIFO queue in Redis, published again when a
     permit frees (``redislock_concurrency_park``, True); False: re-publish it with a

@@ -139,6 +139,10 @@ class ParkingSemaphore(RedisSemaphore):
         keep: seconds the parking keys outlive the latest park (payloads included).
         on_claimed: publishes the entries an operation claimed (see :data:`OnClaimed`);
             without it claimed entries wait for their reservation to lapse.
+        standby: runs to keep claimed ahead of the next release, without a permit: the
+            caller publishes them like the others and their runs wait in place
+            (``acquire(timeout=...)``) when :meth:`take` refuses them, so the next
+            release hands the permit over with no broker round trip. 0: none.
         acks: ``min_replicas``, ``replica_timeout``, ``wait_aof`` of the semaphore's
             own grants (parking's scripts do not wait for replicas).
 
@@ -160,6 +164,7 @@ class ParkingSemaphore(RedisSemaphore):
         reserve_ttl: float | None = None,
         keep: float = 86400.0,
         on_claimed: OnClaimed | None = None,
+        standby: int = 0,
         **acks: Any,
     ) -> None:
         super().__init__(client, name, limit=limit, ttl=ttl, fair=fair, prefix=prefix,
@@ -168,6 +173,9 @@ class ParkingSemaphore(RedisSemaphore):
             reserve_ttl, "reserve_ttl")  # fmt: skip
         self._keep_ms = ttl_to_ms(keep, "keep")
         self.on_claimed = on_claimed
+        if isinstance(standby, bool) or not isinstance(standby, int) or standby < 0:
+            raise ConfigurationError(f"standby must be an int >= 0, got {standby!r}")
+        self.standby = standby
         self._prefix = prefix
         k = self._keys
         self.parked_key, self.payloads_key = k.key("parked"), k.key("payloads")
@@ -193,7 +201,7 @@ class ParkingSemaphore(RedisSemaphore):
                       [k.holders, k.leases, k.fence, k.meta, k.queue, self.parked_key,
                        self.payloads_key, self.claimed_key, self.taken_key],
                       [entry_id, payload, owner, self.limit, self._reserve_ms,
-                       self._keep_ms])  # fmt: skip
+                       self._keep_ms, self.standby])  # fmt: skip
         position = int(reply[0])
         if position <= 1:
             # After the script, by whoever finds the queue empty (or claims at once): a
@@ -298,7 +306,8 @@ class ParkingSemaphore(RedisSemaphore):
         reply = _RELEASE(self._client,
                          [k.holders, k.leases, k.queue, k.alive, k.meta, k.asks, k.fence,
                           self.parked_key, self.payloads_key, self.claimed_key],
-                         [token, *self._flags_args, self._reserve_ms])  # fmt: skip
+                         [token, *self._flags_args, self._reserve_ms,
+                          self.standby])  # fmt: skip
         claimed = _entries(reply[2:])
         self._deliver(claimed)
         return int(reply[0]), int(reply[1]), claimed

@@ -203,3 +203,29 @@ def test_a_run_waiting_in_place_is_served_before_the_parked_queue(r: redis.Redis
     assert published.entries == []  # nothing free for the parked run yet
     got[0].release()  # type: ignore[attr-defined]
     assert published.payloads() == [b"parked"]
+
+
+def test_standbys_are_claimed_ahead_without_a_permit(r: redis.Redis) -> None:
+    published = Published()
+    sem = ParkingSemaphore(r, "api", limit=1, ttl=5, on_claimed=published, standby=1)
+    held = sem.acquire(blocking=False)
+    assert held is not None
+    first, second = new_entry_id(), new_entry_id()
+    sem.park(first, b"first")
+    assert published.payloads() == [b"first"]  # claimed ahead at once, no permit
+    sem.park(second, b"second")
+    assert published.payloads() == [b"first"]  # one standby is enough
+    assert len(sem.info().holders) == 1  # nothing reserved: the permit is still held
+    assert sem.take(first, owner="t1") == (REFUSED, None)  # its run waits in place
+    got: list[object] = []
+    import threading
+
+    waiter = threading.Thread(target=lambda: got.append(sem.acquire(timeout=5, owner="t1")))
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while not r.zcard(sem.keys.queue) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert held.release()  # hands the permit to the standby, tops the standbys up
+    waiter.join(5)
+    assert got and got[0] is not None
+    assert published.payloads() == [b"first", b"second"]

@@ -81,13 +81,15 @@ copies it, which the retries count in it tells apart."""
 
 
 def semaphore_for(
-    task: AnyTask, pool: str, limit: int, ttl: float, prefix: str, acks: Mapping[str, Any]
+    task: AnyTask, pool: str, limit: int, ttl: float, prefix: str, acks: Mapping[str, Any],
+    standby: int = 0,
 ) -> ParkingSemaphore:
     """The semaphore of ``pool`` on the app's Redis, enforcing ``limit`` (``acks``: the
     replica acknowledgement terms, ``SingletonOptions.replicas``): a
     :class:`~celery_redislock.core.parking.ParkingSemaphore`, so every release hands
-    its permit to a parked run of the pool, whether this task parks or not."""
-    return parking_for(task.app, pool, limit, ttl, prefix, acks)
+    its permit to a parked run of the pool, whether this task parks or not; ``standby``
+    parked runs are published ahead to wait in place for the next permit."""
+    return parking_for(task.app, pool, limit, ttl, prefix, acks, standby)
 
 
 def permit_owner(task_id: str, seed: str | None) -> str:
@@ -168,7 +170,9 @@ class ConcurrencyGuard(Guard):
         pool = options.pool(task, args, kwargs)
         limit = options.limit_of(pool)
         lock = resolved.singleton  # the permit's lease: lock_ttl, under the prefix
-        sem = semaphore_for(task, pool, limit, lock.lock_ttl, lock.prefix, lock.replicas)
+        standby = options.standby if options.park else 0
+        sem = semaphore_for(task, pool, limit, lock.lock_ttl, lock.prefix, lock.replicas,
+                            standby)  # fmt: skip
         request = task.request
         eager = bool(request.is_eager)
         owner = permit_owner(run.task_id, None if eager else _seed(request.headers))
@@ -184,6 +188,11 @@ class ConcurrencyGuard(Guard):
             status, lease = sem.take(parked[0], owner, ttl=ttl, renew=True, on_lost=on_lost)
             if status == DUPLICATE:
                 _skip_duplicate(task, run, pool)
+            if lease is None and standby and _waiting(sem) < standby:
+                # Published ahead (a standby): wait in place for the next release,
+                # which hands the permit over at once; then park again.
+                lease = sem.acquire(timeout=lock.lock_ttl, owner=owner, ttl=ttl, renew=True,
+                                    on_lost=on_lost)  # fmt: skip
         elif eager:  # no queue to go back to: wait as long as it takes
             lease = sem.acquire(owner=owner, ttl=ttl, renew=True, on_lost=on_lost)
         else:
@@ -231,6 +240,11 @@ class ConcurrencyGuard(Guard):
                 permit_released.send(sender=task, task_id=event.task_id, key=pool,
                                      reason=event.event, released=True,
                                      stage="cleanup")  # fmt: skip
+
+
+def _waiting(sem: ParkingSemaphore) -> int:
+    """Runs of the pool waiting in place now, across all workers."""
+    return int(sem.client.zcard(sem.keys.queue))
 
 
 def _may_wait(sem: ParkingSemaphore, options: BoundedOptions, limit: int) -> bool:

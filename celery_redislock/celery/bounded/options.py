@@ -18,6 +18,10 @@ Task options (class attributes, ``@app.task(...)`` keywords or ``task_annotation
 ``concurrency_waiters``    at most this many runs of a pool wait in place at once,
                            across all workers (None: as many as the limit); the
                            others are parked (or re-scheduled) at once
+``concurrency_standby``    opt-in: parked runs published ahead to wait in place for
+                           the next permit, so a release hands it over with no
+                           broker round trip, at the cost of that many worker slots
+                           while a backlog lasts (0, the default: none)
 ``concurrency_park``       True (default): a refused run is parked in the pool's
                            FIFO queue in Redis and published again by the release
                            that frees its permit; False: it is re-published with
@@ -34,6 +38,7 @@ Settings (``app.conf``; read when used, so a change counts from the next run on)
 ``redislock_concurrency_wait``      default ``concurrency_wait``
 ``redislock_concurrency_waiters``   default ``concurrency_waiters``
 ``redislock_concurrency_park``      default ``concurrency_park``
+``redislock_concurrency_standby``   default ``concurrency_standby``
 =================================== =================================================
 
 **Which limit applies.** ``redislock_concurrency_limits[pool]`` when the pool is
@@ -58,6 +63,7 @@ from ..config import check_ttl, task_option
 __all__ = [
     "DEFAULT_COUNTDOWN",
     "DEFAULT_JITTER",
+    "DEFAULT_STANDBY",
     "DEFAULT_WAIT",
     "OPTIONS",
     "BoundedOptions",
@@ -83,18 +89,23 @@ DEFAULT_JITTER: Final = 0.3
 """Up to this many seconds are added at random to each re-schedule's countdown, so
 re-scheduled runs come back spread out rather than all at once."""
 
+DEFAULT_STANDBY: Final = 0
+"""Parked runs of a pool published ahead to wait in place for the next permit. 0: none
+(a parked run holds no worker slot); see ``concurrency_standby``."""
+
 DEFAULT_WAIT: Final = 0.0
 """Seconds a refused run waits in place (if fewer than ``concurrency_waiters`` wait
 already) before it is re-scheduled. 0: never; a worker slot is not blocked."""
 
 OPTIONS: Final = ("concurrency_limit", "concurrency_key", "concurrency_countdown",
                   "concurrency_jitter", "concurrency_wait", "concurrency_waiters",
-                  "concurrency_park")  # fmt: skip
+                  "concurrency_park", "concurrency_standby")  # fmt: skip
 """The task options of bounded concurrency."""
 
 SETTINGS: Final = ("redislock_concurrency_limits", "redislock_concurrency_countdown",
                    "redislock_concurrency_jitter", "redislock_concurrency_wait",
-                   "redislock_concurrency_waiters", "redislock_concurrency_park")  # fmt: skip
+                   "redislock_concurrency_waiters", "redislock_concurrency_park",
+                   "redislock_concurrency_standby")  # fmt: skip
 """The settings of bounded concurrency."""
 
 PoolKey: TypeAlias = "str | Callable[..., str] | None"
@@ -113,6 +124,7 @@ class BoundedOptions:
     waiters: int | None
     limits: Mapping[str, int] = field(default_factory=dict)
     park: bool = True
+    standby: int = DEFAULT_STANDBY
 
     @property
     def enabled(self) -> bool:
@@ -143,6 +155,7 @@ class BoundedOptions:
     def waiters_of(self, limit: int) -> int:
         """How many runs of a pool of ``limit`` may wait in place at once."""
         return limit if self.waiters is None else self.waiters
+
 
 
 def _name(task: Any) -> str:
@@ -203,6 +216,10 @@ def _task_level(task: Any) -> dict[str, Any]:
                        ("concurrency_wait", True)):  # fmt: skip
         if raw[name] is not None:
             values[name] = _seconds(raw[name], f"{where} {name}", zero=zero)
+    if raw["concurrency_standby"] is not None:
+        values["concurrency_standby"] = _limit(
+            raw["concurrency_standby"], f"{where} concurrency_standby", least=0
+        )
     if raw["concurrency_park"] is not None:
         values["concurrency_park"] = _flag(raw["concurrency_park"], f"{where} concurrency_park")
     if raw["concurrency_waiters"] is not None:
@@ -231,6 +248,7 @@ class _Settings:
     wait: float
     waiters: int | None
     park: bool
+    standby: int | None
 
 
 def _settings_of(app: Celery) -> _Settings:
@@ -254,7 +272,12 @@ def _settings_of(app: Celery) -> _Settings:
         ),
         waiters=_waiters(get("redislock_concurrency_waiters")),
         park=_flag(get("redislock_concurrency_park", True), "redislock_concurrency_park"),
+        standby=_standby(get("redislock_concurrency_standby")),
     )
+
+
+def _standby(value: object) -> int | None:
+    return None if value is None else _limit(value, "redislock_concurrency_standby", least=0)
 
 
 def _waiters(value: object) -> int | None:
@@ -299,4 +322,9 @@ def resolve_bounded(task: Any) -> BoundedOptions:
         ),
         limits=settings.limits,
         park=settings.park if values["concurrency_park"] is None else values["concurrency_park"],
+        standby=(
+            (DEFAULT_STANDBY if settings.standby is None else settings.standby)
+            if values["concurrency_standby"] is None
+            else values["concurrency_standby"]
+        ),
     )

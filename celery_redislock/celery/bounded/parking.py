@@ -94,13 +94,15 @@ def decode_message(app: Any, payload: bytes) -> tuple[str, list[Any], dict[str, 
 
 
 def parking_for(app: Any, pool: str, limit: int, ttl: float, prefix: str,
-                acks: Mapping[str, Any] | None = None) -> ParkingSemaphore:  # fmt: skip
+                acks: Mapping[str, Any] | None = None,
+                standby: int = 0) -> ParkingSemaphore:  # fmt: skip
     """The parking semaphore of ``pool`` on the app's Redis (``acks``: the replica
-    acknowledgement terms of its grants); claimed runs are published through the app.
-    The recently used are kept (they keep no per-lease state)."""
+    acknowledgement terms of its grants; ``standby``: runs published ahead, see
+    :class:`~celery_redislock.core.parking.ParkingSemaphore`); claimed runs are
+    published through the app. The recently used are kept (no per-lease state)."""
     client = get_redis(app)
     acks = replica_options(app) if acks is None else acks
-    cache_key = (id(app), id(client), prefix, pool, limit, ttl, *acks.values())
+    cache_key = (id(app), id(client), prefix, pool, limit, ttl, standby, *acks.values())
     with _semaphores_guard:
         sem = _semaphores.get(cache_key)
         if sem is not None and sem.client is client:
@@ -109,7 +111,7 @@ def parking_for(app: Any, pool: str, limit: int, ttl: float, prefix: str,
     sem = ParkingSemaphore(client, pool, limit=limit, ttl=ttl, prefix=prefix,
                            keep=float(app.conf.get("redislock_park_keep", DEFAULT_KEEP)),
                            on_claimed=functools.partial(publish_claimed, app),
-                           **acks)  # fmt: skip
+                           standby=standby, **acks)  # fmt: skip
     with _semaphores_guard:
         _semaphores[cache_key] = sem
         while len(_semaphores) > _KEPT:

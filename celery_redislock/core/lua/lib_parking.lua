@@ -9,7 +9,10 @@
 --             its payload "p:<id>", owner "o:<id>" and ticket "t:<id>" in payloads.
 --   claimed   taken off the queue by a release (or a pump) that reserved a permit
 --             for it: a lease of the semaphore whose token is the id, and the id in
---             the claimed zset scored by the reservation's expiry (server ms). The
+--             the claimed zset scored by the reservation's expiry (server ms); or
+--             claimed ahead as a *standby*, without a permit: its run starts early and
+--             waits in place (a semaphore waiter), so the next release hands it the
+--             permit with no broker round trip (claim_standbys). The
 --             payload stays until the run starts, so an entry whose publisher died,
 --             or whose message never started within the reservation, is put back at
 --             its old place (unclaim_lapsed) and claimed again.
@@ -73,4 +76,31 @@ end
 local function free_for_parked(k, queue, limit, now)
   reap_holders(k.holders, k.leases, now)
   return limit - redis.call('ZCARD', k.holders) - redis.call('ZCARD', queue)
+end
+
+-- Claim ahead, without a permit, as many queue heads as make `standby` runs waiting
+-- in place or on their way to (the semaphore's waiters, plus claimed entries that hold
+-- no reserved lease); each claim lapses after `reserve` ms if its run never starts.
+-- Returns {id, payload, owner, ...} as claim_heads does.
+local function claim_standbys(k, queue, standby, now, reserve)
+  if standby <= 0 or redis.call('EXISTS', k.parked) == 0 then return {} end
+  local ahead = redis.call('ZCARD', queue)
+  for _, id in ipairs(redis.call('ZRANGE', k.claimed, 0, -1)) do
+    if not redis.call('ZSCORE', k.holders, id) then ahead = ahead + 1 end
+  end
+  local out = {}
+  while ahead < standby do
+    local head = redis.call('ZRANGE', k.parked, 0, 0)[1]
+    if not head then break end
+    redis.call('ZREM', k.parked, head)
+    local row = redis.call('HMGET', k.payloads, 'p:' .. head, 'o:' .. head)
+    if row[1] then
+      redis.call('ZADD', k.claimed, string.format('%d', now + reserve), head)
+      out[#out + 1] = head
+      out[#out + 1] = row[1]
+      out[#out + 1] = row[2] or ''
+      ahead = ahead + 1
+    end
+  end
+  return out
 end

@@ -18,6 +18,8 @@
 --                    for the releases and the sweepers, as an acquire stores it.
 -- ARGV[5]  reserve   milliseconds a claimed entry's permit is reserved for it.
 -- ARGV[6]  keep      milliseconds the parking keys outlive the latest park.
+-- ARGV[7]  standby   optional, default 0: runs to keep waiting in place ahead of the
+--                    next release (see claim_standbys in lib_parking.lua).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS.
 --
 -- Returns {position, id, payload, ...}: the entry's 1-based place in the queue (0
@@ -49,8 +51,10 @@ redis.call('PEXPIRE', k.meta, {{FENCE_MEMORY_MS}})
 unclaim_lapsed(k, now)
 local limit = tonumber(ARGV[4])
 local claimed = claim_heads(k, free_for_parked(k, KEYS[5], limit, now), now, now_us, reserve)
+local ahead = claim_standbys(k, KEYS[5], tonumber(ARGV[7] or '0'), now, reserve)
 local position = redis.call('ZRANK', k.parked, id)
 local reply = {0}
 if position then reply[1] = position + 1 end
 for _, v in ipairs(claimed) do reply[#reply + 1] = v end
+for _, v in ipairs(ahead) do reply[#reply + 1] = v end
 return reply

@@ -17,13 +17,16 @@
 -- ARGV[2]  limit     the caller's limit, used when meta holds none (integer >= 1).
 -- ARGV[3]  fair      "1": only the queue's head may take a permit (strict FIFO).
 -- ARGV[4]  reserve   milliseconds a claimed entry's permit is reserved for it.
+-- ARGV[5]  standby   optional, default 0: runs to keep waiting in place ahead of the
+--                    next release (claimed without a permit: see claim_standbys).
 -- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
 --
 -- Returns {released, parked, id, payload, ...}: released is 1 when the lease was
 -- live and is now released, else 0 (a re-sent release changes nothing more);
--- parked the entries still queued; then {id, payload, owner} of each entry claimed,
--- in queue order, to be published by the caller. A limit lowered meanwhile is
+-- parked the entries still queued; then {id, payload, owner} of each entry claimed
+-- (with a reserved permit, then standbys), in queue order, to be published by the
+-- caller. A limit lowered meanwhile is
 -- obeyed: only permits free under the stored limit are handed on.
 
 local holders, leases, queue, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
@@ -69,8 +72,10 @@ if head then
   local free = hand_over_permits(k, limit - live, now, now_us, channel, head, stale)
   wake_new(channel, before, eligible(queue, free, fair), '')
 end
-local claimed = claim_heads(k, free_for_parked(k, queue, limit, now), now, now_us,
-  tonumber(ARGV[4]))
+local reserve = tonumber(ARGV[4])
+local claimed = claim_heads(k, free_for_parked(k, queue, limit, now), now, now_us, reserve)
+local ahead = claim_standbys(k, queue, tonumber(ARGV[5] or '0'), now, reserve)
 local reply = {released, redis.call('ZCARD', k.parked)}
 for _, v in ipairs(claimed) do reply[#reply + 1] = v end
+for _, v in ipairs(ahead) do reply[#reply + 1] = v end
 return reply

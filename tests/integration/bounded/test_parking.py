@@ -47,7 +47,7 @@ def test_parked_runs_are_published_in_order_by_the_release(
     proceed = threading.Event()
 
     @bounded_task(app=app, bind=True, concurrency_limit=1, concurrency_key="api",
-                  max_retries=0)  # fmt: skip
+                  max_retries=0, concurrency_standby=0)  # fmt: skip
     def call(self: Any, n: int) -> tuple[int, int]:
         order.append(n)
         if n == 0:
@@ -87,12 +87,12 @@ def test_parked_runs_are_published_in_order_by_the_release(
 def test_a_parked_singleton_keeps_its_lock(app: Celery, locks: redis.Redis, worker: Any) -> None:
     proceed = threading.Event()
 
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api")
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0)
     def call() -> str:
         proceed.wait(10)
         return "busy"
 
-    @singleton_task(app=app, concurrency_limit=1, concurrency_key="api")
+    @singleton_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0)
     def sync(user: int) -> int:
         return user
 
@@ -118,7 +118,8 @@ def test_a_second_message_of_a_parked_run_never_runs(
     proceed = threading.Event()
     published: list[bytes] = []
 
-    @bounded_task(app=app, bind=True, concurrency_limit=1, concurrency_key="api")
+    @bounded_task(app=app, bind=True, concurrency_limit=1, concurrency_key="api",
+                  concurrency_standby=0)
     def call(self: Any, n: int) -> int:
         runs.append(self.request.id)
         if n == 0:
@@ -157,7 +158,7 @@ def test_an_undecodable_entry_is_dead_lettered_and_the_queue_goes_on(
 ) -> None:
     proceed = threading.Event()
 
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api")
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0)
     def call(n: int) -> int:
         if n == 0:
             proceed.wait(10)
@@ -184,7 +185,7 @@ def test_a_lowered_limit_drains_at_the_new_limit(make_app: MakeApp, locks: redis
     spans: list[tuple[float, float]] = []
     gate = threading.Event()
 
-    @bounded_task(app=app, concurrency_limit=3, concurrency_key="api")
+    @bounded_task(app=app, concurrency_limit=3, concurrency_key="api", concurrency_standby=0)
     def call(n: int) -> None:
         start = time.time()
         if n < 3:
@@ -205,3 +206,30 @@ def test_a_lowered_limit_drains_at_the_new_limit(make_app: MakeApp, locks: redis
     for result in [*held, *queued]:
         result.get(timeout=20)
     assert peak(sorted(spans)[3:]) == 1  # after the running three: one at a time
+
+
+def test_a_standby_waits_in_place_and_gets_the_permit_from_the_release(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
+    parked, acquired = capture(permit_parked), capture(permit_acquired)
+    proceed = threading.Event()
+
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=1)
+    def call(n: int) -> int:
+        if n == 0:
+            proceed.wait(10)
+        return n
+
+    worker(app, concurrency=4)
+    first = call.delay(0)
+    wait_until(lambda: holders(locks, "api"), what="the first run")
+    others = [call.delay(n) for n in (1, 2)]
+    wait_until(lambda: len(parked) == 2, what="both parked")
+    lot = _lot(app)
+    # The oldest was published ahead and waits in place; the other stays parked.
+    wait_until(lambda: locks.zcard(lot.keys.queue) == 1, what="the standby waiting")
+    assert lot.parking_info().parked == 1
+    proceed.set()
+    assert [r.get(timeout=10) for r in [first, *others]] == [0, 1, 2]
+    assert not holders(locks, "api") and lot.parking_info().parked == 0
+    assert {a["task_id"] for a in acquired} == {first.id, *(r.id for r in others)}
