@@ -15,6 +15,10 @@ proxy forwards bytes both ways, except when told otherwise:
   and a delayed connection still carries many requests in flight.
 * ``proxy.pause()`` / ``proxy.resume()`` -- hold every byte in both directions (the
   connections stay open, as with a stalled network or a stopped peer) until resumed.
+* ``proxy.hold(match=b"...")`` -- a request containing ``match`` (and whatever its
+  connection sends after it) is held at the proxy until ``proxy.release_held()``,
+  while other connections carry on: one command stalled on its way to Redis.
+  ``proxy.held`` counts the requests held so far.
 * ``proxy.cut()`` -- close every connection now (a network reset).
 
 It is thread-based: one accepting thread and two threads per connection direction (a
@@ -82,6 +86,8 @@ class _Pipe:
                 if wait > 0:
                     time.sleep(wait)
                 proxy._running.wait()
+                if self.upstream and proxy._holds(data):
+                    proxy._unheld.wait()
                 if self.conn.closed:
                     break
                 if self.upstream:
@@ -132,6 +138,10 @@ class FaultProxy:
         self.dropped = 0  # replies thrown away so far
         self._running = threading.Event()
         self._running.set()
+        self._hold: bytes | None = None
+        self._unheld = threading.Event()
+        self._unheld.set()
+        self.held = 0
         self._guard = threading.Condition()
         self._drops: list[tuple[bytes | None, int]] = []
         self._connections: set[_Connection] = set()
@@ -154,6 +164,7 @@ class FaultProxy:
     def stop(self) -> None:
         """Stop accepting and close every connection (resumes a pause first)."""
         self._running.set()
+        self._unheld.set()
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.shutdown(socket.SHUT_RDWR)
@@ -204,6 +215,31 @@ class FaultProxy:
     def resume(self) -> None:
         """Deliver what was held and forward normally again."""
         self._running.set()
+
+    def hold(self, match: bytes) -> None:
+        """Hold requests containing ``match`` (see the module doc)."""
+        with self._guard:
+            self._hold = match
+            self._unheld.clear()
+
+    def release_held(self) -> None:
+        """Deliver the held requests and hold nothing more."""
+        with self._guard:
+            self._hold = None
+        self._unheld.set()
+
+    def wait_held(self, count: int = 1, timeout: float = 10.0) -> bool:
+        """Wait until ``count`` requests in all have been held; False on timeout."""
+        with self._guard:
+            return self._guard.wait_for(lambda: self.held >= count, timeout)
+
+    def _holds(self, data: bytes) -> bool:
+        with self._guard:
+            if self._hold is None or self._hold not in data:
+                return False
+            self.held += 1
+            self._guard.notify_all()
+            return True
 
     def cut(self) -> None:
         """Close every open connection now."""

@@ -160,10 +160,18 @@ class Lease(LeaseState):
             return False
         new_ttl = self.ttl if ttl is None else ttl
         ttl_ms = ttl_to_ms(new_ttl)
+        # A renewed lease: the change gets a new generation, so a renewal composed
+        # before it (and still in flight) cannot undo it, and renewal goes on at the
+        # new TTL from now (not on the old schedule, maybe after the new TTL ran out).
+        entry = self._stop_renewal
+        renewer = getattr(entry, "renewer", None)
+        gen = renewer.explicit(entry, ttl_ms / 1000.0) if renewer is not None else 0
         sent_at = time.monotonic()
-        if self._holder._extend_token(self.token, ttl_ms):
+        if self._holder._extend_token(self.token, ttl_ms, *((gen,) if gen else ())):
             self.ttl = ttl_ms / 1000.0
             self._confirm(sent_at + self.ttl)
+            if renewer is not None:
+                renewer.rescheduled(entry, sent_at, self.ttl)
             return True
         self._mark_lost("extend found the lease no longer held")
         return False
@@ -212,10 +220,14 @@ class Lease(LeaseState):
         ttl_ms = ttl_to_ms(ttl)
         if self._released or self._pid != _PID:
             return False
-        # Renewal stops before the new TTL is set, so no renewal in flight can
-        # shorten it afterwards.
+        # Renewal stops before the new TTL is set, and the change gets a new
+        # generation: a renewal already composed (in flight, or queued behind other
+        # scripts) cannot shorten it afterwards.
+        entry = self._stop_renewal
+        renewer = getattr(entry, "renewer", None)
+        gen = renewer.explicit(entry, ttl_ms / 1000.0) if renewer is not None else 0
         self._mark_released()
-        return bool(self._holder._extend_token(self.token, ttl_ms))
+        return bool(self._holder._extend_token(self.token, ttl_ms, *((gen,) if gen else ())))
 
     def wait_lost(self, timeout: float | None = None) -> bool:
         """Block until the lease is found lost or ``timeout`` passes; return :attr:`lost`."""

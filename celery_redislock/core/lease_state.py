@@ -62,6 +62,7 @@ class LeaseState:
     __slots__ = (
         "__weakref__",
         "_deadline",
+        "_gen",
         "_holder",
         "_lost",
         "_lost_reason",
@@ -98,6 +99,10 @@ class LeaseState:
         self._lost = False
         self._lost_reason = ""
         self._released = False
+        # Bumped by each explicit TTL change of a renewed lease (extend, hand_over) and
+        # sent with it and with every renewal: Redis ignores a renewal composed before
+        # the latest explicit change (renewal never undoes an explicit TTL).
+        self._gen = 0
         # Set by the renewer; called once when the lease is given back, *before* the
         # release is sent, so renewal never outlives release.
         self._stop_renewal: Callable[[], None] | None = None

@@ -292,8 +292,9 @@ class RedisLock(Primitive):
     def _release_token(self, token: str) -> bool:
         return bool(RELEASE(self._client, self._scripts.release_call(token), [token]))
 
-    def _extend_token(self, token: str, ttl_ms: int) -> bool:
-        return bool(EXTEND(self._client, self._scripts.holders_key, [token, ttl_ms]))
+    def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
+        args: list[Any] = [token, ttl_ms, gen] if gen else [token, ttl_ms]
+        return bool(EXTEND(self._client, self._scripts.holders_key, args))
 
     def _held_token(self, token: str) -> int:
         return int(HELD(self._client, self._scripts.holders_key, [token]))

@@ -250,9 +250,12 @@ class RedisSemaphore(Primitive):
         scripts = self._scripts
         return bool(RELEASE(self._client, scripts.release_call(token), scripts.release_args(token)))
 
-    def _extend_token(self, token: str, ttl_ms: int) -> bool:
+    def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
         scripts = self._scripts
-        return bool(EXTEND(self._client, scripts.state_keys, scripts.extend_args(token, ttl_ms)))
+        args = scripts.extend_args(token, ttl_ms)
+        if gen:
+            args.append(gen)
+        return bool(EXTEND(self._client, scripts.state_keys, args))
 
     def _held_token(self, token: str) -> int:
         return int(HELD(self._client, self._scripts.add_keys[:1], [token]))

@@ -43,7 +43,8 @@ local function sweep_leases(holders, now, refit)
     if string.sub(name, 1, 2) == 't:' then
       local expiry = tonumber(fields[i + 1])
       if expiry <= now then
-        redis.call('HDEL', holders, name, 'f:' .. string.sub(name, 3))
+        local t = string.sub(name, 3)
+        redis.call('HDEL', holders, name, 'f:' .. t, 'g:' .. t)
         dropped = true
       else
         live = live + 1

@@ -18,7 +18,7 @@ local function reap_holders(holders, leases, now)
   local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', string.format('%d', now))
   for _, t in ipairs(expired) do
     redis.call('ZREM', holders, t)
-    redis.call('HDEL', leases, 'f:' .. t, 'o:' .. t, 's:' .. t)
+    redis.call('HDEL', leases, 'f:' .. t, 'o:' .. t, 's:' .. t, 'g:' .. t)
   end
   return #expired
 end

@@ -41,7 +41,7 @@ local function live(expiry) return expiry and tonumber(expiry) > now end
 if live(expiries[1]) or not live(expiries[2]) then return {STAMP, {0, 0}} end
 
 local fence = next_fence(fence_key, now_us)
-redis.call('HDEL', holders, 't:' .. old, 'f:' .. old)
+redis.call('HDEL', holders, 't:' .. old, 'f:' .. old, 'g:' .. old)
 local expiry = string.format('%d', now + ttl)
 local fields = {'fence', fence, 't:' .. token, expiry, 'f:' .. token, fence}
 if owner ~= '' then

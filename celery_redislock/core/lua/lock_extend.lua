@@ -6,6 +6,9 @@
 --
 -- Returns {stamp, reply}: stamp is 'e' and the first 8 characters of ARGV[1]
 -- (see LuaScript in scripts.py: a reply is never taken for another call's).
+-- ARGV[3]  gen      optional: the lease's generation (an explicit TTL change of a
+--                   renewed lease), stored as "g:<token>": renewals composed before
+--                   it, still in flight, then change nothing (lock_renew.lua).
 -- reply is 1 when the lease was live and now expires ttl ms from now, 0 when it was
 -- not ours (unknown, expired or released).
 
@@ -13,4 +16,6 @@
 
 local STAMP = 'e' .. string.sub(ARGV[1], 1, 8)
 local now = server_clock()
-return {STAMP, extend_lease(KEYS[1], ARGV[1], tonumber(ARGV[2]), now)}
+local extended = extend_lease(KEYS[1], ARGV[1], tonumber(ARGV[2]), now)
+if extended == 1 and ARGV[3] then redis.call('HSET', KEYS[1], 'g:' .. ARGV[1], ARGV[3]) end
+return {STAMP, extended}

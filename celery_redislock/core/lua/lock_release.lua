@@ -66,7 +66,7 @@ end
 local now, now_us = server_clock()
 local live = 0
 if not only then
-  redis.call('HDEL', holders, 't:' .. token, 'f:' .. token)
+  redis.call('HDEL', holders, 't:' .. token, 'f:' .. token, 'g:' .. token)
   live = sweep_leases(holders, now, true)  -- deletes the key when no lease is left
 end
 if live == 0 and (only or redis.call('EXISTS', queue) == 1) then

@@ -7,21 +7,31 @@
 -- KEYS[i]      holders  hash of lease i's lock (see lock_acquire.lua), i = 1..N.
 -- ARGV[i]      token    lease i's token.
 -- ARGV[1]      (lease 1's token, as above, also stamps the reply)
+-- ARGV[2N + i] gen     optional: lease i's generation when the renewal was composed
+--                      (0 when left out).
 -- ARGV[N + i]  ttl      lease i's new lease time from now, milliseconds (integer > 0).
 --
 -- Returns {stamp, reply}: stamp is 'n' and the first 8 characters of ARGV[1]
 -- (see LuaScript in scripts.py: a reply is never taken for another call's).
 -- reply is an array of N integers: 1 when lease i was live and now expires ttl ms
--- from now, 0 when it was not ours (unknown, expired or released). A re-sent call
+-- from now, 2 when it is live but an explicit extend with a newer generation set its
+-- TTL (left as it is), 0 when it was not ours (unknown, expired or released). A re-sent call
 -- renews again and changes nothing else.
 
 --!include lib_lock.lua
 
-local n = #ARGV / 2
+local n = #KEYS
+local gens = #ARGV == 3 * n
 local STAMP = 'n' .. string.sub(ARGV[1], 1, 8)
 local now = server_clock()
 local renewed = {}
 for i = 1, n do
-  renewed[i] = extend_lease(KEYS[i], ARGV[i], tonumber(ARGV[n + i]), now)
+  local gen = tonumber(redis.call('HGET', KEYS[i], 'g:' .. ARGV[i]) or 0)
+  if gen > 0 and gen > (gens and tonumber(ARGV[2 * n + i]) or 0) then
+    local expiry = redis.call('HGET', KEYS[i], 't:' .. ARGV[i])
+    renewed[i] = (expiry and tonumber(expiry) > now) and 2 or 0
+  else
+    renewed[i] = extend_lease(KEYS[i], ARGV[i], tonumber(ARGV[n + i]), now)
+  end
 end
 return {STAMP, renewed}

@@ -10,6 +10,9 @@
 -- ARGV[2]  ttl      new lease time from now, milliseconds (integer > 0).
 -- ARGV[3]  limit    the caller's limit, used when meta holds none (integer >= 1).
 -- ARGV[4]  fair     "1": only the queue's head may take a permit (strict FIFO).
+-- ARGV[5]  gen      optional: the lease's generation (an explicit TTL change of a
+--                   renewed lease), stored as "g:<token>" in leases: renewals
+--                   composed before it then change nothing (semaphore_renew.lua).
 -- The waiters that may take a permit freed by other, expired leases reaped here are
 -- told on the wake-up channel derived from KEYS[1] (see wake_channel in lib_lock.lua).
 -- Constants (see lib_lock.lua): WAITER_HEARTBEAT_MS.
@@ -32,6 +35,7 @@ local expiry = redis.call('ZSCORE', holders, token)
 local live = expiry and tonumber(expiry) > now
 if live then
   redis.call('ZADD', holders, 'XX', string.format('%d', now + ttl), token)
+  if ARGV[5] then redis.call('HSET', leases, 'g:' .. token, ARGV[5]) end
   keep_keys(holders, leases, ttl, now)
 end
 

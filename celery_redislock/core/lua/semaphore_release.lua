@@ -48,7 +48,7 @@ if tonumber(expiry) > now then
   redis.call('SET', KEYS[8], '1', 'PX', {{RELEASE_MEMORY_MS}})
 end
 redis.call('ZREM', holders, token)
-redis.call('HDEL', leases, 'f:' .. token, 'o:' .. token, 's:' .. token)
+redis.call('HDEL', leases, 'f:' .. token, 'o:' .. token, 's:' .. token, 'g:' .. token)
 -- The queue's head, read at once: nobody queued is the whole of the common
 -- uncontended case, which then needs no other helper (see scripts.py).
 local head = redis.call('ZRANGE', queue, 0, 0)[1]

@@ -48,7 +48,7 @@ for i = 1, #rows, 2 do
   local t = rows[i]
   if owner == '' or redis.call('HGET', leases, 'o:' .. t) == owner then
     redis.call('ZREM', holders, t)
-    redis.call('HDEL', leases, 'f:' .. t, 'o:' .. t, 's:' .. t)
+    redis.call('HDEL', leases, 'f:' .. t, 'o:' .. t, 's:' .. t, 'g:' .. t)
     if tonumber(rows[i + 1]) > now then released = released + 1 end
   end
 end

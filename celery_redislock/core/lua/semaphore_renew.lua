@@ -10,18 +10,22 @@
 -- KEYS[2i]     leases   hash of lease i's semaphore: fence, owner, grant time.
 -- ARGV[i]      token    lease i's token, i = 1..N.
 -- ARGV[1]      (lease 1's token, as above, also stamps the reply)
+-- ARGV[2N + i] gen     optional: lease i's generation when the renewal was composed
+--                      (0 when left out).
 -- ARGV[N + i]  ttl      lease i's new lease time from now, milliseconds (integer > 0).
 --
 -- Returns {stamp, reply}: stamp is 'N' and the first 8 characters of ARGV[1]
 -- (see LuaScript in scripts.py: a reply is never taken for another call's).
 -- reply is an array of N integers: 1 when lease i was live and now expires ttl ms
--- from now, 0 when it was not (unknown, expired or released). A re-sent call
+-- from now, 2 when it is live but an explicit extend with a newer generation set its
+-- TTL (left as it is), 0 when it was not (unknown, expired or released). A re-sent call
 -- renews again and changes nothing else.
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
 
-local n = #ARGV / 2
+local n = #KEYS / 2
+local gens = #ARGV == 3 * n
 local STAMP = 'N' .. string.sub(ARGV[1], 1, 8)
 local now = server_clock()
 local renewed = {}
@@ -30,7 +34,10 @@ for i = 1, n do
   local token, ttl = ARGV[i], tonumber(ARGV[n + i])
   local expiry = redis.call('ZSCORE', holders, token)
   renewed[i] = 0
-  if expiry and tonumber(expiry) > now then
+  local gen = tonumber(redis.call('HGET', leases, 'g:' .. token) or 0)
+  if gen > 0 and gen > (gens and tonumber(ARGV[2 * n + i]) or 0) then
+    if expiry and tonumber(expiry) > now then renewed[i] = 2 end
+  elseif expiry and tonumber(expiry) > now then
     redis.call('ZADD', holders, 'XX', string.format('%d', now + ttl), token)
     keep_keys(holders, leases, ttl, now)
     renewed[i] = 1

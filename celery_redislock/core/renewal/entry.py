@@ -61,8 +61,9 @@ class Renewable(Protocol):
 class Entry:
     """The renewer's record of one lease (the lease itself is held weakly)."""
 
-    __slots__ = ("_keys", "_slot", "client", "dead", "error", "final", "holder", "inflight",
-                 "lease", "script", "stop", "stop_at", "ticket", "token")  # fmt: skip
+    __slots__ = ("_keys", "_slot", "client", "dead", "error", "final", "gen", "holder",
+                 "inflight", "lease", "renewer", "script", "stop", "stop_at", "ticket",
+                 "token")  # fmt: skip
 
     def __init__(
         self,
@@ -87,6 +88,8 @@ class Entry:
         self.dead = False  # released, lost or collected: forget it
         self.error = ""  # the last failed call's error, for the loss reason
         self.ticket = 0  # sequence number of the entry's current heap item
+        self.gen = 0  # the lease's generation when its renewal was composed (collect)
+        self.renewer: Any = None  # the sync renewer, for explicit TTL changes
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -110,8 +113,9 @@ class Entry:
         self.stop(self)
 
 
-Reply = tuple[Entry, int, bool]
-"""One lease's outcome of a call: the entry, the TTL sent (ms), renewed or not."""
+Reply = tuple[Entry, int, bool | None]
+"""One lease's outcome of a call: the entry, the TTL sent (ms), renewed or not (None:
+live, but an explicit extend sent later had set its TTL, left as it is)."""
 
 
 HeapItem = tuple[float, int, float, Entry]

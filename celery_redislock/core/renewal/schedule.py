@@ -105,9 +105,24 @@ class Schedule:
                 entry.final = True
             if not (entry.inflight or entry.final):
                 entry.inflight = True
+                entry.gen = lease._gen  # read with the TTL: sent together
                 ready.append((entry, max(1, int(ttl * 1000))))
             self.push(entry, deadline, deadline)  # the loss check, unless confirmed
         return ready
+
+    def explicit(self, entry: Entry, lease: LeaseState, ttl: float) -> int:
+        """An explicit TTL change of ``lease`` to ``ttl`` s is about to be sent: its
+        next generation (renewals composed before it are ignored by Redis), and the
+        TTL renewals use from now on."""
+        lease._gen += 1
+        lease.ttl = ttl
+        return lease._gen
+
+    def rescheduled(self, entry: Entry, sent_at: float, ttl: float) -> None:
+        """An explicit change sent at ``sent_at`` set the lease to ``ttl`` s: renew it
+        on that TTL's schedule (not the old one, which may come after it expired)."""
+        if not entry.dead and not entry.final:
+            self.push(entry, sent_at + ttl * DUE, sent_at + ttl * EARLY)
 
     def answered(self, replies: list[Reply], sent_at: float, error: str, now: float,
                  lost: Lost) -> None:  # fmt: skip
@@ -119,6 +134,8 @@ class Schedule:
             lease = entry.lease()
             if entry.dead or lease is None or lease.released:
                 self.drop(entry)
+            elif renewed is None:
+                pass  # superseded by an explicit extend, which set the TTL and the schedule
             elif not error and not renewed:
                 self.drop(entry)
                 lost.append((lease, NOT_HELD))

@@ -52,6 +52,7 @@ class Renewer:
         """Start renewing ``lease``; returns its entry, whose ``stop()`` ends renewal."""
         granted = lease.deadline - lease.ttl
         entry = Entry(lease, holder, self._stop, None if max_hold is None else granted + max_hold)
+        entry.renewer = self
         with self._lock:
             self._schedule.add(entry, lease)
             self._sender(entry).warm()  # if not yet: the path ready for the 1st renewal
@@ -61,6 +62,18 @@ class Renewer:
                 )
                 self._thread.start()
         return entry
+
+    def explicit(self, entry: Entry, ttl: float) -> int:
+        """``entry``'s lease is about to be set to ``ttl`` s explicitly: its new
+        generation (see :meth:`.schedule.Schedule.explicit`)."""
+        lease = entry.lease()
+        with self._lock:
+            return 0 if lease is None else self._schedule.explicit(entry, lease, ttl)
+
+    def rescheduled(self, entry: Entry, sent_at: float, ttl: float) -> None:
+        """The explicit change sent at ``sent_at`` was confirmed: renew on its TTL."""
+        with self._lock:
+            self._schedule.rescheduled(entry, sent_at, ttl)
 
     def _stop(self, entry: Entry) -> None:
         with self._lock:

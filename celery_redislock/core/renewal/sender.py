@@ -163,6 +163,8 @@ def batch_call(items: list[tuple[Entry, int]]) -> tuple[list[Any], list[Any]]:
     keys = [key for entry, _ in items for key in entry.keys]
     args: list[Any] = [entry.token for entry, _ in items]
     args += [ttl_ms for _, ttl_ms in items]
+    if any(entry.gen for entry, _ in items):  # an explicit change of one: the order
+        args += [entry.gen for entry, _ in items]
     return keys, args
 
 
@@ -191,6 +193,7 @@ def failure(exc: Exception, items: list[tuple[Entry, int]]) -> str:
 def batch_replies(items: list[tuple[Entry, int]], renewed: list[Any], error: str) -> list[Reply]:
     """Each lease's outcome of one call, for :meth:`.schedule.Schedule.answered`."""
     return [
-        (entry, ttl_ms, not error and int(renewed[i]) == 1)
+        (entry, ttl_ms, None if not error and int(renewed[i]) == 2  # superseded
+         else not error and int(renewed[i]) == 1)
         for i, (entry, ttl_ms) in enumerate(items)
-    ]
+    ]  # fmt: skip
