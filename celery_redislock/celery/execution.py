@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
-from .tokens import HEADERS
+from .tokens import HEADERS, RESENT_HEADER
 
 if TYPE_CHECKING:
     from celery.worker.request import Request
@@ -179,7 +179,8 @@ def resend(task: AnyTask, countdown: float, extra_headers: dict[str, str]) -> No
     sig = task.signature_from_request(task.request, countdown=countdown)
     options = dict(sig.options)
     headers = {k: v for k, v in (options.get("headers") or {}).items() if k not in HEADERS}
-    options["headers"] = {**headers, **extra_headers}
+    # Marked re-sent: its "received" line is not logged again (see .logs).
+    options["headers"] = {**headers, RESENT_HEADER: "1", **extra_headers}
     # Task.apply_async, not ours: the copy must be published although the lock is held,
     # and it is not a retry, so max_retries is not spent.
     Task.apply_async(task, sig.args, sig.kwargs, **options)

@@ -9,13 +9,15 @@ logger                          level     events
 =============================== ========= ============================================
 ``celery_redislock.duplicate``  INFO      a call refused at enqueue, a copy skipped or
                                           re-sent because another holds its lock
+                                WARNING   a replaced copy could not be revoked
 ``celery_redislock.lease``      ERROR     a running task lost its lock or permit
                                 WARNING   a queued lease had lapsed (the run takes the
-                                          lock afresh); a replaced copy not revoked
+                                          lock afresh)
                                 INFO      a lock released by the worker's main process
                                           after revoke, time limit or a lost child
-``celery_redislock.permit``     INFO      a run over its pool's limit re-scheduled
-                                DEBUG     waits for a permit
+``celery_redislock.permit``     INFO      a run over its pool's limit re-published
+                                DEBUG     a parked run took its permit
+(parking: ``celery_redislock.celery.bounded.parking`` / ``.sweeper``, see there)
 ``celery_redislock.core.*``     WARNING   a lease with no ``on_lost`` callback lost
                                           (leases of tasks are reported above, once);
                                           a semaphore's stored limit changed
@@ -38,27 +40,26 @@ from typing import Any, Final
 
 from celery.worker.request import Request
 
+from .tokens import RESENT_HEADER
+
 __all__ = [
     "DUPLICATE",
     "LEASE",
     "PERMIT",
-    "RESENT_HEADER",
     "QuietRequest",
+    "install",
+    "mark_resent_by",
     "quiet_ignored",
 ]
 
 DUPLICATE: Final = logging.getLogger("celery_redislock.duplicate")
-"""Duplicates refused, skipped or re-sent (INFO)."""
+"""Duplicates refused, skipped or re-sent (INFO); a replaced copy not revoked (WARNING)."""
 
 LEASE: Final = logging.getLogger("celery_redislock.lease")
 """Lost leases (ERROR), lapsed queued leases (WARNING), clean-up releases (INFO)."""
 
 PERMIT: Final = logging.getLogger("celery_redislock.permit")
-"""Concurrency permits: re-scheduled runs (INFO), waits (DEBUG)."""
-
-RESENT_HEADER: Final = "redislock_resent"
-"""Header of a copy re-sent by this package (not a retry): its "received" line is
-dropped, the re-send having been logged already."""
+"""Concurrency permits: re-published runs (INFO), permits taken after parking (DEBUG)."""
 
 _MAX: Final = 4096  # ids remembered per kind; a line not dropped is only noise
 _lock = threading.Lock()
@@ -84,13 +85,22 @@ def quiet_ignored(task_id: str) -> None:
     _remember("ignored", task_id)
 
 
+_resent_markers: set[str] = {RESENT_HEADER}
+
+
+def mark_resent_by(header: str) -> None:
+    """Messages carrying ``header`` are copies this package re-sent (e.g. a bounded
+    run's re-schedule): their receipt is not logged again."""
+    _resent_markers.add(header)
+
+
 class QuietRequest(Request):
     """The worker's request of a ``RedisLockTask``: notes a copy this package re-sent,
     before Celery logs its receipt (its ``received`` line is then dropped)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if RESENT_HEADER in self.request_dict:
+        if not _resent_markers.isdisjoint(self.request_dict):
             _remember("received", self.id)
 
 

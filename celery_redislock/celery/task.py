@@ -23,7 +23,7 @@ from typing import Any, ClassVar, ParamSpec, TypeVar
 from celery import Celery, Task
 from celery.result import AsyncResult
 
-from . import cleanup, kombu_fix
+from . import cleanup, kombu_fix, logs
 from .bounded import sweeper
 from .bounded.guard import CONCURRENCY
 from .bounded.options import PoolKey
@@ -118,6 +118,10 @@ class RedisLockTask(Task[_P, _R]):
     """Park a refused run in the pool's FIFO queue in Redis, published again when a
     permit frees (``redislock_concurrency_park``, True); False: re-publish it with a
     countdown (polling)."""
+
+    Request = "celery_redislock.celery.logs:QuietRequest"
+    """The worker's request class: Celery's, noting copies this package re-sent so
+    their receipt is not logged twice (see :mod:`.logs`)."""
 
     redislock_guards: ClassVar[tuple[Guard, ...]] = (SINGLETON, CONCURRENCY)
     """What each run holds, entered in this order and given back in reverse: the
@@ -225,3 +229,4 @@ class SingletonTask(RedisLockTask[_P, _R]):
 cleanup.connect()
 sweeper.connect()
 kombu_fix.connect()
+logs.install()

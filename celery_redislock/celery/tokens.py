@@ -33,6 +33,7 @@ __all__ = [
     "KEY_HEADER",
     "NONCE_HEADER",
     "RECHECK_HEADER",
+    "RESENT_HEADER",
     "TOKEN_HEADER",
     "parse_owner",
     "queued_owner",
@@ -52,7 +53,11 @@ NONCE_HEADER: Final = "redislock_nonce"
 RECHECK_HEADER: Final = "redislock_recheck"
 """Header: a redelivered copy re-sent once to see whether its first run is alive."""
 
-HEADERS: Final = (TOKEN_HEADER, KEY_HEADER, NONCE_HEADER, RECHECK_HEADER)
+RESENT_HEADER: Final = "redislock_resent"
+"""Header: a copy this package re-sent (not a retry); its "received" line is not logged
+again (see :mod:`.logs`)."""
+
+HEADERS: Final = (TOKEN_HEADER, KEY_HEADER, NONCE_HEADER, RECHECK_HEADER, RESENT_HEADER)
 """Every header this package sets; ``retry()`` copies them, so they are overwritten."""
 
 _QUEUED: Final = "#"

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import logging
 import random
 import time
 from collections.abc import Mapping
@@ -48,6 +47,7 @@ from celery.exceptions import Ignore
 from ...core import Lease
 from ...core.parking import DUPLICATE, ParkingSemaphore
 from ..execution import AnyTask, Cleanup, Guard, Hold, RunState
+from ..logs import LEASE, PERMIT, mark_resent_by, quiet_ignored
 from ..options import options_of
 from ..signals import (
     lease_lost,
@@ -70,13 +70,13 @@ __all__ = [
     "semaphore_for",
 ]
 
-logger = logging.getLogger(__name__)
-
 WAIT_HEADER: Final = "redislock_permit_wait"
 """Header of a re-scheduled message: ``"<first refusal, epoch s> <re-schedules>
 <retries>"``, so the run that finally gets a permit can report how long it waited.
 Not one of :data:`~..tokens.HEADERS` (``apply_async`` would drop it); ``retry()``
 copies it, which the retries count in it tells apart."""
+mark_resent_by(WAIT_HEADER)  # a re-scheduled copy: its receipt is not logged again
+
 
 
 
@@ -127,7 +127,7 @@ def _wait_state(request: Any) -> tuple[float | None, int]:
 def _report_lost(task: AnyTask, task_id: str, pool: str, lease: Lease) -> None:
     # Runs on the renewal thread. The body goes on (Celery cannot stop it safely); the
     # pool may now run one more than its limit until this run ends.
-    logger.error(
+    LEASE.error(
         "celery_redislock: task %s[%s] lost its permit of pool %r while running (%s); "
         "the pool may run one more than its limit", task.name, task_id, pool,
         lease.lost_reason,
@@ -209,7 +209,7 @@ class ConcurrencyGuard(Guard):
         assert lease is not None
         waited = time.monotonic() - started if since is None else max(0.0, time.time() - since)
         if parked is not None:
-            logger.debug("celery_redislock: %s[%s] took its permit of pool %r after %.3fs "
+            PERMIT.debug("celery_redislock: %s[%s] took its permit of pool %r after %.3fs "
                          "parked", task.name, run.task_id, pool, waited)  # fmt: skip
         permit_acquired.send(sender=task, task_id=run.task_id, key=pool, limit=limit,
                              fence=lease.fence, waited=waited, rescheduled=rescheduled)  # fmt: skip
@@ -234,7 +234,7 @@ class ConcurrencyGuard(Guard):
         for headers in event.deliveries:
             seed = _seed(headers)
             if seed and sem.release_owner(permit_owner(event.task_id, seed)):
-                logger.info("celery_redislock: released the permit of pool %r held by "
+                LEASE.info("celery_redislock: released the permit of pool %r held by "
                             "%s[%s] after %s", pool, task.name, event.task_id,
                             event.event)  # fmt: skip
                 permit_released.send(sender=task, task_id=event.task_id, key=pool,
@@ -259,7 +259,7 @@ def _may_wait(sem: ParkingSemaphore, options: BoundedOptions, limit: int) -> boo
 
 def _skip_duplicate(task: AnyTask, run: RunState, pool: str) -> None:
     """A second message of a parked run whose park token was taken: never runs."""
-    logger.warning("celery_redislock: %s[%s] is a second message of a parked run of pool "
+    PERMIT.warning("celery_redislock: %s[%s] is a second message of a parked run of pool "
                    "%r that started already: skipped", task.name, run.task_id,
                    pool)  # fmt: skip
     permit_duplicate.send(sender=task, task_id=run.task_id, key=pool)
@@ -298,11 +298,12 @@ def _reschedule(
     # retry() of this run, so a singleton lock is handed over to the copy (see
     # enqueue.py); same ``retries``, so max_retries is not spent.
     task.apply_async(sig.args, sig.kwargs, **message)
-    logger.info("celery_redislock: %s[%s] over the limit of pool %r (%d): re-sent to run "
+    PERMIT.info("celery_redislock: %s[%s] over the limit of pool %r (%d): re-sent to run "
                 "in %.2fs", task.name, run.task_id, pool, limit, countdown)  # fmt: skip
     permit_rescheduled.send(sender=task, task_id=run.task_id, key=pool, limit=limit,
                             countdown=countdown, rescheduled=rescheduled + 1,
                             waited=max(0.0, time.time() - since))  # fmt: skip
+    quiet_ignored(run.task_id)  # logged above: Celery's "ignored" line would repeat it
     raise Ignore()
 
 

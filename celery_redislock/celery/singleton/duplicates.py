@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +21,8 @@ from celery.result import AsyncResult
 
 from ...errors import DuplicateTask
 from ..execution import AnyTask, RunState, resend
+from ..logs import DUPLICATE, quiet_ignored
+from ..options import options_of
 from ..signals import singleton_duplicate
 from ..tokens import RECHECK_HEADER, parse_owner
 from .leases import lock_for
@@ -29,8 +30,6 @@ from .lookup import ttl_left
 from .options import SingletonOptions
 
 __all__ = ["enqueue_duplicate", "revoke_replaced", "runtime_duplicate"]
-
-logger = logging.getLogger(__name__)
 
 
 def revoke_replaced(task: AnyTask, task_ids: list[str]) -> None:
@@ -41,7 +40,7 @@ def revoke_replaced(task: AnyTask, task_ids: list[str]) -> None:
             # anyway finds the lock taken by its replacement and is skipped.
             task.app.control.revoke(task_id)
         except Exception:
-            logger.warning("celery_redislock: could not revoke replaced task %s[%s]",
+            DUPLICATE.warning("celery_redislock: could not revoke replaced task %s[%s]",
                            task.name, task_id, exc_info=True)  # fmt: skip
 
 
@@ -59,13 +58,13 @@ def enqueue_duplicate(
     singleton_duplicate.send(sender=task, task_id=task_id, key=key,
                              existing_id=existing_id, action=action, stage="enqueue")  # fmt: skip
     if action == "existing":
-        logger.info("celery_redislock: %s[%s] not sent: %s[%s] with the same signature is "
+        DUPLICATE.info("celery_redislock: %s[%s] not sent: %s[%s] with the same signature is "
                     "%s; returning its result", task.name, task_id, task.name, existing_id,
                     state)  # fmt: skip
         assert existing_id is not None  # None was turned into "raise" above
         return task.AsyncResult(existing_id)
     if action == "drop":
-        logger.info("celery_redislock: %s[%s] dropped: %s[%s] with the same signature is %s",
+        DUPLICATE.info("celery_redislock: %s[%s] dropped: %s[%s] with the same signature is %s",
                     task.name, task_id, task.name, existing_id, state)  # fmt: skip
         return None
     why = (
@@ -80,15 +79,24 @@ def enqueue_duplicate(
 
 
 def runtime_duplicate(
-    task: AnyTask, run: RunState, key: str, holder: str | None, options: SingletonOptions
-) -> None:
-    """Skip or re-send a copy that found the lock held; always raises ``Ignore``."""
+    task: AnyTask, run: RunState, key: str, holder: str | None, options: SingletonOptions,
+    action: str | None = None, headers_kept: dict[str, str] | None = None,
+) -> None:  # fmt: skip
+    """Skip or re-send a copy that found the lock held; always raises ``Ignore``.
+
+    ``action`` forces ``"skip"`` or ``"reschedule"``; ``headers_kept`` go with a re-sent
+    copy (mode ``until_and_while_executing``: its queued lease). A skipped copy with an
+    id of its own ends ``FAILURE`` with :class:`DuplicateTask`, so ``.get()`` raises at
+    once instead of waiting for ever (Celery's ``Ignore`` alone leaves it PENDING).
+    """
     existing_id, running = parse_owner(holder)
     state = "running" if running else "queued" if running is False else "holding the lock"
     request = task.request
     headers = request.headers or {}
     redelivered = bool((request.delivery_info or {}).get("redelivered"))
-    if request.is_eager:
+    if action is not None:
+        pass
+    elif request.is_eager:
         action = "skip"
     elif existing_id == run.task_id:
         # The same message again. Either the broker redelivered it while its first run
@@ -100,17 +108,38 @@ def runtime_duplicate(
     else:
         action = options.on_running_duplicate
     if action == "skip":
-        logger.warning("celery_redislock: %s[%s] skipped: %s[%s] with the same signature "
+        DUPLICATE.info("celery_redislock: %s[%s] skipped: %s[%s] with the same signature "
                        "is %s", task.name, run.task_id, task.name, existing_id, state)  # fmt: skip
+        if existing_id != run.task_id:  # never over the result of the copy that runs
+            _store_skipped(task, run.task_id, key, existing_id, state)
     else:
         recheck = action == "recheck"
         countdown = options.lock_ttl + 0.5 if recheck else options.reschedule_countdown
-        resend(task, countdown, {RECHECK_HEADER: "1"} if recheck else {})
-        logger.info("celery_redislock: %s[%s] found %s[%s] %s; re-sent to run in %gs%s",
-                    task.name, run.task_id, task.name, existing_id, state, countdown,
-                    " (a redelivery: skipped then if its first run still holds the lock)"
-                    if recheck else "")  # fmt: skip
+        extra = {RECHECK_HEADER: "1"} if recheck else {}
+        resend(task, countdown, {**extra, **(headers_kept or {})})
+        DUPLICATE.info("celery_redislock: %s[%s] found %s[%s] %s; re-sent to run in %gs%s",
+                       task.name, run.task_id, task.name, existing_id, state, countdown,
+                       " (a redelivery: skipped then if its first run still holds the lock)"
+                       if recheck else "")  # fmt: skip
         action = "reschedule"
     singleton_duplicate.send(sender=task, task_id=run.task_id, key=key,
                              existing_id=existing_id, action=action, stage="run")  # fmt: skip
+    if not request.is_eager:
+        quiet_ignored(run.task_id)  # logged above: Celery's "ignored" line would repeat it
     raise Ignore()
+
+
+def _store_skipped(
+    task: AnyTask, task_id: str, key: str, existing_id: str | None, state: str
+) -> None:
+    """End a skipped copy ``FAILURE`` with ``DuplicateTask`` (errbacks and chords are
+    told, as for any failure); nothing is stored when the task ignores its results."""
+    request = task.request
+    if request.is_eager or task.ignore_result or request.ignore_result:
+        return
+    left = ttl_left(lock_for(task, key, options_of(task).singleton))
+    error = DuplicateTask(
+        f"task {task.name}[{task_id}] skipped: {task.name}[{existing_id}] with the same "
+        f"signature is {state}", task_id=existing_id, key=key, ttl_left=left,
+    )  # fmt: skip
+    task.backend.mark_as_failure(task_id, error, request=request)

@@ -12,7 +12,6 @@ nothing -- it holds nothing.
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from ...core.redlock import RedlockLease
 from ...core.redlock.lease import keep_alive as redlock_keep_alive
 from ...core.renewal import keep_alive
 from ..execution import AnyTask, Cleanup, Guard, Hold, RunState
+from ..logs import LEASE
 from ..options import options_of
 from ..signals import lease_lost, singleton_acquired, singleton_released
 from ..tokens import (
@@ -38,13 +38,11 @@ from .signature import received_key
 
 __all__ = ["SINGLETON", "SingletonGuard", "SingletonHold"]
 
-logger = logging.getLogger(__name__)
-
 
 def _report_lost(task: AnyTask, task_id: str, key: str, lease: Lease) -> None:
     # Runs on the renewal thread. Celery cannot stop a running body safely, so the
     # task goes on; users who must stop can watch lease.lost_event (see the README).
-    logger.error(
+    LEASE.error(
         "celery_redislock: task %s[%s] lost its singleton lock %r while running (%s); "
         "another copy may start", task.name, task_id, key, lease.lost_reason,
     )  # fmt: skip
@@ -185,7 +183,7 @@ class SingletonGuard(Guard):
                     else:
                         keep_alive(fresh)
             if token:
-                logger.warning(
+                LEASE.warning(
                     "celery_redislock: the queued lease of %s[%s] had lapsed (longer in "
                     "the queue than lock_queued_ttl?); the lock was free and is taken "
                     "afresh: the task runs", task.name, run.task_id,
@@ -222,7 +220,7 @@ class SingletonGuard(Guard):
 
 def _cleanup_release(task: AnyTask, event: Cleanup, key: str, released: bool) -> None:
     if released:
-        logger.info("celery_redislock: released the singleton lock %r of %s[%s] after %s",
+        LEASE.info("celery_redislock: released the singleton lock %r of %s[%s] after %s",
                     key, task.name, event.task_id, event.event)  # fmt: skip
         singleton_released.send(sender=task, task_id=event.task_id, key=key,
                                 reason=event.event, released=True, stage="cleanup")  # fmt: skip

@@ -4,6 +4,7 @@ terminal outcome of a skipped copy, one log line per event."""
 
 from __future__ import annotations
 
+import logging
 import pickle
 import threading
 import time
@@ -14,9 +15,10 @@ import redis
 from celery import Celery
 
 from celery_redislock import ConfigurationError, DuplicateTask, SingletonTask, singleton_task
+from celery_redislock.celery.signals import singleton_duplicate
 from celery_redislock.celery.singleton.signature import call_key
 
-from ..helpers import lock_info
+from ..helpers import lock_info, wait_until
 
 # -- singleton_key / singleton_holder -------------------------------------------------
 
@@ -145,3 +147,98 @@ def test_duplicate_task_carries_the_ttl_left(app: Celery) -> None:
     assert error.task_id == first.id and 59 < error.ttl_left <= 59.8  # type: ignore[operator]
     again = pickle.loads(pickle.dumps(error))
     assert (again.task_id, again.key, again.ttl_left) == (error.task_id, error.key, error.ttl_left)
+
+
+# -- a skipped runtime duplicate ends, one event one log line ------------------------------
+
+
+def _log_everything(caplog: pytest.LogCaptureFixture) -> None:
+    """Ours at DEBUG, and Celery's task lines (the worker set its loggers to ERROR)."""
+    caplog.set_level(logging.DEBUG, logger="celery_redislock")
+    for name in ("celery.app.trace", "celery.worker.strategy"):
+        caplog.set_level(logging.INFO, logger=name)
+
+
+def test_a_skipped_runtime_duplicate_fails_promptly_with_duplicate_task(
+    app: Celery, worker: Any, capture: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    started, proceed = threading.Event(), threading.Event()
+    duplicates = capture(singleton_duplicate)
+
+    @app.task(base=SingletonTask)
+    def job() -> None:
+        started.set()
+        proceed.wait(10)
+
+    _log_everything(caplog)  # Celery reads its levels when the worker starts ...
+    worker(app)
+    _log_everything(caplog)  # ... and sets the root logger's
+    running = job.delay()
+    assert started.wait(10)
+    bypass = app.send_task(job.name)  # beat or a foreign producer
+    begun = time.monotonic()
+    with pytest.raises(DuplicateTask) as caught:
+        bypass.get(timeout=10)  # terminal: no hang
+    assert time.monotonic() - begun < 5
+    assert caught.value.task_id == running.id and caught.value.ttl_left is not None
+    assert bypass.state == "FAILURE"
+    assert [d["action"] for d in duplicates] == ["skip"]
+    proceed.set()
+    running.get(timeout=10)
+    lines = [r for r in caplog.records if bypass.id in r.getMessage()]
+    ours = [r for r in lines if r.name.startswith("celery_redislock")]
+    assert [(r.name, r.levelname) for r in ours] == [("celery_redislock.duplicate", "INFO")]
+    assert not [r for r in lines if r.getMessage().endswith("ignored")]
+
+
+def test_a_rescheduled_copy_logs_one_line_per_event(
+    app: Celery, worker: Any, capture: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    started, proceed = threading.Event(), threading.Event()
+    duplicates = capture(singleton_duplicate)
+
+    @app.task(base=SingletonTask, on_running_duplicate="reschedule", reschedule_countdown=0.2)
+    def job() -> str:
+        started.set()
+        proceed.wait(10)
+        return "ok"
+
+    _log_everything(caplog)  # Celery reads its levels when the worker starts ...
+    worker(app)
+    _log_everything(caplog)  # ... and sets the root logger's
+    running = job.delay()
+    assert started.wait(10)
+    bypass = app.send_task(job.name)
+    wait_until(lambda: len(duplicates) >= 2, what="two re-schedules")
+    proceed.set()
+    assert running.get(timeout=10) == "ok"
+    assert app.AsyncResult(bypass.id).get(timeout=10) == "ok"
+    lines = [r.getMessage() for r in caplog.records if bypass.id in r.getMessage()]
+    resent = [m for m in lines if "re-sent" in m]
+    assert len(resent) == len(duplicates) >= 2
+    assert not [m for m in lines if m.endswith("ignored")]
+    assert len([m for m in lines if m.endswith("received")]) == 1  # the first receipt only
+
+
+def test_a_lost_lease_of_a_task_is_logged_once_at_error(
+    app: Celery, locks: redis.Redis, worker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    started, proceed = threading.Event(), threading.Event()
+
+    @app.task(base=SingletonTask, lock_ttl=0.5)
+    def job() -> None:
+        started.set()
+        proceed.wait(10)
+
+    _log_everything(caplog)
+    worker(app)
+    _log_everything(caplog)
+    result = job.delay()
+    assert started.wait(10)
+    locks.delete(f"redislock:lock:{{{call_key(job)}}}:holders")  # as a Redis restart would
+    wait_until(lambda: "lost" in caplog.text, what="the loss report")
+    time.sleep(0.3)
+    proceed.set()
+    result.get(timeout=10)
+    reports = [r for r in caplog.records if "lost" in r.getMessage() and r.levelno > logging.DEBUG]
+    assert [(r.name, r.levelname) for r in reports] == [("celery_redislock.lease", "ERROR")]
