@@ -6,6 +6,7 @@ Imports only ``click`` and the standard library at module level (see :mod:`.grou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -26,7 +27,8 @@ from .group import (
 if TYPE_CHECKING:
     from ...core.inventory import Entry
 
-__all__ = ["MasterView", "inspect_masters", "list_masters", "redlock_connections"]
+__all__ = ["MasterView", "inspect_masters", "list_masters", "redlock_connections",
+           "release_on_masters"]
 
 MasterView = tuple[Connection, "list[Entry] | None", str]
 """One master as read: its connection, its entries (None when unreadable), the error."""
@@ -151,3 +153,44 @@ def inspect_masters(conns: list[Connection], name: str, kind: str | None, as_jso
         emit_json(_document(views, conns[0].prefix))
     else:
         click.echo(_render(views, one=True))
+
+
+def release_on_masters(conns: list[Connection], name: str, kind: str | None, owner: str | None,
+                       confirm: Callable[[str, Entry], None], as_json: bool) -> None:  # fmt: skip
+    """``release NAME`` on every Redlock master: by owner (checked on each master), or
+    by force after ``confirm(label, entry)``; an unreachable master is named (its
+    copy of the lease expires with its TTL)."""
+    from ...core.inventory import force_release, matching_owners, release_owner
+    from .group import CommandError
+
+    views = _read(conns, kind, name)
+    down = [conn.url for conn, entries, _ in views if entries is None]
+    held = [(conn, entries[0]) for conn, entries, _ in views if entries and entries[0].held]
+    if not held:
+        raise NotFound(f"no lock named {name!r} is held on any of the {len(conns)} Redlock "
+                       "masters: nothing to release")  # fmt: skip
+    label = f"{held[0][1].kind} {name!r}"
+    if owner is None:
+        confirm(label, held[0][1])
+    released, owners = 0, set[str]()
+    for conn, entry in held:
+        with redis_errors(conn.url):
+            if owner is None:
+                released += force_release(conn.client, conn.prefix, entry)
+                owners.update(h.owner for h in entry.holders if h.owner)
+            else:
+                for match in matching_owners(entry, owner):
+                    count = release_owner(conn.client, conn.prefix, entry, match)
+                    released += count
+                    if count:
+                        owners.add(match)
+    if released == 0:
+        raise CommandError(f"nothing released: {label} is not held by {owner!r} on any master")
+    if as_json:
+        emit_json({"kind": held[0][1].kind, "name": name, "released": released,
+                   "owners": sorted(owners), "unreachable": down})  # fmt: skip
+    else:
+        where = f"; unreachable (their copies expire with their TTL): {', '.join(down)}" if \
+            down else ""  # fmt: skip
+        click.echo(f"Released {label} on the Redlock masters ({released} leases, owner "
+                   f"{', '.join(sorted(owners)) or '-'}){where}.")  # fmt: skip

@@ -85,6 +85,13 @@ def release_command(
         raise click.UsageError(
             "say whose lease to release: --owner TASK_ID_OR_OWNER (safe), or --force"
         )
+    from .masters import redlock_connections, release_on_masters
+
+    masters = redlock_connections(ctx)
+    if masters is not None:  # redislock_urls: on every master
+        release_on_masters(masters, name, kind, owner,
+                           lambda label, entry: _confirm_force(label, entry, yes), as_json)
+        return
     conn = connect(ctx)
     with redis_errors(conn.url):
         entry = resolve(conn, name, kind)

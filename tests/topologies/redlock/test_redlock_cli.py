@@ -60,3 +60,20 @@ def test_list_and_inspect_show_every_master(
     assert inspected.exit_code == 0, inspected.output
     assert "held on 2 of 3 masters" in inspected.output
     assert invoke(masters, "inspect", "nothing").exit_code == 3
+
+
+def test_release_by_owner_on_every_master(
+    masters: list[RedisServer], clients: list[redis.Redis]
+) -> None:
+    mark_booted(clients[:3], 5.0)
+    lock = RedlockLock(clients[:3], "stuck", ttl=5.0)
+    assert lock.acquire(blocking=False, owner="task-9") is not None
+    masters[2].kill()
+    refused = invoke(masters, "release", "stuck", "--owner", "task-8")
+    assert refused.exit_code == 1 and "not held by 'task-8'" in refused.output
+    done = invoke(masters, "release", "stuck", "--owner", "task-9", "--json")
+    assert done.exit_code == 0, done.output
+    document = json.loads(done.output)
+    assert document["released"] == 2 and document["owners"] == ["task-9"]
+    assert document["unreachable"] == [masters[2].url]
+    assert lock.acquire(blocking=False) is not None  # free on the two left: a majority
