@@ -66,7 +66,7 @@ class PubSubMode:
 
     def read(self, pubsub: Any, timeout: float) -> dict[str, Any] | None:
         """The next message of ``pubsub``, waiting up to ``timeout`` seconds."""
-        if not self.sharded or not hasattr(pubsub, "get_sharded_message"):
+        if not self.sharded or not isinstance(pubsub, ClusterPubSub):
             message: dict[str, Any] | None = pubsub.get_message(timeout=timeout)
             return message
         return _read_sharded(pubsub, timeout)
