@@ -28,7 +28,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, ParamSpec, TypeVar, overload
 
-from celery import Celery, shared_task
+from celery import Celery, current_app, shared_task
 
 from ..errors import ConfigurationError
 from .bounded.options import OPTIONS as BOUNDED_OPTIONS
@@ -54,15 +54,30 @@ def _decorator(app: Celery | None, options: dict[str, Any],
         raise ConfigurationError(
             f"base must be a subclass of celery_redislock.RedisLockTask, got {base!r}"
         )
-    # A keyword that looks like ours but is none (``lock_tll=``) fails here, not later.
-    check_unknown_options(str(options.get("name") or "<task>"), options, dir(base))
-    # Checked as the task class would see them: these options over the base's.
-    check_class_options(SimpleNamespace(**{"name": "<task>", **_class_options(base),
-                                           **options}))  # fmt: skip
     factory: Callable[..., Callable[[Any], Any]] = (
         app.task if app is not None else shared_task
     )
-    return factory(**options)
+
+    def decorate(fun: Any) -> Any:
+        # Checked once the function is known, so an error names the task as Celery
+        # will (module + function), not "<task>".
+        name = str(options.get("name") or _celery_name(app, fun))
+        # A keyword that looks like ours but is none (``lock_tll=``) fails here.
+        check_unknown_options(name, options, dir(base))
+        # Checked as the task class would see them: these options over the base's.
+        check_class_options(SimpleNamespace(**{**_class_options(base), **options,
+                                               "name": name}))  # fmt: skip
+        return factory(**options)(fun)
+
+    return decorate
+
+
+def _celery_name(app: Celery | None, fun: Any) -> str:
+    """The name Celery gives a task made of ``fun`` (``module.function``)."""
+    module, name = getattr(fun, "__module__", None), getattr(fun, "__name__", None)
+    if not module or not name:
+        return "<task>"
+    return str((app or current_app).gen_task_name(name, module))
 
 
 def _class_options(base: type) -> dict[str, Any]:

@@ -47,6 +47,11 @@ class Hold:
     def finish(self, reason: str) -> None:
         """Give it back at the end of the run; ``reason`` is the outcome ("SUCCESS"...)."""
 
+    def __repr__(self) -> str:
+        # A log line ("could not give back <...>") must say what it is.
+        task_id = getattr(self, "task_id", None)
+        return f"<{type(self).__name__} of {task_id}>" if task_id else f"<{type(self).__name__}>"
+
     def on_retry(self, key: str | None, delay: float, headers: dict[str, Any]) -> None:
         """``retry()`` is about to publish the next attempt (same task id), which will
         start after ``delay`` seconds and whose singleton key is ``key`` (None: not a

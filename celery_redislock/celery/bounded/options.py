@@ -51,6 +51,8 @@ wait until fewer than the new limit hold permits (see
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
@@ -126,6 +128,24 @@ class BoundedOptions:
     park: bool = True
     standby: int = DEFAULT_STANDBY
 
+    def check_call(self, task: Any, args: Any, kwargs: Any) -> None:
+        """At ``delay()``: a callable ``concurrency_key`` that cannot take this call's
+        arguments fails here, naming the option and the task -- not as a bare
+        ``TypeError`` in the worker, where the run could only fail."""
+        key = self.key
+        if key is None or isinstance(key, str):
+            return
+        signature = _signature(key)
+        if signature is None:
+            return
+        try:
+            signature.bind(*(args or ()), **(kwargs or {}))
+        except TypeError as exc:
+            raise ConfigurationError(
+                f"task {task.name!r}: option concurrency_key {key!r} cannot take the "
+                f"task's arguments ({exc})"
+            ) from None
+
     @property
     def enabled(self) -> bool:
         """True when the task's runs need a permit (it has a ``concurrency_limit``)."""
@@ -156,6 +176,15 @@ class BoundedOptions:
         """How many runs of a pool of ``limit`` may wait in place at once."""
         return limit if self.waiters is None else self.waiters
 
+
+
+@functools.lru_cache(maxsize=256)
+def _signature(key: Callable[..., str]) -> inspect.Signature | None:
+    """The call signature of a ``concurrency_key`` callable (None: not inspectable)."""
+    try:
+        return inspect.signature(key)
+    except (TypeError, ValueError):
+        return None
 
 
 def _name(task: Any) -> str:

@@ -76,7 +76,9 @@ def apply_async(
 ) -> AsyncResult[Any] | None:  # fmt: skip
     """Take the singleton lock and publish, or apply ``on_duplicate``; ``call`` holds
     the per-call options (see :mod:`.percall`)."""
-    opts = options_of(task).singleton
+    every = options_of(task)
+    every.bounded.check_call(task, args, kwargs)  # a concurrency_key that cannot take them
+    opts = every.singleton
     headers = dict(options.get("headers") or {})
     # retry() copies the running request's headers: ours are never trusted as given.
     inherited = {name: headers.pop(name) for name in HEADERS if name in headers}

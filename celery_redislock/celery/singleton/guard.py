@@ -65,6 +65,10 @@ class SingletonHold(Hold):
         self.parking = False
         self._saved_on_lost: Callable[[Lease], None] | None = None
 
+    def __repr__(self) -> str:
+        return (f"<SingletonHold {self.key!r} of {getattr(self.task, 'name', '?')}"
+                f"[{self.task_id}] fence={self.lease.fence}>")  # fmt: skip
+
     def finish(self, reason: str) -> None:
         """Release the lease (mode ``interval``: keep it ``singleton_interval`` more)."""
         if self.handed_over:

@@ -158,6 +158,12 @@ def _task_level(task: Any) -> dict[str, Any]:
         task, "on_running_duplicate", get(task, "on_running_duplicate", "skip"),
         ON_RUNNING_DUPLICATE,
     )  # fmt: skip
+    if values["singleton_interval"] is not None and values["mode"] != "interval":
+        raise ConfigurationError(
+            f"task {_name(task)!r}: option singleton_interval="
+            f"{values['singleton_interval']!r} needs singleton_mode='interval' (it would "
+            f"be ignored), got singleton_mode={values['mode']!r}"
+        )
     if values["mode"] == "interval" and values["singleton_interval"] is None:
         raise ConfigurationError(
             f"task {_name(task)!r}: singleton_mode='interval' needs option "

@@ -76,8 +76,9 @@ def test_bounded_task_checks_its_limit_at_once(app: Celery, limit: Any) -> None:
 
 
 def test_bounded_task_checks_a_bad_option_before_defining_the_task(app: Celery) -> None:
+    # Checked when the decorator gets the function: the error names the task.
     with pytest.raises(ConfigurationError, match="option concurrency_wait must be"):
-        bounded_task(app=app, concurrency_limit=2, concurrency_wait=-1)
+        bounded_task(app=app, concurrency_limit=2, concurrency_wait=-1)(noop)
     with pytest.raises(ConfigurationError, match="base must be a subclass"):
         bounded_task(app=app, concurrency_limit=2, base=object)
     with pytest.raises(ConfigurationError, match="app must be a Celery app"):

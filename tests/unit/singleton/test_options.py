@@ -140,8 +140,12 @@ def test_singleton_task_switches_the_lock_on_for_a_redislock_base(app: Celery) -
 
 
 def test_singleton_task_checks_its_options_at_once() -> None:
-    with pytest.raises(ConfigurationError, match="option on_duplicate must be one of"):
-        singleton_task(on_duplicate="skip")
+    # Checked when the decorator gets the function, so the error names the task.
+    def refresh() -> None: ...
+
+    with pytest.raises(ConfigurationError, match="option on_duplicate must be one of") as caught:
+        singleton_task(on_duplicate="skip")(refresh)  # type: ignore[call-overload]
+    assert ".refresh'" in str(caught.value)
     with pytest.raises(ConfigurationError, match="base must be a subclass of"):
         singleton_task(base=Task)
     with pytest.raises(ConfigurationError, match="app must be a Celery app"):
