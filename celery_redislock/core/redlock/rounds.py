@@ -71,9 +71,10 @@ def attempt(masters: list[Master], keys: list[Any], boot_prefix: str, args: list
             ttl_ms: int, timeout: float) -> Round:  # fmt: skip
     """Send ``lock_acquire.lua`` to every master; sort the replies."""
     boot_suffix = f":{args[5]}"
+    with_boot_key = Call.family(ACQUIRE, keys, args)
 
     def call(index: int, run_id: str) -> Call:
-        return Call(ACQUIRE, [*keys, f"{boot_prefix}{run_id}{boot_suffix}".encode()], args)
+        return with_boot_key(f"{boot_prefix}{run_id}{boot_suffix}".encode())
 
     sent_at = time.monotonic()
     outcome = Round()
