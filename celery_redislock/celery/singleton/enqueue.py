@@ -42,6 +42,7 @@ from ..tokens import (
 )
 from .duplicates import enqueue_duplicate, revoke_replaced
 from .leases import lock_for
+from .lookup import queued_key
 from .options import SingletonOptions
 from .percall import BYPASS_HEADER, LOCK_TTL_HEADER, NO_CALL_OPTIONS, CallOptions
 from .signature import call_key
@@ -97,10 +98,12 @@ def apply_async(
             return _publish_retry(run, publish, task_id, key, delay, headers)
     if key is None:
         return publish(task_id, headers)
-    lock = lock_for(task, key, opts)
+    in_queue = opts.mode == "until_and_while_executing"  # a queued lock of its own
+    lock_key = queued_key(key) if in_queue else key
+    lock = lock_for(task, lock_key, opts)
     ttl = opts.queued_ttl + delay
     seed = inherited.get(TOKEN_HEADER) or inherited.get(NONCE_HEADER)
-    if seed and opts.lock_while_running:
+    if seed and opts.lock_while_running and not in_queue:
         dead = lock.adopt(run_token(seed), owner=queued_owner(task_id), ttl=ttl)
         if dead is not None:
             return _publish_locked(task, publish, task_id, key, dead, headers)
@@ -122,7 +125,7 @@ def apply_async(
             if lock.release_owner(holder):
                 replaced.append(existing_id)
             continue
-        return enqueue_duplicate(task, opts, key, task_id, holder, options)
+        return enqueue_duplicate(task, opts, lock_key, task_id, holder, options)
     raise AssertionError("unreachable: the last attempt never replaces")  # pragma: no cover
 
 

@@ -30,8 +30,10 @@ from ..tokens import (
     run_token,
     running_owner,
 )
+from . import queued
 from .duplicates import runtime_duplicate
 from .leases import extend_token, hand_over, lock_for, release_token
+from .lookup import queued_key
 from .options import SingletonOptions
 from .percall import BYPASS_HEADER, run_lock_ttl
 from .signature import received_key
@@ -86,6 +88,8 @@ class SingletonHold(Hold):
         """Hand the running lease to the retry message, kept through its countdown."""
         if key != self.key or self.lease.released or self.lease.lost:
             return  # other arguments, other lock: the retry takes its own
+        if self.options.mode == queued.MODE:
+            return  # the retry queues like a new copy; the running lock ends with the run
         self.retry_ttl = delay + self.options.queued_ttl
         if hand_over(self.lease, self.retry_ttl):
             headers[TOKEN_HEADER], headers[KEY_HEADER] = self.lease.token, key
@@ -166,7 +170,8 @@ class SingletonGuard(Guard):
         on_lost = functools.partial(_report_lost, task, run.task_id, key)
         ttl = run_lock_ttl(headers, options.lock_ttl)
         lease = None
-        if token:
+        in_queue = options.mode == queued.MODE  # the token is the queued lock's
+        if token and not in_queue:
             lease = lock.adopt(token, new_token=run_token(token), owner=owner, ttl=ttl,
                                renew=True, on_lost=on_lost)  # fmt: skip
         if lease is None:
@@ -174,6 +179,8 @@ class SingletonGuard(Guard):
             fresh, holder = lock.try_acquire(owner=owner, ttl=ttl, renew=not seed,
                                              on_lost=None if seed else on_lost)  # fmt: skip
             if fresh is None:
+                if in_queue:
+                    queued.wait_in_queue(task, run, key, holder, options, token)
                 runtime_duplicate(task, run, key, holder, options)
             assert fresh is not None
             lease = fresh
@@ -186,7 +193,9 @@ class SingletonGuard(Guard):
                         redlock_keep_alive(fresh, lock)
                     else:
                         keep_alive(fresh)
-            if token:
+            if in_queue:
+                queued.leave_queue(task, run, key, lease, options, token)
+            elif token:
                 LEASE.warning(
                     "celery_redislock: the queued lease of %s[%s] had lapsed (longer in "
                     "the queue than lock_queued_ttl?); the lock was free and is taken "
@@ -210,7 +219,9 @@ class SingletonGuard(Guard):
             lock = lock_for(task, key, options)
             token, nonce = headers.get(TOKEN_HEADER), headers.get(NONCE_HEADER)
             if token:  # the queued lease, if the run never adopted it
-                _cleanup_release(task, event, key, release_token(lock, token))
+                qlock = lock_for(task, queued_key(key), options) if (
+                    options.mode == queued.MODE) else lock  # fmt: skip
+                _cleanup_release(task, event, key, release_token(qlock, token))
             if not event.started or not options.lock_while_running:
                 continue
             for seed in filter(None, (token, nonce)):

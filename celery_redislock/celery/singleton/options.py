@@ -18,7 +18,7 @@ the class).
 ``on_running_duplicate`` ``"skip"`` or ``"reschedule"``
 ``reschedule_countdown`` seconds before a rescheduled runtime duplicate runs again
 ``singleton_mode``       ``"until_done"``, ``"while_running"``, ``"until_started"``,
-                         ``"interval"``
+                         ``"interval"``, ``"until_and_while_executing"``
 ``singleton_interval``   seconds the lock stays held after a run (mode ``interval``)
 ======================== ============================================================
 """
@@ -32,6 +32,8 @@ from typing import Any, Final
 from ...core import RedisLock, RedlockLock
 from ...errors import ConfigurationError
 from ..config import Settings, check_on_duplicate, check_ttl, task_option
+from ..literals import MODES as _MODES
+from ..literals import ON_RUNNING_DUPLICATE as _ON_RUNNING_DUPLICATE
 from .binding import check_unique_on, has_immutable_defaults
 
 __all__ = [
@@ -43,12 +45,10 @@ __all__ = [
     "resolve_singleton",
 ]
 
-MODES: Final = ("until_done", "while_running", "until_started", "interval")
-"""How long a singleton lock is held: from enqueue to the end of the run; only while
-the run executes; from enqueue until the run starts; from enqueue until
-``singleton_interval`` seconds after the run ended."""
+MODES: Final = _MODES
+"""How long a singleton lock is held (see :data:`..literals.MODES`)."""
 
-ON_RUNNING_DUPLICATE: Final = ("skip", "reschedule")
+ON_RUNNING_DUPLICATE: Final = _ON_RUNNING_DUPLICATE
 """What a worker does with a copy that starts while another copy holds the lock."""
 
 DEFAULT_RESCHEDULE_COUNTDOWN: Final = 5.0

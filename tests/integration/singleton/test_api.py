@@ -17,6 +17,7 @@ from celery import Celery
 from celery_redislock import ConfigurationError, DuplicateTask, SingletonTask, singleton_task
 from celery_redislock.celery.signals import singleton_duplicate
 from celery_redislock.celery.singleton.signature import call_key
+from celery_redislock.celery.tokens import parse_owner
 
 from ..helpers import lock_info, wait_until
 
@@ -242,3 +243,45 @@ def test_a_lost_lease_of_a_task_is_logged_once_at_error(
     result.get(timeout=10)
     reports = [r for r in caplog.records if "lost" in r.getMessage() and r.levelno > logging.DEBUG]
     assert [(r.name, r.levelname) for r in reports] == [("celery_redislock.lease", "ERROR")]
+
+
+# -- singleton_mode="until_and_while_executing" ------------------------------------------
+
+
+def test_until_and_while_executing_coalesces_a_burst_into_two_runs(
+    app: Celery, locks: redis.Redis, worker: Any
+) -> None:
+    """One copy queued and one running at most; with "replace" the queued copy carries
+    the newest arguments: 100 updates run the body twice, the last with update 99."""
+    burst_done = threading.Event()
+    runs: list[tuple[float, float, int]] = []
+
+    @app.task(base=SingletonTask, singleton_mode="until_and_while_executing",
+              on_duplicate="replace", unique_on=["user_id"], reschedule_countdown=0.2)  # fmt: skip
+    def refresh(user_id: int, version: int) -> int:
+        start = time.monotonic()
+        burst_done.wait(30)  # the first run lasts the whole burst
+        time.sleep(0.2)
+        runs.append((start, time.monotonic(), version))
+        return version
+
+    worker(app, concurrency=3)
+    first = refresh.delay(1, 0)
+    wait_until(lambda: lock_info(locks, call_key(refresh, (1, 0))).held, what="the first run")
+    wait_until(lambda: not locks.exists(
+        f"redislock:lock:{{{call_key(refresh, (1, 0))}|queued}}:holders"), what="it left the queue")
+    for version in range(1, 100):
+        refresh.delay(1, version)
+        queued = lock_info(locks, refresh.singleton_key(1, 0) + "|queued")
+        assert len(queued.holders) == 1  # never two queued
+    holder = refresh.singleton_holder(1, 0)  # the running copy first
+    assert holder is not None and holder.id == first.id
+    last, _ = parse_owner(lock_info(locks, refresh.singleton_key(1, 0) + "|queued").owner)
+    burst_done.set()
+    assert first.get(timeout=30) == 0
+    assert app.AsyncResult(last).get(timeout=30) == 99
+    wait_until(lambda: not lock_info(locks, refresh.singleton_key(1, 0)).held, what="the end")
+    time.sleep(0.5)  # any stale copy would have run by now
+    assert [version for _, _, version in sorted(runs)] == [0, 99]
+    ordered = sorted(runs)
+    assert all(ordered[i][1] <= ordered[i + 1][0] for i in range(len(ordered) - 1))  # never two
