@@ -88,7 +88,8 @@ def test_defaults_come_from_the_app_settings(app: Celery) -> None:
 
 
 def test_modes_are_named() -> None:
-    assert MODES == ("until_done", "while_running", "until_started", "interval")
+    assert MODES == ("until_done", "while_running", "until_started", "interval",
+                     "until_and_while_executing")
 
 
 def test_owner_ids_tell_task_id_and_state() -> None:
