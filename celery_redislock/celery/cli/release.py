@@ -38,7 +38,13 @@ def _describe_holders(entry: Entry) -> str:
 
 
 @redislock.command(name="release")
-@click.argument("name")
+@click.argument("name", required=False)
+@click.option(
+    "--all", "all_", is_flag=True,
+    help="Release every lock and semaphore under the prefix (asks first; see below).",
+)
+@click.option("--match", metavar="PATTERN", default=None,
+              help="With --all: only names matching this glob (e.g. 'report:*').")
 @click.option(
     "--owner",
     metavar="TASK_ID_OR_OWNER",
@@ -46,13 +52,15 @@ def _describe_holders(entry: Entry) -> str:
     help="Release only the leases of this owner: a task id, or a full owner id.",
 )
 @click.option("--force", is_flag=True, help="Release whoever holds it (asks first).")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask before --force.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before --force or --all.")
 @kind_option("Look NAME up as a lock or as a semaphore (needed if it is both).")
 @json_option
 @click.pass_context
 def release_command(
     ctx: click.Context,
-    name: str,
+    name: str | None,
+    all_: bool,
+    match: str | None,
     owner: str | None,
     force: bool,
     yes: bool,
@@ -68,6 +76,13 @@ def release_command(
                server: nothing is released if someone else holds it meanwhile.
     --force    releases every lease, whoever holds it, after asking; --yes skips
                the question; without a terminal and without --yes it refuses.
+    --all      (no NAME) releases every live lease of every lock and semaphore under
+               the prefix (--kind, --match PATTERN narrow it), each by its exact
+               token: a lease granted meanwhile is never touched. Asks first, as
+               --force. ONLY while no worker using the prefix runs (crash recovery,
+               maintenance): a lock released under a running task lets a second
+               copy run beside it. Never on worker start-up (celery-singleton's
+               clear_locks on worker_ready releases the other workers' locks).
 
     A released task is not stopped: its lease reports itself lost at its next
     renewal. Semaphores are released this way only if this version of the core
@@ -75,8 +90,19 @@ def release_command(
 
     \b
     JSON (--json): {"kind": str, "name": str, "released": int (leases),
-                    "owners": [str, ...] (owner ids released)}
+                    "owners": [str, ...] (owner ids released)};
+    with --all: {"prefix": str, "kind": str|null, "match": str|null,
+                 "released": int (leases)}
     """
+    if all_:
+        if name is not None or owner is not None or force:
+            raise click.UsageError("--all takes no NAME, --owner or --force")
+        _release_all(ctx, kind, match, yes, as_json)
+        return
+    if name is None:
+        raise click.UsageError("say which lock to release: NAME, or --all")
+    if match is not None:
+        raise click.UsageError("--match goes with --all")
     from ...core.inventory import UnsupportedOperation, check_release, matching_owners
 
     if owner is not None and force:
@@ -148,3 +174,43 @@ def _confirm_force(label: str, entry: Entry, yes: bool) -> None:
     click.echo(f"{label} is held by {_describe_holders(entry)}.", err=True)
     if not click.confirm(f"Force-release {label}?", default=False, err=True):
         raise CommandError("not confirmed: nothing released")
+
+
+def _release_all(
+    ctx: click.Context, kind: str | None, match: str | None, yes: bool, as_json: bool
+) -> None:
+    """``release --all``: count what is held, ask, then release it all by token."""
+    import fnmatch
+
+    from ...core import release_all
+    from ...core.inventory import snapshot
+    from .masters import redlock_connections
+
+    if redlock_connections(ctx) is not None:
+        raise click.UsageError(
+            "--all with redislock_urls: run it on each master with --url URL"
+        )
+    conn = connect(ctx)
+    kinds = ("lock", "semaphore") if kind is None else (kind,)
+    scope = f"under prefix {conn.prefix!r}" + (f" matching {match!r}" if match else "")
+    with redis_errors(conn.url):
+        entries = [e for e in snapshot(conn.client, conn.prefix, kinds)
+                   if e.held and (match is None or fnmatch.fnmatchcase(e.name, match))]  # fmt: skip
+        leases = sum(len(e.holders) for e in entries)
+        if not entries:
+            raise CommandError(f"nothing held {scope} at {conn.url}: nothing to release")
+        label = f"{leases} lease{'' if leases == 1 else 's'} of {len(entries)} " \
+                f"lock(s)/semaphore(s) {scope}"  # fmt: skip
+        if not yes:
+            if not sys.stdin.isatty():
+                raise CommandError(f"refusing to release {label} without confirmation: "
+                                   "stdin is not a terminal; pass --yes to confirm")  # fmt: skip
+            click.echo("Only safe while no worker using this prefix runs.", err=True)
+            if not click.confirm(f"Release {label}?", default=False, err=True):
+                raise CommandError("not confirmed: nothing released")
+        released = release_all(conn.client, prefix=conn.prefix, match=match,
+                               kind=kind)  # type: ignore[arg-type]  # click.Choice
+    if as_json:
+        emit_json({"prefix": conn.prefix, "kind": kind, "match": match, "released": released})
+    else:
+        click.echo(f"Released {released} lease{'' if released == 1 else 's'} {scope}.")

@@ -525,3 +525,26 @@ def test_parked_runs_and_dead_letters_are_shown(invoke: Callable[..., Any],
     view = invoke("inspect", "stripe-api").output
     assert "parked    1 (oldest" in view and "+1 dead" in view
     assert f"{dead.id}  " in view and "ValueError: not a parked message" in view
+
+
+def test_release_all_asks_then_releases_every_lease(invoke: Callable[..., Any],
+                                                    locks: redis.Redis) -> None:  # fmt: skip
+    leases = [RedisLock(locks, name).acquire(owner="t") for name in ("report:1", "report:2",
+                                                                      "sync")]  # fmt: skip
+    permit = RedisSemaphore(locks, "report:api", limit=2).acquire()
+    other = RedisLock(locks, "report:9", prefix="elsewhere").acquire()
+    assert all(leases) and permit and other
+    refused = invoke("release", "--all")  # no terminal, no --yes
+    assert refused.exit_code == 1 and "without confirmation" in refused.output
+    assert all(lease.held() for lease in leases)  # type: ignore[union-attr]
+    assert invoke("release", "--all", "report:1").exit_code == 2  # NAME or --all
+    assert invoke("release", "report:1", "--match", "x").exit_code == 2
+    narrowed = invoke("release", "--all", "--kind", "lock", "--match", "report:*", "--yes",
+                      "--json")  # fmt: skip
+    assert narrowed.exit_code == 0, narrowed.output
+    assert json.loads(narrowed.output) == {"prefix": "redislock", "kind": "lock",
+                                           "match": "report:*", "released": 2}  # fmt: skip
+    rest = invoke("release", "--all", "--yes")
+    assert rest.exit_code == 0 and "Released 2 leases" in rest.output  # sync + the permit
+    assert invoke("release", "--all", "--yes").exit_code == 1  # nothing left
+    assert other.held()  # another prefix is untouched
