@@ -28,6 +28,13 @@ interleaved call by call on the healthy group before the trials).
 
 After each trial the killed node is started again (empty) as a replica, and the
 next trial waits until the Sentinels agree and every replica is online.
+
+A second scenario, **partition** (``--scenario partition``), freezes the primary
+(SIGSTOP) instead: a replica is promoted, the old primary wakes up still believing it
+is the primary (until the Sentinels demote it, ~1 s later), and a holder whose
+client still has a connection to it asks for the name there while a second client
+is granted it on the new primary through Sentinel. Reported: double grants, grants
+refused (``NotReplicated``), and stale leases reported lost after the demotion.
 """
 
 from __future__ import annotations
@@ -133,12 +140,73 @@ def trial(group: SentinelGroup, min_replicas: int) -> dict[str, Any]:
     return out
 
 
+def partition_trial(group: SentinelGroup, min_replicas: int) -> dict[str, Any]:
+    """The old primary wakes up after a failover; a holder still connected to it asks."""
+    name = f"partition-{secrets.token_hex(4)}"
+    stale_client = group.master_client(**CLIENT)
+    stale_client.ping()  # a pooled connection to the primary, as a busy worker has
+    holder = RedisLock(stale_client, name, ttl=TTL, min_replicas=min_replicas,
+                       replica_timeout=REPLICA_TIMEOUT)  # fmt: skip
+    contender = RedisLock(group.master_client(**CLIENT), name, ttl=60)
+    old = group.primary_port()
+    assert old is not None
+    group.pause_node(old)
+    group.wait_promoted(old)
+    group.resume_node(old)
+    out: dict[str, Any] = {"refused": False}
+    try:
+        stale = holder.acquire(blocking=False)  # the old primary, not yet demoted
+    except NotReplicated:
+        stale, out["refused"] = None, True
+    except (redis.ConnectionError, redis.TimeoutError):
+        stale = None  # demoted already: the client moved to the new primary
+    second = _until_answered(lambda: contender.acquire(blocking=False), time.monotonic() + 30)
+    out["double"] = stale is not None and second is not None
+    out["granted_old"] = stale is not None
+    resumed = time.monotonic()
+    deadline = resumed + 20
+    while group.role(old) != "slave" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    out["demoted_after"] = round(time.monotonic() - resumed, 2)
+    if stale is not None:
+        extended = _until_answered(stale.extend, time.monotonic() + 30)
+        out["lost"] = not extended and stale.lost
+    else:
+        out["lost"] = False
+    out["new_intact"] = second is None or second.extend()
+    if not out["new_intact"]:  # what the name looks like now, to explain it
+        out["holders_now"] = [(h.token_hint, h.fence) for h in contender.info().holders]
+        out["second"] = (second.token[:8], second.fence) if second is not None else None
+    if second is not None:
+        second.release()
+    group.wait_stable(timeout=60)
+    return out
+
+
+def report_partition(results: dict[str, list[dict[str, Any]]]) -> None:
+    rows = [
+        [mode, len(outs), sum(o["granted_old"] for o in outs), sum(o["refused"] for o in outs),
+         sum(o["double"] for o in outs), sum(o["lost"] for o in outs),
+         sum(not o["new_intact"] for o in outs)]
+        for mode, outs in results.items()
+    ]  # fmt: skip
+    print_table(
+        ["partition: mode", "trials", "granted by the old primary", "refused (NotReplicated)",
+         "double grants", "stale reported lost", "new holder disturbed"],
+        rows,
+    )  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=20, help="trials per mode")
     parser.add_argument("--steady", type=int, default=500, help="steady-state rounds")
+    parser.add_argument("--scenario", choices=("kill", "partition", "both"), default="both")
     args = parser.parse_args()
     results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+    partitions: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+    runs = [(results, trial, "kill"), (partitions, partition_trial, "partition")]
+    runs = [run for run in runs if args.scenario in (run[2], "both")]
     with SentinelGroup() as group:
         group.wait_stable()
         cost = steady_state(group, args.steady)
@@ -147,9 +215,10 @@ def main() -> None:
             order = list(MODES)
             random.shuffle(order)
             for mode in order:
-                outcome = trial(group, MODES[mode])
-                results[mode].append(outcome)
-                print(f"trial {i + 1}/{args.trials} {mode}: {outcome}", flush=True)
+                for store, run, label in runs:
+                    outcome = run(group, MODES[mode])
+                    store[mode].append(outcome)
+                    print(f"{label} {i + 1}/{args.trials} {mode}: {outcome}", flush=True)
         took = time.monotonic() - started
         version = group.node_client(group.wait_stable()).info("server")["redis_version"]
     rows = []
@@ -164,14 +233,23 @@ def main() -> None:
             f"{cost[mode]:.0f}", f"{cost[mode] / cost['no acks']:.2f}x",
         ])  # fmt: skip
     print()
+    if any(results.values()):
+        report_kill(rows)
+    if any(partitions.values()):
+        print()
+        report_partition(partitions)
+    trials = args.trials * len(MODES) * len(runs)
+    print(f"\n{trials} trials in {took:.0f} s; redis-server {version}, "
+          f"Python {platform.python_version()}, load average {os.getloadavg()}")  # fmt: skip
+
+
+def report_kill(rows: list[list[Any]]) -> None:
     print_table(
-        ["mode", "trials", "refused", "double grants", "reported lost", "usable p50 s",
+        ["kill: mode", "trials", "refused", "double grants", "reported lost", "usable p50 s",
          "usable max s", "fence not increasing", "stale touched new", "acquire p50 µs",
          "vs no acks"],
         rows,
     )  # fmt: skip
-    print(f"\n{args.trials * len(MODES)} trials in {took:.0f} s; redis-server {version}, "
-          f"Python {platform.python_version()}, load average {os.getloadavg()}")  # fmt: skip
 
 
 if __name__ == "__main__":
