@@ -44,6 +44,7 @@ import os
 import platform
 import random
 import secrets
+import signal
 import sys
 import threading
 import time
@@ -63,6 +64,9 @@ TTL = 8.0
 WORK = 0.5
 CLIENT = {"socket_timeout": 1.0, "socket_connect_timeout": 0.5}
 REPLICA_TIMEOUT = 0.5
+SETTLE = 3.0
+"""Seconds the Sentinels must agree before the next trial: a Sentinel still finishing
+the last failover can otherwise start another (REDIS-FACTS.md)."""
 
 
 def _until_answered(call: Any, deadline: float) -> Any:
@@ -136,7 +140,7 @@ def trial(group: SentinelGroup, min_replicas: int) -> dict[str, Any]:
     second.release()
     group.wait_promoted(killed)
     group.restart_node(killed)
-    group.wait_stable(timeout=60)
+    group.wait_stable(timeout=60, settle=SETTLE)
     return out
 
 
@@ -179,7 +183,7 @@ def partition_trial(group: SentinelGroup, min_replicas: int) -> dict[str, Any]:
         out["second"] = (second.token[:8], second.fence) if second is not None else None
     if second is not None:
         second.release()
-    group.wait_stable(timeout=60)
+    out["primary"] = (old, group.wait_stable(timeout=60, settle=SETTLE))
     return out
 
 
@@ -203,6 +207,8 @@ def main() -> None:
     parser.add_argument("--steady", type=int, default=500, help="steady-state rounds")
     parser.add_argument("--scenario", choices=("kill", "partition", "both"), default="both")
     args = parser.parse_args()
+    # SIGTERM ends the run through the ``with`` block, so every server is killed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     partitions: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     runs = [(results, trial, "kill"), (partitions, partition_trial, "partition")]
