@@ -129,19 +129,49 @@ def test_partition_waiters_stale_leases_and_fences(healed: SentinelGroup) -> Non
     assert lease.release()
 
 
+def _wake_latency(holder: RedisLock, waiter: RedisLock) -> float:
+    """Seconds from a release to the blocked waiter's grant (a message: ~ms; a poll:
+    up to a second here)."""
+    held = holder.acquire(timeout=10)
+    assert held is not None
+    got: dict[str, float] = {}
+
+    def wait() -> None:
+        lease = waiter.acquire(timeout=10)
+        got["at"] = time.monotonic()
+        assert lease is not None and lease.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.4)  # queued and listening
+    released_at = time.monotonic()
+    assert held.release()
+    thread.join(10)
+    return got["at"] - released_at
+
+
 def test_acknowledged_grant_survives_the_failover(healed: SentinelGroup) -> None:
     """min_replicas = number of replicas: the grant is on whichever replica is
-    promoted, so nobody else is granted the name; the holder keeps renewing it."""
+    promoted, so nobody else is granted the name; the holder keeps renewing it. The
+    wake-up subscriber of a client that listened on the old primary listens on the
+    new one by itself."""
+    waiter_client = healed.master_client(**FAST)
+    holder = RedisLock(healed.master_client(**FAST), "wake", ttl=6.0)
+    waiter = RedisLock(waiter_client, "wake", ttl=6.0)
+    assert _wake_latency(holder, waiter) < 0.3  # subscribed on the old primary
     lost: list[Lease] = []
     lock = RedisLock(healed.master_client(**FAST), "acked-failover", ttl=6.0, renew=True,
                      min_replicas=2, replica_timeout=0.4)  # fmt: skip
+    granted = time.monotonic()
     lease = lock.acquire(blocking=False, on_lost=lost.append)
     assert lease is not None
     old = healed.kill_primary()
     healed.wait_promoted(old)
     contender = RedisLock(healed.master_client(**FAST), "acked-failover", ttl=6.0)
     assert contender.acquire(blocking=False) is None  # no double grant
-    time.sleep(2.5)  # a renewal tick on the new primary
+    # Woken by messages again (three polls in a row this quick: ~3 % by luck).
+    assert max(_wake_latency(holder, waiter) for _ in range(3)) < 0.3
+    time.sleep(max(0.0, 2.5 - (time.monotonic() - granted)))  # a renewal tick since
     assert not lease.lost and lost == []
     assert lease.extend() is True
     assert lease.release() is True
