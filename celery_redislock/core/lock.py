@@ -168,6 +168,7 @@ class RedisLock(Primitive):
         channel = f"{self._keys.channel}:{tag}"
         reply: list[Any] = [0, 0, b""]
         grant: Grant | None = None
+        acked: Any = None
         if (
             deadline is not None
             and deadline > time.monotonic()  # not given up already: it may queue
@@ -181,7 +182,12 @@ class RedisLock(Primitive):
             # script's trailing defaults (no owner, no wait) are left out.
             args: list[Any] = [token, ttl_ms, owner] if owner else [token, ttl_ms]
             sent_at = time.monotonic()
-            answer = ACQUIRE(self._client, self._acquire_keys, args)
+            if self._ack is None:
+                answer = ACQUIRE(self._client, self._acquire_keys, args)
+            else:  # the grant and its WAIT in one round trip (see .replicas)
+                answer, acked = self._ack.run(self._client, ACQUIRE, self._acquire_keys, args)
+                if not isinstance(answer, int):
+                    acked = None  # no new lease written by this call: confirmed apart
             grant = acquire_reply(answer, sent_at, ttl_ms)
             if grant is None:
                 reply = answer
@@ -190,7 +196,7 @@ class RedisLock(Primitive):
         if grant is None:  # refused (blocking=False, timeout=0) or timed out
             return None, refusal_holder(reply)
         lease = self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
-                                max_hold)  # fmt: skip
+                                max_hold, acked)  # fmt: skip
         return lease, None
 
     def _wait(self, token: str, owner: str | None, ttl_ms: int, channel: str,

@@ -239,16 +239,21 @@ class Primitive(PrimitiveBase):
         renew: bool | None,
         on_lost: OnLost | None,
         max_hold: float | None,
+        acked: Any = None,
     ) -> Lease:
         """The lease for a grant, handed to the renewer when renewal is on.
 
         With ``min_replicas`` / ``wait_aof`` the grant first waits for its replicas
         (see :mod:`.replicas`); unacknowledged, it is released and the error raised.
+        ``acked``: the answer of a wait already sent right after the grant's own write.
         """
         if self._ack is not None:
             try:
-                script, keys, args = self._extend_call(token, remaining_ms(ttl_ms, sent_at))
-                self._ack.confirm(self._client, self.name, script, keys, args)
+                if acked is not None:
+                    self._ack.check(self.name, acked)
+                else:
+                    script, keys, args = self._extend_call(token, remaining_ms(ttl_ms, sent_at))
+                    self._ack.confirm(self._client, self.name, script, keys, args)
             except BaseException:
                 with contextlib.suppress(RedisError):
                     self._release_token(token)  # never waits for replicas

@@ -11,9 +11,12 @@ lease it may not trust. Releases, extends and renewals never wait.
 
 ``WAIT`` counts the writes of the connection it is sent on, and a lease may have
 been written by another client (a release that handed it to this waiter). So the
-confirmation is one pipelined round trip on one connection: the lease's own extend
-script (a write that follows the grant in the replication stream, and an owner
-check), then ``WAIT``. A replica that acknowledged it has the grant too.
+confirmation is pipelined on one connection after a write that follows the grant in
+the replication stream: a first attempt sends its acquire script and ``WAIT``
+together (one round trip, as without acks, when granted at once; a refused one pays
+the ``WAIT`` too, at once while the replicas keep up); any other grant (a waiter's,
+an adoption) sends the lease's own extend script (an owner check too) then ``WAIT``,
+one more round trip.
 
 What it does not guarantee: Sentinel promotes the replica with the largest
 replication offset it knows of, which with ``min_replicas`` below the number of
@@ -57,29 +60,25 @@ class ReplicaAck:
             return ("WAITAOF", 1, self.min_replicas, self.timeout_ms)
         return ("WAIT", self.min_replicas, self.timeout_ms)
 
-    def confirm(
-        self, client: Any, name: str, script: LuaScript, keys: list[Any], args: list[Any]
-    ) -> None:
-        """Run the lease's extend ``script`` and the wait on one connection; raise
-        :class:`NotReplicated` when too few replicas acknowledged or the lease was no
-        longer live. The caller releases the lease on any exception."""
-        if isinstance(client, RedisCluster):
-            # WAIT counts its own connection's writes: both go to the primary serving
-            # the lease's slot, on one of its connections. A slot that moved meanwhile
-            # answers MOVED, an error (the caller releases).
-            cluster: Any = client
-            client = cluster.get_redis_connection(cluster.get_node_from_key(keys[0]))
+    def run(self, client: Any, script: LuaScript, keys: list[Any], args: list[Any]) -> Any:
+        """``script`` then the wait, pipelined on one connection (one round trip; the
+        script's text after a NOSCRIPT): ``(reply, acked)``, ``acked`` as the wait
+        answered (an int, WAITAOF's pair, or the error it raised)."""
         for command in ("EVALSHA", "EVAL"):
             pipe = client.pipeline(transaction=False)
             body = script.sha if command == "EVALSHA" else script.text
             pipe.execute_command(command, body, len(keys), *keys, *args)
             pipe.execute_command(*self.command())
-            live, acked = pipe.execute(raise_on_error=False)
-            if not isinstance(live, NoScriptError):  # else sent again with its text
+            reply, acked = pipe.execute(raise_on_error=False)
+            if not isinstance(reply, NoScriptError):  # else sent again with its text
                 break
-        if isinstance(live, Exception):
-            raise live
-        live = script.checked(live, args)  # the stamped reply's payload (scripts.py)
+        if isinstance(reply, Exception):
+            raise reply
+        return script.checked(reply, args), acked  # the stamped reply's payload
+
+    def check(self, name: str, acked: Any, live: bool = True) -> None:
+        """Raise :class:`NotReplicated` unless ``acked`` (a wait's answer) counts
+        ``min_replicas`` (and a local fsync with WAITAOF) and the lease is ``live``."""
         if isinstance(acked, ResponseError):
             raise self._unsupported(acked) from acked
         if isinstance(acked, Exception):
@@ -96,6 +95,15 @@ class ReplicaAck:
                 "the lease was released",
                 name, self.min_replicas, replicas,
             )  # fmt: skip
+
+    def confirm(
+        self, client: Any, name: str, script: LuaScript, keys: list[Any], args: list[Any]
+    ) -> None:
+        """Run the lease's extend ``script`` and the wait on one connection; raise
+        :class:`NotReplicated` when too few replicas acknowledged or the lease was no
+        longer live. The caller releases the lease on any exception."""
+        live, acked = self.run(client, script, keys, args)
+        self.check(name, acked, bool(live))
 
     def _unsupported(self, error: ResponseError) -> Exception:
         text = str(error)

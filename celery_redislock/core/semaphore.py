@@ -165,8 +165,11 @@ class RedisSemaphore(Primitive):
         # (this process waited here lately).
         channel = f"{self._scripts.channel}:{tag}"
         grant: Grant | int | None = None
+        acked: list[Any] = []
         if deadline is None or not Notifier.for_client(self._client).subscribed(channel):
-            grant = attempt()
+            sent_at = time.monotonic()
+            reply = self._attempt(token, owner or "", ttl_ms, deadline is not None, acked)
+            grant = attempt_outcome(reply, sent_at, ttl_ms)
         if not isinstance(grant, tuple):
             if deadline is None:
                 return None
@@ -178,7 +181,7 @@ class RedisSemaphore(Primitive):
             if grant is None:
                 return None
         return self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
-                               max_hold)  # fmt: skip
+                               max_hold, acked[0] if acked else None)  # fmt: skip
 
     def available(self) -> int:
         """Permits not held by a live lease, under this object's limit (read-only).
@@ -218,12 +221,20 @@ class RedisSemaphore(Primitive):
 
     # -- one round trip each; the lease's side (LeaseHolder) ---------------------------
 
-    def _attempt(self, token: str, owner: str, ttl_ms: int,
-                 wait: bool) -> tuple[int, int, int, int]:  # fmt: skip
-        """One acquire round trip (see :func:`.semaphore_scripts.acquire_reply`)."""
+    def _attempt(self, token: str, owner: str, ttl_ms: int, wait: bool,
+                 acked: list[Any] | None = None) -> tuple[int, int, int, int]:  # fmt: skip
+        """One acquire round trip (see :func:`.semaphore_scripts.acquire_reply`). With
+        ``acked`` (a first attempt) and ``min_replicas``, the WAIT goes in the same
+        round trip; its answer is appended when this call wrote a new lease."""
         scripts = self._scripts
-        reply = acquire_reply(ACQUIRE(self._client, scripts.acquire_keys,
-                                      scripts.acquire_args(token, owner, ttl_ms, wait)))
+        keys, args = scripts.acquire_keys, scripts.acquire_args(token, owner, ttl_ms, wait)
+        if acked is None or self._ack is None:
+            reply = acquire_reply(ACQUIRE(self._client, keys, args))
+        else:  # see .replicas
+            raw, answer = self._ack.run(self._client, ACQUIRE, keys, args)
+            reply = acquire_reply(raw)
+            if reply[0] and reply[3] == ttl_ms:  # a new lease, written by this call
+                acked.append(answer)
         if reply[2]:
             self._limit_changed(reply[2])
         return reply

@@ -18,7 +18,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from celery_redislock import Lease, NotReplicated, RedisLock
+from celery_redislock import Lease, NotReplicated, RedisLock, RedisSemaphore
 from celery_redislock.testing import _free_port
 from celery_redislock.testing_sentinel import SentinelGroup
 
@@ -44,6 +44,11 @@ def test_sentinel_client_acks_from_every_replica(healed: SentinelGroup) -> None:
     assert lease is not None
     assert _holder_copies(healed, lock.keys.holders) == 3  # primary + both replicas
     assert lease.release()
+    sem = RedisSemaphore(client, "acked", limit=2, ttl=10, min_replicas=2, replica_timeout=0.4)
+    permit = sem.acquire(blocking=False)
+    assert permit is not None
+    assert _holder_copies(healed, sem.keys.leases) == 3
+    assert permit.release()
     with pytest.raises(NotReplicated):  # three replicas asked, two exist
         RedisLock(client, "acked", min_replicas=3, replica_timeout=0.2).acquire()
     assert not lock.locked()
