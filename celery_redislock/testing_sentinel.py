@@ -135,18 +135,27 @@ class SentinelGroup:
     # -- faults -----------------------------------------------------------------------
 
     def primary_port(self) -> int | None:
-        """The port the Sentinels agree on as primary (and that node says it is one),
-        None while they disagree or none is elected."""
+        """The port every Sentinel names as primary, in the answer redis-py's Sentinel
+        client reads (``SENTINEL MASTERS``: not down, no failover in progress), and
+        that node says it is one; None while they disagree or none is elected.
+
+        ``SENTINEL get-master-addr-by-name`` names a promoted replica before the
+        failover ends, while ``SENTINEL MASTERS`` still names the old primary, not
+        down if it came back: a client asking then reaches the old primary."""
         named: set[int | None] = set()
         for sentinel_port in self.sentinel_ports:
             client = self.node_client(sentinel_port, 0.5)
             try:
-                address = client.sentinel_get_master_addr_by_name(self.master_name)
+                state = client.sentinel_master(self.master_name)
             except redis.RedisError:
                 return None
             finally:
                 client.close()
-            named.add(int(address[1]) if address else None)
+            settled = state.get("is_master") and not (
+                state.get("is_sdown") or state.get("is_odown")
+                or "failover_in_progress" in str(state.get("flags", ""))
+            )  # fmt: skip
+            named.add(int(state["port"]) if settled else None)
         if len(named) != 1:
             return None
         (port,) = named
