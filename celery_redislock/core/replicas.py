@@ -21,9 +21,10 @@ one more round trip.
 What it does not guarantee: Sentinel promotes the replica with the largest
 replication offset it knows of, which with ``min_replicas`` below the number of
 replicas may be one that lacks the grant; replicas acknowledge receipt, not
-persistence (``WAITAOF`` asks for an fsync); and a primary cut off from its
-Sentinels keeps granting until it notices (``min-replicas-to-write`` on the server
-bounds that), while the other side promotes a replica.
+persistence (``WAITAOF`` asks for an fsync); while a replica is down every grant
+waits ``replica_timeout`` and fails; and nothing bounds a holder that stalls past
+its TTL (fences do). Without acknowledgement, a primary cut off from its Sentinels
+keeps granting to the clients that reach it until it is demoted.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from ..errors import ConfigurationError, NotReplicated
 from .scripts import LuaScript
 from .validate import check_bool, ttl_to_ms
 
-__all__ = ["ReplicaAck", "check_replica_ack"]
+__all__ = ["DEFAULT_REPLICA_TIMEOUT", "ReplicaAck", "check_replica_ack", "remaining_ms"]
 
 DEFAULT_REPLICA_TIMEOUT = 1.0
 """Seconds a grant waits for its replicas by default before it is given up."""
