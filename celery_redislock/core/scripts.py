@@ -223,7 +223,13 @@ def _read_reply(conn: Any, deadline: float | None) -> Any:
     # A socket timeout raises redis' TimeoutError (and disconnects): retried by the
     # Retry, whose failure callback ends the call once the deadline passed. A call made
     # at its deadline (a waiter's last look) still gets a round trip's worth of time.
-    return conn.read_response(timeout=max(_LAST_LOOK, deadline - time.monotonic()))
+    # Never longer than the client's own socket_timeout: a waiter must give up on a
+    # frozen primary in time to reach the replica a failover promotes.
+    timeout = max(_LAST_LOOK, deadline - time.monotonic())
+    socket_timeout = getattr(conn, "socket_timeout", None)
+    if socket_timeout is not None:
+        timeout = min(timeout, socket_timeout)
+    return conn.read_response(timeout=timeout)
 
 
 _ENCODERS: dict[int, Callable[[Any], bytes]] = {}
