@@ -239,7 +239,11 @@ def main() -> None:
             f"{cost[mode]:.0f}", f"{cost[mode] / cost['no acks']:.2f}x",
         ])  # fmt: skip
     print()
+    print_table(["steady state: mode", "acquire p50 µs", "vs no acks"],
+                [[mode, f"{cost[mode]:.0f}", f"{cost[mode] / cost['no acks']:.2f}x"]
+                 for mode in MODES])  # fmt: skip
     if any(results.values()):
+        print()
         report_kill(rows)
     if any(partitions.values()):
         print()
