@@ -65,7 +65,7 @@ class LeaseHolder(Protocol):
         """The ms ``token`` has left on the server, 0 when not live (read-only)."""
         ...
 
-    def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
+    def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
         """Add ``ttl_ms`` to ``token``'s time left; the ms left after, 0 when not live."""
         ...
 
@@ -179,12 +179,20 @@ class Lease(LeaseState):
     def _extend_add(self, ttl_ms: int) -> bool:
         if self._released or self._pid != _PID:
             return False
+        # A renewed lease: as for extend(), a new generation, so a renewal composed
+        # before the addition (in flight) cannot cut it back; renewal goes on at about
+        # the new length (the time left as this process knows it, plus ``ttl``).
+        entry = self._stop_renewal
+        renewer = getattr(entry, "renewer", None)
+        guess = max(0.0, self.remaining()) + ttl_ms / 1000.0
+        gen = renewer.explicit(entry, guess) if renewer is not None else 0
         sent_at = time.monotonic()
-        left_ms = self._holder._add_to_token(self.token, ttl_ms, secrets.token_hex(8))
+        left_ms = self._holder._add_to_token(self.token, ttl_ms, secrets.token_hex(8), gen)
         if left_ms > 0:
-            # Renewal goes on at the new length (the renewer renews to ``ttl``).
             self.ttl = left_ms / 1000.0
             self._confirm(sent_at + self.ttl)
+            if renewer is not None:
+                renewer.rescheduled(entry, sent_at, self.ttl)
             return True
         self._mark_lost("extend found the lease no longer held")
         return False

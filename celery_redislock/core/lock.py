@@ -305,8 +305,9 @@ class RedisLock(Primitive):
     def _held_token(self, token: str) -> int:
         return int(HELD(self._client, self._scripts.holders_key, [token]))
 
-    def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
-        return int(EXTEND_ADD(self._client, self._scripts.add_keys, [token, ttl_ms, nonce]))
+    def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
+        args: list[Any] = [token, ttl_ms, nonce, gen] if gen else [token, ttl_ms, nonce]
+        return int(EXTEND_ADD(self._client, self._scripts.add_keys, args))
 
     def _hold_attempt(
         self, blocking: bool, timeout: float | None, owner: str | None, ttl: float | None,

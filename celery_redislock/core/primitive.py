@@ -204,7 +204,7 @@ class Primitive(PrimitiveBase):
         one round trip; the lease's side, see :meth:`.Lease.held`)."""
         raise NotImplementedError
 
-    def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
+    def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
         """Add ``ttl_ms`` to what ``token``'s lease has left, in one round trip; the ms
         it has left afterwards, 0 when not live (see :meth:`.Lease.extend`)."""
         raise NotImplementedError

@@ -271,8 +271,9 @@ class RedisSemaphore(Primitive):
     def _held_token(self, token: str) -> int:
         return int(HELD(self._client, self._scripts.add_keys[:1], [token]))
 
-    def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
-        return int(EXTEND_ADD(self._client, self._scripts.add_keys, [token, ttl_ms, nonce]))
+    def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
+        args: list[Any] = [token, ttl_ms, nonce, gen] if gen else [token, ttl_ms, nonce]
+        return int(EXTEND_ADD(self._client, self._scripts.add_keys, args))
 
     def _extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
         return self._scripts.extend_call(token, ttl_ms)

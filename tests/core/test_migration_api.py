@@ -240,3 +240,22 @@ def test_a_lost_lease_is_logged_once(
     assert len(records) == 1
     assert records[0].levelname == ("DEBUG" if watched else "WARNING")
     assert lost == ([lease] if watched else [])
+
+
+def test_extend_add_on_a_renewed_lease_is_kept_by_renewal(
+    primitive: RedisLock | RedisSemaphore,
+) -> None:
+    """Renewal goes on at the added length, not at the lease's first TTL."""
+    r = primitive.client
+    lease = primitive.acquire(ttl=0.6, renew=True)
+    assert lease is not None
+    assert lease.extend(5, add=True)
+    time.sleep(1.5)  # several renewal ticks of the old 0.6 s TTL
+    if isinstance(primitive, RedisLock):
+        left = r.pttl(primitive.keys.holders)
+    else:
+        seconds, micros = r.time()
+        left = r.zscore(primitive.keys.holders, lease.token) - seconds * 1000 - micros // 1000
+    assert left > 3_000, left
+    assert lease.held() and not lease.lost
+    assert lease.release()
