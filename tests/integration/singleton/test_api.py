@@ -285,3 +285,39 @@ def test_until_and_while_executing_coalesces_a_burst_into_two_runs(
     assert [version for _, _, version in sorted(runs)] == [0, 99]
     ordered = sorted(runs)
     assert all(ordered[i][1] <= ordered[i + 1][0] for i in range(len(ordered) - 1))  # never two
+
+
+def test_a_republished_bounded_run_logs_one_line_per_event(
+    app: Celery, worker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from celery_redislock import bounded_task
+
+    started, proceed = threading.Event(), threading.Event()
+
+    @bounded_task(app=app, concurrency_limit=1, concurrency_park=False,
+                  concurrency_countdown=0.2, concurrency_jitter=0.0,
+                  concurrency_wait=0)  # fmt: skip
+    def call_api(n: int) -> int:
+        if n == 1:
+            started.set()
+            proceed.wait(10)
+        return n
+
+    _log_everything(caplog)
+    worker(app, concurrency=2)
+    _log_everything(caplog)
+    first = call_api.delay(1)
+    assert started.wait(10)
+    second = call_api.delay(2)
+    def resends() -> int:
+        return len([r for r in caplog.records
+                    if second.id in r.getMessage() and "re-sent" in r.getMessage()])  # fmt: skip
+
+    wait_until(lambda: resends() >= 2, what="two re-publishes")
+    proceed.set()
+    assert (first.get(timeout=10), second.get(timeout=10)) == (1, 2)
+    lines = [r for r in caplog.records if second.id in r.getMessage()]
+    resent = [r for r in lines if "re-sent" in r.getMessage()]
+    assert {(r.name, r.levelname) for r in resent} == {("celery_redislock.permit", "INFO")}
+    assert not [r for r in lines if r.getMessage().endswith("ignored")]
+    assert len([r for r in lines if r.getMessage().endswith("received")]) == 1
