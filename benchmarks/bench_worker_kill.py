@@ -82,7 +82,7 @@ def _start(directory: str, module: str, n: int) -> subprocess.Popen[bytes]:
         directory, os.environ.get("PYTHONPATH")]))}  # fmt: skip
     log = open(os.path.join(directory, f"worker-{n}.log"), "ab")  # noqa: SIM115
     args = [sys.executable, "-m", "celery", "-A", f"{module}:app", "worker", "-P", "prefork",
-            "-c", "4", "-Q", "bounded,plain", "-n", f"w{n}-{uuid.uuid4().hex[:4]}@%h",
+            "-c", "4", "-n", f"w{n}-{uuid.uuid4().hex[:4]}@%h",
             "-l", "info", "--without-heartbeat", "--without-gossip",
             "--without-mingle"]  # fmt: skip
     process = subprocess.Popen(args, cwd=directory, env=env, stdout=log,
