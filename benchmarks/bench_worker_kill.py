@@ -6,7 +6,8 @@ Run from the repository root (about a minute per round)::
     python benchmarks/bench_worker_kill.py --rounds 3 --tasks 300
 
 A private ``redis-server`` holds the broker, results and locks. 4 ``celery worker``
-subprocesses (prefork, 4 processes each, default prefetch) consume two queues:
+subprocesses (prefork, 4 processes each, default prefetch) consume the default queue,
+which carries both kinds:
 
 * **bounded**: ``@bounded_task(concurrency_limit=3)`` (parking, the default), all sent
   at once: most are parked in Redis and published again one by one;
