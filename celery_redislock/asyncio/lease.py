@@ -41,11 +41,11 @@ class AsyncLeaseHolder(Protocol):
 
     async def _release_token(self, token: str) -> bool: ...
 
-    async def _extend_token(self, token: str, ttl_ms: int) -> bool: ...
+    async def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool: ...
 
     async def _held_token(self, token: str) -> int: ...
 
-    async def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int: ...
+    async def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int: ...
 
     def _release_later(self, token: str) -> None: ...
 
@@ -124,7 +124,9 @@ class AsyncLease(LeaseState):
     async def extend(self, ttl: float | None = None, *, add: bool = False) -> bool:
         """Reset the lease to ``ttl`` seconds (default: its TTL) from now, or with
         ``add=True`` add ``ttl`` seconds to what it has left, as the sync lease does;
-        False (and :attr:`lost` set) when it is no longer ours."""
+        False (and :attr:`lost` set) when it is no longer ours. A renewed lease's change
+        gets a new generation (a renewal in flight cannot undo it) and renewal goes on
+        at the new TTL."""
         if check_bool(add, "add"):
             if ttl is None:
                 raise ConfigurationError("extend(add=True) needs ttl, the seconds to add; got None")
@@ -132,16 +134,19 @@ class AsyncLease(LeaseState):
             if self._released:
                 return False
             self._check_loop()
+            renewer, gen = self._explicit(max(0.0, self.remaining()) + ttl_ms / 1000.0)
             sent_at = time.monotonic()
-            left = await self._holder._add_to_token(self.token, ttl_ms, secrets.token_hex(8))
-            return self._confirmed(sent_at, left / 1000.0, "extend")
+            nonce = secrets.token_hex(8)
+            left = await self._holder._add_to_token(self.token, ttl_ms, nonce, gen)
+            return self._confirmed(sent_at, left / 1000.0, renewer)
         ttl_ms = ttl_to_ms(self.ttl if ttl is None else ttl)
         if self._released:
             return False
         self._check_loop()
+        renewer, gen = self._explicit(ttl_ms / 1000.0)
         sent_at = time.monotonic()
-        ok = await self._holder._extend_token(self.token, ttl_ms)
-        return self._confirmed(sent_at, ttl_ms / 1000.0 if ok else 0.0, "extend")
+        ok = await self._holder._extend_token(self.token, ttl_ms, gen)
+        return self._confirmed(sent_at, ttl_ms / 1000.0 if ok else 0.0, renewer)
 
     async def held(self) -> bool:
         """True while the lease is live on Redis (one read-only round trip)."""
@@ -163,15 +168,17 @@ class AsyncLease(LeaseState):
         if self._released:
             return False
         self._check_loop()
+        _renewer, gen = self._explicit(ttl_ms / 1000.0)  # a renewal in flight cannot cut it
         self._mark_released()
-        return await self._holder._extend_token(self.token, ttl_ms)
+        return await self._holder._extend_token(self.token, ttl_ms, gen)
 
-    def _confirmed(self, sent_at: float, ttl: float, what: str) -> bool:
+    def _confirmed(self, sent_at: float, ttl: float, renewer: object) -> bool:
         if ttl > 0:
             self.ttl = ttl
             self._confirm(sent_at + ttl)
+            self._rescheduled(renewer, sent_at)
             return True
-        self._mark_lost(f"{what} found the lease no longer held")
+        self._mark_lost("extend found the lease no longer held")
         return False
 
     def _check_loop(self) -> None:

@@ -235,16 +235,16 @@ class AsyncRedisLock(AsyncPrimitive):
         keys = self._scripts.release_call(token)
         return bool(await call(RELEASE, self._client, keys, [token]))
 
-    async def _extend_token(self, token: str, ttl_ms: int) -> bool:
-        keys = self._scripts.holders_key
-        return bool(await call(EXTEND, self._client, keys, [token, ttl_ms]))
+    async def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
+        args = LockScripts.extend_args(token, ttl_ms, gen)
+        return bool(await call(EXTEND, self._client, self._scripts.holders_key, args))
 
     async def _held_token(self, token: str) -> int:
         return int(await call(HELD, self._client, self._scripts.holders_key, [token]))
 
-    async def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
-        keys = self._scripts.add_keys
-        return int(await call(EXTEND_ADD, self._client, keys, [token, ttl_ms, nonce]))
+    async def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
+        args = LockScripts.add_args(token, ttl_ms, nonce, gen)
+        return int(await call(EXTEND_ADD, self._client, self._scripts.add_keys, args))
 
     async def _leave(self, token: str) -> int:
         scripts = self._scripts

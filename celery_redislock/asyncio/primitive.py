@@ -138,7 +138,7 @@ class AsyncPrimitive(PrimitiveBase):
         """Give up ``token`` in one round trip; False when it was no longer held."""
         raise NotImplementedError
 
-    async def _extend_token(self, token: str, ttl_ms: int) -> bool:
+    async def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
         """Set ``token``'s TTL in one round trip; False when it was no longer held."""
         raise NotImplementedError
 
@@ -146,7 +146,7 @@ class AsyncPrimitive(PrimitiveBase):
         """The ms ``token`` has left on the server, 0 when not live (read-only)."""
         raise NotImplementedError
 
-    async def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
+    async def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
         """Add ``ttl_ms`` to ``token``'s time left; the ms left after, 0 when not live."""
         raise NotImplementedError
 

@@ -66,12 +66,23 @@ class AsyncRenewer:
         granted = lease.deadline - lease.ttl
         stop_at = None if max_hold is None else granted + max_hold
         entry = Entry(lease, holder, self._schedule.drop, stop_at)
+        entry.renewer = self  # for explicit TTL changes (LeaseState._explicit)
         self._schedule.add(entry, lease)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(
                 self._run(), name="celery-redislock-renewer"
             )
         return entry
+
+    def explicit(self, entry: Entry, ttl: float) -> int:
+        """``entry``'s lease is about to be set to ``ttl`` s explicitly: its new
+        generation (see :meth:`~celery_redislock.core.renewal.schedule.Schedule.explicit`)."""
+        lease = entry.lease()
+        return 0 if lease is None else self._schedule.explicit(entry, lease, ttl)
+
+    def rescheduled(self, entry: Entry, sent_at: float, ttl: float) -> None:
+        """The explicit change sent at ``sent_at`` was confirmed: renew on its TTL."""
+        self._schedule.rescheduled(entry, sent_at, ttl)
 
     async def _run(self) -> None:
         schedule = self._schedule

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core.info import PrimitiveInfo
 from ..core.keys import DEFAULT_PREFIX
-from ..core.lock_scripts import leave_reply
+from ..core.lock_scripts import LockScripts, leave_reply
 from ..core.primitive import fresh_token
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
 from ..core.semaphore_scripts import (
@@ -191,17 +191,17 @@ class AsyncRedisSemaphore(AsyncPrimitive):
         keys, args = scripts.release_call(token), scripts.release_args(token)
         return bool(await call(RELEASE, self._client, keys, args))
 
-    async def _extend_token(self, token: str, ttl_ms: int) -> bool:
+    async def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
         scripts = self._scripts
-        args = scripts.extend_args(token, ttl_ms)
+        args = scripts.extend_args(token, ttl_ms, gen)
         return bool(await call(EXTEND, self._client, scripts.state_keys, args))
 
     async def _held_token(self, token: str) -> int:
         return int(await call(HELD, self._client, self._scripts.add_keys[:1], [token]))
 
-    async def _add_to_token(self, token: str, ttl_ms: int, nonce: str) -> int:
-        keys = self._scripts.add_keys
-        return int(await call(EXTEND_ADD, self._client, keys, [token, ttl_ms, nonce]))
+    async def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
+        args = LockScripts.add_args(token, ttl_ms, nonce, gen)
+        return int(await call(EXTEND_ADD, self._client, self._scripts.add_keys, args))
 
     # -- the renewer's side (renewal.Renewable) ---------------------------------------
 

@@ -162,6 +162,19 @@ class LeaseState:
         if callback is not None:
             callback(self)
 
+    def _explicit(self, ttl: float) -> tuple[Any, int]:
+        """An explicit TTL change to ``ttl`` s is about to be sent: the renewer renewing
+        this lease (or None) and the change's generation (0 when not renewed), so a
+        renewal composed before it cannot undo it (see ``Schedule.explicit``)."""
+        entry = self._stop_renewal
+        renewer = getattr(entry, "renewer", None)
+        return renewer, renewer.explicit(entry, ttl) if renewer is not None else 0
+
+    def _rescheduled(self, renewer: Any, sent_at: float) -> None:
+        """The explicit change sent at ``sent_at`` was confirmed: renew on the new TTL."""
+        if renewer is not None:
+            renewer.rescheduled(self._stop_renewal, sent_at, self.ttl)
+
     def _signal_lost(self) -> None:
         """Set the subclass's lost event, if it made one."""
 

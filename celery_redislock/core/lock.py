@@ -299,14 +299,14 @@ class RedisLock(Primitive):
         return bool(RELEASE(self._client, self._scripts.release_call(token), [token]))
 
     def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
-        args: list[Any] = [token, ttl_ms, gen] if gen else [token, ttl_ms]
+        args = LockScripts.extend_args(token, ttl_ms, gen)
         return bool(EXTEND(self._client, self._scripts.holders_key, args))
 
     def _held_token(self, token: str) -> int:
         return int(HELD(self._client, self._scripts.holders_key, [token]))
 
     def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
-        args: list[Any] = [token, ttl_ms, nonce, gen] if gen else [token, ttl_ms, nonce]
+        args = LockScripts.add_args(token, ttl_ms, nonce, gen)
         return int(EXTEND_ADD(self._client, self._scripts.add_keys, args))
 
     def _hold_attempt(

@@ -127,6 +127,17 @@ class LockScripts:
         return [token, ttl_ms, owner or "", _WAIT]
 
     @staticmethod
+    def extend_args(token: str, ttl_ms: int, gen: int = 0) -> list[Any]:
+        """``lock_extend.lua``'s ARGV (``gen``: an explicit change's generation, left out
+        when 0)."""
+        return [token, ttl_ms, gen] if gen else [token, ttl_ms]
+
+    @staticmethod
+    def add_args(token: str, ttl_ms: int, nonce: str, gen: int = 0) -> list[Any]:
+        """``lock_extend_add.lua``'s (and ``semaphore_extend_add.lua``'s) ARGV."""
+        return [token, ttl_ms, nonce, gen] if gen else [token, ttl_ms, nonce]
+
+    @staticmethod
     def leave_args(token: str) -> list[Any]:
         """Waiter ``token`` gives up (``queue_leave.lua`` with the lock's rule)."""
         return [token, _LOCK_RULE]

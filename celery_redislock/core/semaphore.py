@@ -19,7 +19,7 @@ from ..errors import ConfigurationError
 from .info import PrimitiveInfo
 from .keys import DEFAULT_PREFIX
 from .lease import Lease, OnLost
-from .lock_scripts import leave_reply
+from .lock_scripts import LockScripts, leave_reply
 from .primitive import Primitive, fresh_token
 from .replicas import DEFAULT_REPLICA_TIMEOUT
 from .scripts import LuaScript, reply_deadline
@@ -263,16 +263,14 @@ class RedisSemaphore(Primitive):
 
     def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
         scripts = self._scripts
-        args = scripts.extend_args(token, ttl_ms)
-        if gen:
-            args.append(gen)
+        args = scripts.extend_args(token, ttl_ms, gen)
         return bool(EXTEND(self._client, scripts.state_keys, args))
 
     def _held_token(self, token: str) -> int:
         return int(HELD(self._client, self._scripts.add_keys[:1], [token]))
 
     def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
-        args: list[Any] = [token, ttl_ms, nonce, gen] if gen else [token, ttl_ms, nonce]
+        args = LockScripts.add_args(token, ttl_ms, nonce, gen)
         return int(EXTEND_ADD(self._client, self._scripts.add_keys, args))
 
     def _extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:

@@ -96,9 +96,10 @@ class SemaphoreScripts:
         """``semaphore_info.lua``'s ARGV: a nonce that stamps its reply."""
         return [secrets.token_hex(8)]
 
-    def extend_args(self, token: str, ttl_ms: int) -> list[Any]:
-        """``semaphore_extend.lua``'s ARGV."""
-        return [token, ttl_ms, *self._flags]
+    def extend_args(self, token: str, ttl_ms: int, gen: int = 0) -> list[Any]:
+        """``semaphore_extend.lua``'s ARGV (``gen``: an explicit change's generation,
+        left out when 0)."""
+        return [token, ttl_ms, *self._flags, gen] if gen else [token, ttl_ms, *self._flags]
 
     def extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
         """The script, keys and args of an extend (to pipeline it, see :mod:`.replicas`)."""

@@ -236,3 +236,19 @@ def test_per_loop_state_dies_with_its_loop(url: str) -> None:
     gc.collect()
     assert [ref() for ref in loops] == [None, None, None]
     assert len(notifier._registry) == 0 and len(renewal._renewers) == 0
+
+
+def test_extend_of_a_renewed_lease_is_kept_and_renewed_at_the_new_length(url: str) -> None:
+    async def body(client: aioredis.Redis) -> None:
+        lock = AsyncRedisLock(client, "ext", ttl=0.6, renew=True)
+        lease = await lock.acquire()
+        assert lease is not None
+        assert await lease.extend(3.0)  # a new generation: renewals go on at 3 s
+        await asyncio.sleep(1.0)
+        assert not lease.lost and lease.ttl == 3.0
+        assert await client.pttl(lock.keys.holders) > 1500
+        assert await lease.extend(2.0, add=True)
+        assert await client.pttl(lock.keys.holders) > 3500
+        assert await lease.release()
+
+    run(url, body)
