@@ -5,28 +5,52 @@ NOSCRIPT, the reply's stamp checked), awaited. The only I/O of the async classes
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..core.scripts import LuaScript, StaleReply
+from ..core.scripts import _LAST_LOOK, DeadlinePassed, LuaScript, StaleReply, current_deadline
 
 __all__ = ["call"]
 
 
 async def call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:
-    """``script(client, keys, args)`` through a ``redis.asyncio`` client: the same call and the
-    same stamp check, awaited, on one pooled connection held for the call (as the
-    sync call does: redis.asyncio's ``execute_command`` costs about as much client
+    """``script(client, keys, args)`` through a ``redis.asyncio`` client: the same call
+    and the same stamp check, awaited, on one pooled connection held for the call (as
+    the sync call does: redis.asyncio's ``execute_command`` costs about as much client
     CPU again). A call interrupted between sending and reading (a cancellation)
-    closes its connection: its reply is never left for another call."""
+    closes its connection: its reply is never left for another call. Under
+    :func:`~celery_redislock.core.scripts.reply_deadline` the whole call (a reconnect
+    included: redis.asyncio's connect has no timeout by default) ends by that
+    deadline with ``DeadlinePassed``."""
+    deadline = current_deadline()
+    if deadline is None:
+        return await _call(script, client, keys, args, None)
+    budget = max(_LAST_LOOK, deadline - time.monotonic()) + _LAST_LOOK
+    try:
+        return await asyncio.wait_for(_call(script, client, keys, args, deadline), budget)
+    except asyncio.TimeoutError as exc:
+        raise DeadlinePassed(f"{script.name}: Redis did not answer before the deadline") from exc
+
+
+async def _call(script: LuaScript, client: Any, keys: list[Any], args: list[Any],
+                deadline: float | None) -> Any:  # fmt: skip
     pool = getattr(client, "connection_pool", None)
     if pool is None or getattr(client, "connection", None) is not None:
         return await _via_client(script, client, keys, args)  # cluster, single
     conn = await pool.get_connection()
+
+    async def failed(_error: BaseException) -> None:
+        await conn.disconnect()
+        if deadline is not None and time.monotonic() >= deadline:
+            raise DeadlinePassed(f"{script.name}: Redis did not answer before the deadline")
+
     try:
         return await conn.retry.call_with_retry(
-            lambda: _on(script, conn, keys, args), lambda _error: conn.disconnect()
+            lambda: _on(script, conn, keys, args, deadline), failed
         )
     except BaseException as exc:
         if not isinstance(exc, RedisError):
@@ -35,14 +59,16 @@ async def call(script: LuaScript, client: Any, keys: list[Any], args: list[Any])
     finally:
         await pool.release(conn)
 
-async def _on(script: LuaScript, conn: Any, keys: list[Any], args: list[Any]) -> Any:
+
+async def _on(script: LuaScript, conn: Any, keys: list[Any], args: list[Any],
+              deadline: float | None) -> Any:  # fmt: skip
     for attempt in (1, 2):
         try:
             await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            reply = await conn.read_response()
+            reply = await _read(conn, deadline)
         except NoScriptError:
             await conn.send_command("EVAL", script.text, len(keys), *keys, *args)
-            reply = await conn.read_response()
+            reply = await _read(conn, deadline)
         if script.code is None or script._stamped(reply, args):
             return reply if script.code is None else reply[1]
         await conn.disconnect()  # it held another command's reply: never use it again
@@ -50,12 +76,27 @@ async def _on(script: LuaScript, conn: Any, keys: list[Any], args: list[Any]) ->
             break
     raise StaleReply(f"{script.name}: the reply is not this call's: {reply!r:.200}")
 
+
+async def _read(conn: Any, deadline: float | None) -> Any:
+    if deadline is None:
+        return await conn.read_response()
+    # As the sync read (scripts._read_reply): until the deadline (a call made at it
+    # still gets a round trip's worth), never longer than the socket timeout.
+    timeout = max(_LAST_LOOK, deadline - time.monotonic())
+    socket_timeout = getattr(conn, "socket_timeout", None)
+    if socket_timeout is not None:
+        timeout = min(timeout, socket_timeout)
+    reply = await conn.read_response(timeout=timeout)
+    if reply is None:  # redis.asyncio answers a caller's read timeout with None
+        await conn.disconnect()  # the reply may still come: never read it as another's
+        raise RedisTimeoutError(f"no reply within {timeout:.3f} s")
+    return reply
+
+
 async def _via_client(script: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:
     for _ in (1, 2):
         try:
-            reply = await client.execute_command(
-                "EVALSHA", script.sha, len(keys), *keys, *args
-            )
+            reply = await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
         except NoScriptError:
             reply = await client.eval(script.text, len(keys), *keys, *args)
         if script.code is None or script._stamped(reply, args):

@@ -9,6 +9,7 @@ FIFO and hand the lock to each other.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 import time
@@ -38,6 +39,7 @@ from ..core.lock_scripts import (
 )
 from ..core.primitive import fresh_token
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
+from ..core.scripts import reply_deadline
 from ..core.validate import acquire_deadline
 from ..core.waiting import Grant, poll_slice
 from ..errors import ConfigurationError
@@ -126,25 +128,28 @@ class AsyncRedisLock(AsyncPrimitive):
         channel = f"{self._channel}:{tag}"
         reply: list[Any] = [0, 0, b""]
         check = cancel_check()
+        capped = deadline is not None and deadline != math.inf
         try:
-            if (
-                deadline is not None
-                and deadline > time.monotonic()
-                and AsyncNotifier.for_client(self._client).subscribed(channel)
-            ):
-                grant = await self._wait(token, owner, ttl_ms, channel, reply, deadline, check)
-            else:
-                args = [token, ttl_ms, owner] if owner else [token, ttl_ms]  # acquire_args
-                sent_at = time.monotonic()
-                answer = await call(ACQUIRE, self._client, self._acquire_keys, args)
+            # As the sync lock: no blocked read outlives the caller's deadline.
+            with reply_deadline(deadline) if capped else contextlib.nullcontext():
+                if (
+                    deadline is not None
+                    and deadline > time.monotonic()
+                    and AsyncNotifier.for_client(self._client).subscribed(channel)
+                ):
+                    grant = await self._wait(token, owner, ttl_ms, channel, reply, deadline, check)
+                else:
+                    args = [token, ttl_ms, owner] if owner else [token, ttl_ms]  # acquire_args
+                    sent_at = time.monotonic()
+                    answer = await call(ACQUIRE, self._client, self._acquire_keys, args)
+                    check()
+                    grant = acquire_reply(answer, sent_at, ttl_ms)
+                    if grant is None:
+                        reply = answer
+                        if deadline is not None and deadline > time.monotonic():
+                            grant = await self._wait(token, owner, ttl_ms, channel, reply,
+                                                     deadline, check)  # fmt: skip
                 check()
-                grant = acquire_reply(answer, sent_at, ttl_ms)
-                if grant is None:
-                    reply = answer
-                    if deadline is not None and deadline > time.monotonic():
-                        grant = await self._wait(token, owner, ttl_ms, channel, reply,
-                                                 deadline, check)  # fmt: skip
-            check()
         except BaseException:
             await self._give_up(token)
             raise

@@ -145,7 +145,7 @@ class AsyncNotifier:
         entry = self._channels.get(channel)
         return entry is not None and entry.confirmed.is_set()
 
-    async def join(self, channel: str, token: str) -> AsyncWaiter:
+    async def join(self, channel: str, token: str, deadline: float | None = None) -> AsyncWaiter:
         """Register ``token`` on ``channel``; returns once the subscription is confirmed
         (or ``SUBSCRIBE_CONFIRM_TIMEOUT`` passed: the waiter then relies on polls).
         Pair with :meth:`leave` in a ``finally``."""
@@ -165,7 +165,11 @@ class AsyncNotifier:
             self._reader = asyncio.get_running_loop().create_task(
                 self._read(), name="celery-redislock-subscriber"
             )
-        await entry.confirmed.wait(SUBSCRIBE_CONFIRM_TIMEOUT)
+        wait = SUBSCRIBE_CONFIRM_TIMEOUT
+        if deadline is not None:  # never past the caller's deadline
+            wait = min(wait, deadline - time.monotonic())
+        if wait > 0:
+            await entry.confirmed.wait(wait)
         return waiter
 
     def leave(self, channel: str, token: str) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any
@@ -26,14 +27,19 @@ from redis.exceptions import RedisError
 
 from ..core.primitive import PrimitiveBase
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
+from ..core.scripts import reply_deadline
 from ..core.validate import check_async_client
 from ..errors import ConfigurationError
 from .lease import AsyncLease, AsyncOnLost
 from .renewal import keep_alive_async
 
-__all__ = ["LATE_CLEANUP", "AsyncPrimitive", "cancel_check"]
+__all__ = ["CLEANUP_GRACE", "LATE_CLEANUP", "AsyncPrimitive", "cancel_check"]
 
 log = logging.getLogger(__name__)
+
+CLEANUP_GRACE = 0.5
+"""Longest a clean-up pass waits for Redis (see :func:`~celery_redislock.core.scripts.
+reply_deadline`)."""
 
 LATE_CLEANUP = 0.2
 """Seconds after a cancelled acquire's clean-up when it is run once more (a request
@@ -164,8 +170,11 @@ class AsyncPrimitive(PrimitiveBase):
 
     async def _clean_up(self, token: str, late: bool) -> None:
         try:
-            await self._leave(token)
-            await self._release_token(token)
+            # Bounded: with Redis paused the waiter's heartbeat lapses and any lease
+            # expires by itself; the cancelled acquire must not hang on it.
+            with reply_deadline(time.monotonic() + CLEANUP_GRACE):
+                await self._leave(token)
+                await self._release_token(token)
         except (RedisError, OSError) as exc:
             # Unreachable: the waiter's heartbeat lapses and any lease expires.
             log.warning("celery_redislock: giving up %s on %r failed: %r",

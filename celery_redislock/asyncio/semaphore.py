@@ -8,6 +8,7 @@ async clients of one name share its permits and its queue.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -18,6 +19,7 @@ from ..core.keys import DEFAULT_PREFIX
 from ..core.lock_scripts import LockScripts, leave_reply
 from ..core.primitive import fresh_token
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
+from ..core.scripts import reply_deadline
 from ..core.semaphore_scripts import (
     ACQUIRE,
     EXTEND,
@@ -118,20 +120,23 @@ class AsyncRedisSemaphore(AsyncPrimitive):
 
         channel = f"{self._scripts.channel}:{tag}"
         grant: Grant | int | None = None
+        capped = deadline is not None and deadline != math.inf
         try:
-            if not wait or not AsyncNotifier.for_client(self._client).subscribed(channel):
-                grant = await attempt()
-            if not isinstance(grant, tuple):
-                if deadline is None:
+            # As the sync semaphore: no blocked read outlives the caller's deadline.
+            with reply_deadline(deadline) if capped else contextlib.nullcontext():
+                if not wait or not AsyncNotifier.for_client(self._client).subscribed(channel):
+                    grant = await attempt()
+                if not isinstance(grant, tuple):
+                    if deadline is None:
+                        return None
+                    grant = await wait_until_granted(
+                        AsyncNotifier.for_client(self._client), channel, token, attempt,
+                        lambda: self._leave(token), None if deadline == math.inf else deadline,
+                        poll_slice(ttl_ms),
+                    )  # fmt: skip
+                check()
+                if grant is None:
                     return None
-                grant = await wait_until_granted(
-                    AsyncNotifier.for_client(self._client), channel, token, attempt,
-                    lambda: self._leave(token), None if deadline == math.inf else deadline,
-                    poll_slice(ttl_ms),
-                )  # fmt: skip
-            check()
-            if grant is None:
-                return None
         except BaseException:
             await self._give_up(token)
             raise

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from redis.exceptions import RedisError
 
 from ..core.waiting import MAX_POLL, OUTAGE_ERRORS, Grant, WaitClock
+from ..core.waiting import _grace as grace
 from .notifier import AsyncNotifier, AsyncWaiter
 
 __all__ = ["wait_until_granted"]
@@ -38,7 +39,7 @@ async def wait_until_granted(
     clock = WaitClock(deadline, max_poll)
     waiter: AsyncWaiter | None = None
     try:
-        waiter = await notifier.join(channel, token)
+        waiter = await notifier.join(channel, token, deadline)
         while True:
             waiter.notified = False
             grant = clock.granted(waiter.fence)
@@ -61,7 +62,8 @@ async def wait_until_granted(
     finally:
         notifier.leave(channel, token)
     try:
-        fence = await leave()
+        with grace(deadline):  # leaving may take LEAVE_GRACE past the deadline, no more
+            fence = await leave()
     except RedisError:  # unreachable: the heartbeat lapses instead
         fence = 0
     # A grant heard by message is kept even when leave() could not say so.

@@ -41,7 +41,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import RedisLockError
 
 __all__ = ["DeadlinePassed", "LuaScript", "StaleReply", "as_text", "discard_idle_connections",
-           "expand", "key_encoder", "reply_deadline"]
+           "current_deadline", "expand", "key_encoder", "reply_deadline"]
 
 _LUA_PACKAGE = "celery_redislock.core.lua"
 _INCLUDE = "--!include "
@@ -89,6 +89,12 @@ def reply_deadline(deadline: float | None) -> Iterator[None]:
         yield
     finally:
         _DEADLINE.reset(token)
+
+
+def current_deadline() -> float | None:
+    """The deadline :func:`reply_deadline` set for script calls here (None: none); the
+    async calls (``celery_redislock.asyncio.calls``) obey the same one."""
+    return _DEADLINE.get()
 
 
 class LuaScript:
