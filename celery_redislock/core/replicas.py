@@ -65,6 +65,13 @@ class ReplicaAck:
         """``script`` then the wait, pipelined on one connection (one round trip; the
         script's text after a NOSCRIPT): ``(reply, acked)``, ``acked`` as the wait
         answered (an int, WAITAOF's pair, or the error it raised)."""
+        if isinstance(client, RedisCluster):
+            # WAIT counts its own connection's writes: both go to the primary serving
+            # the keys' slot, on one of its connections (a cluster pipeline would send
+            # WAIT, which names no key, to whichever node; its replicas would answer).
+            # A slot that moved meanwhile answers MOVED: an error, the caller releases.
+            cluster: Any = client
+            client = cluster.get_redis_connection(cluster.get_node_from_key(keys[0]))
         for command in ("EVALSHA", "EVAL"):
             pipe = client.pipeline(transaction=False)
             body = script.sha if command == "EVALSHA" else script.text
