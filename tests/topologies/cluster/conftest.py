@@ -47,9 +47,10 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[tuple[int, str
     counter: collections.Counter[tuple[int, str]] = collections.Counter()
     call = LuaScript.__call__
 
-    def counting(self: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:
+    def counting(self: LuaScript, client: Any, keys: list[Any], args: list[Any],
+                 **options: Any) -> Any:  # fmt: skip
         counter[id(client), self.name] += 1
-        return call(self, client, keys, args)
+        return call(self, client, keys, args, **options)
 
     monkeypatch.setattr(LuaScript, "__call__", counting)
     return counter

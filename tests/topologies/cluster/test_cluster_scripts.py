@@ -38,10 +38,11 @@ def ran(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     names: set[str] = set()
     call = LuaScript.__call__
 
-    def recording(self: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:
+    def recording(self: LuaScript, client: Any, keys: list[Any], args: list[Any],
+                  **options: Any) -> Any:  # fmt: skip
         if isinstance(client, RedisCluster):
             names.add(self.name)
-        return call(self, client, keys, args)
+        return call(self, client, keys, args, **options)
 
     monkeypatch.setattr(LuaScript, "__call__", recording)
     return names
@@ -86,7 +87,7 @@ def test_lock_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
     renewed = lock.acquire(ttl=0.6, renew=True, blocking=False)
     assert renewed is not None
     time.sleep(1.5)
-    assert not renewed.lost and renewed.release()
+    assert not renewed.lost and renewed.release(), renewed.lost_reason
     assert ran >= {name for name in SCRIPTS if name.startswith("lock_")} | {"queue_leave.lua"}
 
 
@@ -113,7 +114,7 @@ def test_semaphore_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
     renewed = semaphore.acquire(ttl=0.6, renew=True, blocking=False)
     assert renewed is not None
     time.sleep(1.5)
-    assert not renewed.lost and renewed.release()
+    assert not renewed.lost and renewed.release(), renewed.lost_reason
     assert ran >= {name for name in SCRIPTS if name.startswith("semaphore_")}
 
 
