@@ -1,21 +1,7 @@
 """Lua scripts from ``core/lua/``: read once, run by EVALSHA, NOSCRIPT recovered.
 
 Each script is read, expanded and hashed once at import, and reaches Redis as one
-self-contained source:
-
-* ``--!include lib.lua`` lines bring in the helpers (the top-level ``local
-  function``\\ s) of a shared file, but only those the script calls: every helper
-  defined is a closure Redis makes each time the script runs. A group of adjacent
-  include lines defines the helpers that the code after it, up to the next group,
-  calls (directly or through other helpers) and that no earlier group defined. So a
-  script can put its common case first, under an include of the few helpers it
-  needs, and include again before the rest: a call that returns early never makes
-  the other closures. Code that calls a helper before its include, and a helper
-  that calls one not defined above it (a lib not included yet), are errors at
-  import: Lua would read the name as a global, nil when that path runs.
-* ``{{NAME}}`` is replaced by the constant ``NAME`` the script was built with (an
-  int), so settings that never vary are not sent as arguments on every call while
-  their one definition stays in Python.
+self-contained source (includes and constants: :mod:`.lua_text`).
 
 A call sends ``EVALSHA``; when the server answers NOSCRIPT (a restart, a failover or
 ``SCRIPT FLUSH`` emptied its cache) the same call is re-sent as ``EVAL``, which runs
@@ -32,35 +18,18 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
-from importlib import resources
 from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import RedisLockError
+from .lua_text import expand, fill
 
 __all__ = ["DeadlinePassed", "LuaScript", "StaleReply", "as_text", "discard_idle_connections",
            "current_deadline", "expand", "key_encoder", "reply_deadline"]
 
-_LUA_PACKAGE = "celery_redislock.core.lua"
-_INCLUDE = "--!include "
-_HELPER = re.compile(r"local function (\w+)\(")
 _STAMP = re.compile(r"^local STAMP = '(\w+)' \.\. string\.sub\(ARGV\[1\], 1, 8\)$", re.M)
-_CONSTANT = re.compile(r"\{\{(\w+)\}\}")
-_NAME = re.compile(r"[A-Za-z_]\w*")
-# A name called as a function (not a field: ``string.format(``), and the names a
-# helper may call besides the helpers above it: Lua's keywords and base functions.
-_CALL = re.compile(r"(?<![\w.:])([A-Za-z_]\w*)\s*\(")
-_NOT_HELPERS = frozenset((
-    "and", "elseif", "function", "if", "in", "local", "not", "or", "return", "until",
-    "while",  # keywords
-    "assert", "error", "getmetatable", "ipairs", "next", "pairs", "pcall", "rawequal",
-    "rawget", "rawset", "select", "setmetatable", "tonumber", "tostring", "type",
-    "unpack", "xpcall",  # base functions
-))  # fmt: skip
-# A Lua string literal, or a comment (to the end of the line).
-_STRING_OR_COMMENT = re.compile(r"""'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"|--[^\n]*""")
 
 
 class StaleReply(RedisLockError, RedisError):
@@ -115,7 +84,7 @@ class LuaScript:
 
     def __init__(self, filename: str, constants: Mapping[str, int] | None = None) -> None:
         self.name = filename
-        self.text = _fill(filename, expand(filename), constants or {})
+        self.text = fill(filename, expand(filename), constants or {})
         self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest()
         match = _STAMP.search(self.text)
         self.code = match[1] if match else None
@@ -265,115 +234,6 @@ def discard_idle_connections(client: Any) -> None:
     for pool in pools:
         with contextlib.suppress(Exception):
             pool.disconnect(inuse_connections=False)
-
-
-def expand(filename: str) -> str:
-    """The text of script ``filename`` with its includes expanded (see the module
-    docstring), its ``{{NAME}}`` placeholders left in."""
-    # The script as code segments (str) and groups of adjacent include lines (their libs).
-    segments: list[str | list[str]] = []
-    for line in _read(filename).splitlines():
-        if line.startswith(_INCLUDE):
-            lib = line[len(_INCLUDE) :].strip()
-            if segments and isinstance(segments[-1], list):
-                segments[-1].append(lib)
-            else:
-                segments.append([lib])
-        elif segments and isinstance(segments[-1], str):
-            segments[-1] += line + "\n"
-        else:
-            segments.append(line + "\n")
-    every: dict[str, str] = {}  # the helpers of every lib the script names
-    for segment in segments:
-        if isinstance(segment, list):
-            for lib in segment:
-                every.update(_helpers(lib))
-    available: dict[str, str] = {}  # those of the libs named so far, in order
-    defined: set[str] = set()
-    text = []
-    for index, segment in enumerate(segments):
-        if isinstance(segment, str):
-            if missing := _calls(segment, every) - defined:
-                raise ValueError(f"{filename}: {sorted(missing)} called before an include")
-            text.append(segment)
-            continue
-        for lib in segment:
-            available.update(_helpers(lib))
-        code = segments[index + 1] if index + 1 < len(segments) else ""
-        assert isinstance(code, str)  # adjacent include lines make one group
-        wanted = _needed(code, available) - defined
-        for name, definition in available.items():
-            if name not in wanted:
-                continue
-            # A helper sees only the helpers defined above it (any other name is a
-            # global, nil in Redis): one of a lib not included yet, or defined later
-            # in the text, would fail only when that path runs.
-            called = set(_CALL.findall(_STRING_OR_COMMENT.sub(" ", definition)))
-            if late := called - _NOT_HELPERS - defined - {name}:
-                raise ValueError(f"{filename}: helper {name} calls {sorted(late)} "
-                                 "before they are defined")  # fmt: skip
-            text.append(definition)
-            defined.add(name)
-    return "".join(text)
-
-
-def _read(filename: str) -> str:
-    return resources.files(_LUA_PACKAGE).joinpath(filename).read_text("utf-8")
-
-
-def _helpers(filename: str) -> dict[str, str]:
-    """The helpers of lib ``filename`` by name, in file order, each with the comment
-    lines right above it. A lib holds nothing else but comments and blank lines; a
-    helper ends at the first line that is exactly ``end``."""
-    helpers: dict[str, str] = {}
-    comment: list[str] = []
-    body: list[str] | None = None
-    name = ""
-    for line in _read(filename).splitlines():
-        if body is not None:
-            if _HELPER.match(line):
-                raise ValueError(f"{filename}: helper {name} has no unindented 'end'")
-            body.append(line)
-            if line == "end":
-                helpers[name] = "\n".join(body) + "\n\n"  # a blank line after each
-                body, comment = None, []
-        elif match := _HELPER.match(line):
-            name, body = match[1], [*comment, line]
-        elif line.startswith("--"):
-            comment.append(line)
-        elif not line.strip():
-            comment = []
-        else:
-            raise ValueError(f"{filename}: only helpers may be at the top level: {line!r}")
-    if body is not None:
-        raise ValueError(f"{filename}: helper {name} has no unindented 'end'")
-    return helpers
-
-
-def _calls(code: str, helpers: Mapping[str, str]) -> set[str]:
-    """The helpers named in ``code`` outside its comments and string literals."""
-    stripped = _STRING_OR_COMMENT.sub(" ", code)
-    return {name for name in _NAME.findall(stripped) if name in helpers}
-
-
-def _needed(code: str, helpers: Mapping[str, str]) -> set[str]:
-    """The helpers ``code`` calls, with those they call in turn."""
-    needed: set[str] = set()
-    todo = _calls(code, helpers)
-    while todo:
-        name = todo.pop()
-        needed.add(name)
-        todo |= _calls(helpers[name], helpers) - needed
-    return needed
-
-
-def _fill(filename: str, text: str, constants: Mapping[str, int]) -> str:
-    def value(match: re.Match[str]) -> str:
-        if match[1] not in constants:
-            raise ValueError(f"{filename}: no value for constant {match[1]}")
-        return f"{constants[match[1]]:d}"
-
-    return _CONSTANT.sub(value, text)
 
 
 def as_text(value: Any) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from celery_redislock.core import scripts
+from celery_redislock.core import lua_text, scripts
 from celery_redislock.core.parking import PARKING_CONSTANTS
 from celery_redislock.core.scripts import LuaScript, expand
 
@@ -136,7 +136,7 @@ end
     }  # fmt: skip
     for name, text in files.items():
         (tmp_path / name).write_text(text, "utf-8")
-    monkeypatch.setattr(scripts, "_read", lambda name: (tmp_path / name).read_text("utf-8"))
+    monkeypatch.setattr(lua_text, "_read", lambda name: (tmp_path / name).read_text("utf-8"))
     text = scripts.expand("a.lua")
     # The first group defines what the code up to the next include calls (comments
     # and strings aside), the second the rest.

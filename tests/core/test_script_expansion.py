@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from celery_redislock.core import scripts
+from celery_redislock.core import lua_text, scripts
 from celery_redislock.core.lock import SCRIPT_CONSTANTS
 from celery_redislock.core.parking import PARKING_CONSTANTS
 
@@ -26,9 +26,9 @@ return 1
 @pytest.fixture
 def only_semaphore_lib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     (tmp_path / "only_sem.lua").write_text(_ONLY_SEMAPHORE_LIB, "utf-8")
-    read = scripts._read
+    read = lua_text._read
     monkeypatch.setattr(
-        scripts, "_read",
+        lua_text, "_read",
         lambda name: (tmp_path / name).read_text("utf-8") if name == "only_sem.lua" else read(name),
     )  # fmt: skip
     return "only_sem.lua"
@@ -43,7 +43,7 @@ def test_a_helper_calling_an_undefined_helper_is_refused_at_import(
 
 def test_such_a_script_fails_only_at_run_time_in_redis(r: redis.Redis) -> None:
     # What the expansion used to write out for it: the helper it wanted, unchecked.
-    text = scripts._helpers("lib_semaphore.lua")["wake_new"]
+    text = lua_text._helpers("lib_semaphore.lua")["wake_new"]
     text += _ONLY_SEMAPHORE_LIB.split("\n", 1)[1]
     with pytest.raises(redis.ResponseError, match="notify"):
         r.eval(text, 0)
