@@ -27,22 +27,18 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from redis.exceptions import RedisError, ResponseError
 
 from .pubsub import pubsub_mode
 from .scripts import as_text
+from .wake import WAKE_ALL, Waiter, named_waiters, read_wake
 
 __all__ = ["IDLE_UNSUBSCRIBE", "SUBSCRIBE_CONFIRM_TIMEOUT", "WAKE_ALL", "Notifier", "Waiter",
            "named_waiters", "read_wake"]
 
 log = logging.getLogger(__name__)
-
-W = TypeVar("W")
-
-WAKE_ALL = "*"
-"""Message payload that wakes every waiter on the channel."""
 
 IDLE_UNSUBSCRIBE = 10.0
 """Seconds a channel stays subscribed after its last waiter left."""
@@ -51,37 +47,6 @@ SUBSCRIBE_CONFIRM_TIMEOUT = 1.0
 """Longest a waiter waits for its SUBSCRIBE to be confirmed before relying on polls."""
 
 _READ_SLICE = 1.0  # longest single read, so idle channels are unsubscribed on time
-
-
-def read_wake(data: Any) -> tuple[str, int]:
-    """A wake-up message: the token it names (or :data:`WAKE_ALL`) and the fence of the
-    lease a release granted that waiter (0: only woken, it asks again). Shared by the
-    sync notifier and the async one."""
-    token, _, fence = as_text(data).partition(" ")
-    return token, int(fence) if fence else 0
-
-
-def named_waiters(waiters: dict[str, W], token: str) -> list[W]:
-    """The waiters of a channel that a message naming ``token`` wakes."""
-    if token == WAKE_ALL:
-        return list(waiters.values())
-    waiter = waiters.get(token)
-    return [] if waiter is None else [waiter]
-
-
-class Waiter:
-    """One blocked acquirer: what the messages told it, and the event that wakes it."""
-
-    __slots__ = ("event", "fence", "notified")
-
-    def __init__(self) -> None:
-        self.event = threading.Event()  # set on a message for it, or on its turn to read
-        self.notified = False  # a message named it (or all) since the owner last cleared it
-        self.fence = 0  # > 0 once a release granted it its lease
-
-    def is_notified(self) -> bool:
-        """True once a message named this waiter (see :attr:`notified`)."""
-        return self.notified
 
 
 class _Channel:

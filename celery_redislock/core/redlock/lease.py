@@ -19,19 +19,32 @@ import logging
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ...errors import ConfigurationError
 from ..lease import Lease, current_pid
 from ..renewal.entry import report
 from ..validate import check_bool, ttl_to_ms
 
-if TYPE_CHECKING:
-    from .lock import RedlockLock
-
-__all__ = ["RedlockLease", "keep_alive"]
+__all__ = ["Majority", "RedlockLease", "keep_alive"]
 
 log = logging.getLogger(__name__)
+
+
+class Majority(Protocol):
+    """What a lease and its renewal use of their lock, a :class:`~.lock.RedlockLock`
+    (a protocol, so this module never imports the lock's, which imports it)."""
+
+    quorum: int
+    """How many masters make a majority."""
+
+    def _check_ttl(self, ttl: object, argument: str) -> int:
+        """``ttl`` in milliseconds, checked (and capped) as the lock takes it."""
+        ...
+
+    def _extend_all(self, token: str, ttl_ms: int) -> tuple[bool | None, float, str]:
+        """Extend ``token`` on every master: ``(held by a majority?, deadline, error)``."""
+        ...
 
 
 class RedlockLease(Lease):
@@ -55,7 +68,7 @@ class RedlockLease(Lease):
             raise ConfigurationError("extend(add=True) needs ttl, the seconds to add; got None")
         if self._released or self._pid != current_pid():
             return False
-        lock: RedlockLock = self._holder  # type: ignore[assignment]
+        lock: Majority = self._holder  # type: ignore[assignment]
         if add:
             ttl = max(0.0, self.remaining()) + ttl_to_ms(ttl) / 1000
         ttl_ms = lock._check_ttl(self.ttl if ttl is None else ttl, "ttl")
@@ -75,7 +88,7 @@ class RedlockLease(Lease):
         return True
 
 
-def keep_alive(lease: RedlockLease, lock: RedlockLock) -> None:
+def keep_alive(lease: RedlockLease, lock: Majority) -> None:
     """Renew ``lease`` on every master from a thread of its own until it is
     released, lost or collected."""
     stop = threading.Event()
@@ -87,7 +100,7 @@ def keep_alive(lease: RedlockLease, lock: RedlockLock) -> None:
     thread.start()
 
 
-def _renew(ref: weakref.ref[RedlockLease], lock: RedlockLock, stop: threading.Event) -> None:
+def _renew(ref: weakref.ref[RedlockLease], lock: Majority, stop: threading.Event) -> None:
     error = ""
     while True:
         lease = ref()
