@@ -17,9 +17,6 @@ Like :mod:`celery_redislock.testing`, this imports only the standard library and
 
 from __future__ import annotations
 
-import re
-import socket
-import subprocess
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -29,39 +26,14 @@ import redis
 from redis.cluster import RedisCluster
 
 from .testing import RedisServer, _free_port, find_redis_server
+from .testing_nodes import BUS_OFFSET as _BUS_OFFSET
+from .testing_nodes import node_table as _node_table
+from .testing_nodes import port_with_bus as _port_with_bus
+from .testing_nodes import version as _version
 
 __all__ = ["LocalCluster", "SLOTS"]
 
 SLOTS = 16384
-_BUS_OFFSET = 10000  # Redis < 7: a node's cluster bus port is its port + 10000
-
-
-def _version(executable: str) -> tuple[int, ...]:
-    """The version of a ``redis-server`` binary, e.g. (7, 0, 15)."""
-    out = subprocess.run([executable, "--version"], capture_output=True, text=True, check=True)
-    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out.stdout)
-    return tuple(int(part) for part in match.groups()) if match else (0,)
-
-
-def _port_with_bus() -> int:
-    """A free port whose bus port (+10000) is free too."""
-    while True:
-        port = _free_port()
-        if port + _BUS_OFFSET > 65535:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port + _BUS_OFFSET))
-            except OSError:
-                continue
-        return port
-
-
-def _node_table(client: Any) -> dict[int, dict[str, Any]]:
-    """``CLUSTER NODES`` as redis-py parses it (``node_id``, ``flags``, ``master_id``,
-    ``slots``: [[first, last]], ...), by port."""
-    table = client.execute_command("CLUSTER NODES")
-    return {int(address.rsplit(":", 1)[1]): row for address, row in table.items()}
 
 
 class LocalCluster:

@@ -20,8 +20,6 @@ Like :mod:`.testing`, it imports only the standard library and redis-py.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import signal
 import subprocess
@@ -36,10 +34,11 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from .testing import _free_port, find_redis_server
+from .testing_spawn import HOST as _HOST
+from .testing_spawn import log_tail, node_config, sentinel_config, spawn
 
 __all__ = ["SentinelGroup"]
 
-_HOST = "127.0.0.1"
 
 
 class SentinelGroup:
@@ -268,56 +267,14 @@ class SentinelGroup:
             client.close()
 
     def _start_node(self, port: int, primary: int | None) -> None:
-        lines = [
-            f"port {port}", f"bind {_HOST}", 'save ""', "appendonly no",
-            f"dir {self._dir}", f"dbfilename dump-{port}.rdb",
-            f"logfile {self._dir}/redis-{port}.log", "loglevel notice",
-            "repl-diskless-sync yes", "repl-diskless-sync-delay 0",
-        ]  # fmt: skip
-        if primary is not None:
-            lines.append(f"replicaof {_HOST} {primary}")
-        self._spawn(port, lines, sentinel=False)
+        lines = node_config(port, self._dir, primary)
+        self._processes[port] = spawn(self.executable, self._dir, port, lines, sentinel=False)
 
     def _start_sentinel(self, port: int, primary: int) -> None:
-        name = self.master_name
-        lines = [
-            f"port {port}", f"bind {_HOST}", f"dir {self._dir}",
-            f"logfile {self._dir}/sentinel-{port}.log", "loglevel notice",
-            "sentinel resolve-hostnames no",
-            f"sentinel monitor {name} {_HOST} {primary} {self.quorum}",
-            f"sentinel down-after-milliseconds {name} {self.down_after_ms}",
-            f"sentinel failover-timeout {name} {self.failover_timeout_ms}",
-            f"sentinel parallel-syncs {name} 2",
-        ]  # fmt: skip
-        self._spawn(port, lines, sentinel=True)
-
-    def _spawn(self, port: int, lines: list[str], *, sentinel: bool) -> None:
-        # A Sentinel rewrites its config file: each process gets its own.
-        path = os.path.join(self._dir, f"{'sentinel' if sentinel else 'redis'}-{port}.conf")
-        with open(path, "w") as config:
-            config.write("\n".join(lines) + "\n")
-        args = [self.executable, path, *(["--sentinel"] if sentinel else [])]
-        # A session of its own, as RedisServer: a Ctrl-C to the caller kills nothing.
-        self._processes[port] = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 15
-        client = self.node_client(port, 0.5)
-        try:
-            while True:
-                with contextlib.suppress(redis.ConnectionError):
-                    if client.ping():
-                        return
-                if self._processes[port].poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{path} did not start: {self.log_tail(port)}")
-                time.sleep(0.02)
-        finally:
-            client.close()
+        lines = sentinel_config(port, self._dir, self.master_name, primary, self.quorum,
+                                self.down_after_ms, self.failover_timeout_ms)  # fmt: skip
+        self._processes[port] = spawn(self.executable, self._dir, port, lines, sentinel=True)
 
     def log_tail(self, port: int, lines: int = 20) -> str:
         """The last lines of one process's log, for error messages."""
-        for kind in ("redis", "sentinel"):
-            with contextlib.suppress(OSError), open(f"{self._dir}/{kind}-{port}.log") as log:
-                return "".join(log.readlines()[-lines:])
-        return ""
+        return log_tail(self._dir, port, lines)
