@@ -27,16 +27,17 @@ runs. See ``lua/lib_parking.lua`` for the states of an entry.
 
 from __future__ import annotations
 
-import secrets
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Final
 
 from ..errors import ConfigurationError
-from .keys import DEFAULT_PREFIX, decode_name, encode_name
+from .keys import DEFAULT_PREFIX, encode_name
 from .lease import Lease, OnLost
 from .lock import SCRIPT_CONSTANTS
+from .parked import Parked, ParkingInfo, new_entry_id, parking_pools, pools_key
+from .parked import as_bytes as _bytes
+from .parked import read_entries as _entries
 from .scripts import LuaScript, as_text
 from .semaphore import RedisSemaphore
 from .validate import ttl_to_ms
@@ -77,57 +78,9 @@ REFUSED: Final = "refused"
 DUPLICATE: Final = "duplicate"
 
 
-@dataclass(frozen=True)
-class Parked:
-    """An entry a release (or a pump) claimed: publish ``payload``, whose run then
-    calls :meth:`ParkingSemaphore.take` with ``id``."""
-
-    id: str
-    payload: bytes
-    owner: str = ""
-
-
 OnClaimed = Callable[["ParkingSemaphore", list[Parked]], None]
 """Called with the entries an operation claimed; it publishes them (and hands any it
 cannot to :meth:`ParkingSemaphore.give_back`)."""
-
-
-@dataclass(frozen=True)
-class ParkingInfo:
-    """A pool's parked runs: how many are queued, the oldest's age (seconds), how many
-    are claimed (published, not started yet), how many were dead-lettered, and the
-    first few queued as ``(id, age, owner)``."""
-
-    parked: int
-    oldest_age: float | None
-    claimed: int
-    dead: int
-    head: tuple[tuple[str, float, str], ...] = ()
-
-
-def new_entry_id() -> str:
-    """A fresh park token: 128 random bits."""
-    return secrets.token_hex(16)
-
-
-def pools_key(prefix: str) -> str:
-    """The set of pool names that may hold parked runs (for sweepers)."""
-    return f"{prefix}:parking:pools"
-
-
-def parking_pools(client: Any, prefix: str = DEFAULT_PREFIX) -> list[str]:
-    """The names of the pools that may hold parked runs."""
-    return sorted(decode_name(as_text(name)) for name in client.smembers(pools_key(prefix)))
-
-
-def _entries(flat: Iterable[Any]) -> list[Parked]:
-    items = list(flat)
-    return [Parked(as_text(items[i]), _bytes(items[i + 1]), as_text(items[i + 2]))
-            for i in range(0, len(items), 3)]  # fmt: skip
-
-
-def _bytes(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode("utf-8")
 
 
 class ParkingSemaphore(RedisSemaphore):
