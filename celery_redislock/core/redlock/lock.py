@@ -25,15 +25,14 @@ import time
 from typing import Any
 
 from ...errors import ConfigurationError, RedlockUnavailable
-from ..info import PrimitiveInfo
 from ..keys import DEFAULT_PREFIX
 from ..lease import OnLost
-from ..lock import RedisLock
 from ..primitive import Primitive, fresh_token
 from ..validate import acquire_deadline, check_bool, ttl_to_ms
 from . import rounds
 from .lease import RedlockLease, keep_alive
 from .masters import Master, check_masters
+from .operations import RedlockOperations
 from .wait import wait_for_lease
 
 __all__ = ["FENCE_LEAD_US", "RedlockLock"]
@@ -44,7 +43,7 @@ above every master's own proposal, they all grant this same fence and no floor n
 raising (one round trip)."""
 
 
-class RedlockLock(Primitive):
+class RedlockLock(RedlockOperations, Primitive):
     """A lock held by a majority of N >= 3 (odd) independent Redis masters.
 
     Same contract as :class:`~celery_redislock.RedisLock` (``acquire``, ``with``,
@@ -207,26 +206,6 @@ class RedlockLock(Primitive):
         """lock_release.lua's KEYS for ``token``: with its record for re-sends."""
         return [*self._release_keys, self._keys.done(token).encode()]
 
-    def release_owner(self, owner: str) -> int:
-        """Release the lock on every master where its owner id is ``owner``; returns
-        the number of masters where leases were released."""
-        if not isinstance(owner, str) or not owner:
-            raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
-        return self._release_owner(owner)
-
-    def force_release(self) -> int:
-        """Release the lock on every master, whoever holds it (for operators)."""
-        return self._release_owner("")
-
-    def _release_owner(self, owner: str) -> int:
-        nonce = secrets.token_hex(16)  # this call's: a re-send gets the same count
-        replies = rounds.run_each(self._masters, list(range(len(self._masters))),
-                                  rounds.RELEASE_OWNER,
-                                  [*self._queue_keys, self._keys.done(nonce).encode()],
-                                  [nonce, owner], self._timeout)  # fmt: skip
-        return sum(1 for reply in replies.values()
-                   if not isinstance(reply, BaseException) and int(reply) > 0)  # fmt: skip
-
     def _started(self, lease: RedlockLease, renew: bool | None,
                  on_lost: OnLost | None) -> RedlockLease:  # fmt: skip
         lease.on_lost = on_lost
@@ -280,22 +259,6 @@ class RedlockLock(Primitive):
             f"Redlock {self.name!r}: only {outcome.answered} of {len(self._masters)} masters "
             f"answered, {self.quorum} needed: {rounds.errors_text(self._masters, outcome.errors)}"
         )
-
-    def locked(self) -> bool:
-        """True while a majority of the masters hold the lock."""
-        return sum(1 for info in self.info_by_master().values()
-                   if isinstance(info, PrimitiveInfo) and info.holders) >= self.quorum  # fmt: skip
-
-    def info_by_master(self) -> dict[str, PrimitiveInfo | Exception]:
-        """Each master's view of the lock (``host:port`` -> its info, or the error)."""
-        views: dict[str, PrimitiveInfo | Exception] = {}
-        for master in self._masters:
-            try:
-                views[master.label] = RedisLock(master.client, self.name,
-                                                prefix=self._keys.prefix).info()  # fmt: skip
-            except Exception as exc:  # a master down is part of the picture
-                views[master.label] = exc
-        return views
 
     def __repr__(self) -> str:
         return f"<RedlockLock {self.name!r} ttl={self.ttl} masters={self.masters}>"
