@@ -15,9 +15,9 @@ import time
 from typing import Any
 
 from ..errors import ConfigurationError
-from .info import PrimitiveInfo
 from .keys import DEFAULT_PREFIX
 from .lease import Lease, OnLost
+from .lock_operations import LockOperations
 from .lock_scripts import (
     ACQUIRE,
     ADOPT,
@@ -26,17 +26,14 @@ from .lock_scripts import (
     EXTEND_ADD,
     FENCE_MEMORY_MS,
     HELD,
-    INFO,
     LEAVE,
     RELEASE,
     RELEASE_MEMORY_MS,
-    RELEASE_OWNER,
     RENEW,
     SCRIPT_CONSTANTS,
     LockScripts,
     acquire_reply,
     adopt_reply,
-    info_reply,
     leave_reply,
     refusal_holder,
     refusal_wait_ms,
@@ -51,7 +48,7 @@ __all__ = ["BOOT_MARKER_MS", "FENCE_MEMORY_MS", "RELEASE_MEMORY_MS", "SCRIPT_CON
            "RedisLock"]
 
 
-class RedisLock(Primitive):
+class RedisLock(LockOperations, Primitive):
     """A named lock shared by every process that uses the same Redis.
 
     Args:
@@ -257,37 +254,6 @@ class RedisLock(Primitive):
             return None
         return self._new_lease(
             new_token, grant[0], ttl_ms, owner, grant[1], renew, on_lost, max_hold
-        )
-
-    def release_owner(self, owner: str) -> int:
-        """Release every lease of the lock if its owner id is ``owner``.
-
-        For code that knows the owner but holds no lease (an operator, a process that
-        cleans up after a dead one). Returns the number of leases released.
-        """
-        if not isinstance(owner, str) or not owner:
-            raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
-        return self._release_owner(owner)
-
-    def force_release(self) -> int:
-        """Release the lock whoever holds it; returns the number of leases released.
-
-        The holders' leases report themselves lost at their next renewal, release or
-        extend. Meant for operators clearing a stuck lock, never for normal flow.
-        """
-        return self._release_owner("")
-
-    def _release_owner(self, owner: str) -> int:
-        return int(RELEASE_OWNER(self._client, *self._scripts.release_owner_call(owner)))
-
-    def locked(self) -> bool:
-        """True while any lease holds the lock."""
-        return bool(self._client.exists(self._keys.holders))
-
-    def info(self) -> PrimitiveInfo:
-        """The lock's holders, owner, fence and number of waiters, read-only."""
-        return info_reply(
-            self.name, INFO(self._client, self._scripts.info_keys, LockScripts.info_args())
         )
 
     def __repr__(self) -> str:
