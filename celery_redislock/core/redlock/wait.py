@@ -16,24 +16,43 @@ import contextlib
 import math
 import random
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ...errors import RedlockUnavailable
+from ..keys import KeySpace
 from ..lock_scripts import leave_reply
 from ..waiting import Notifier, poll_slice
 from . import rounds
+from .lease import RedlockLease
+from .masters import Master
 
-if TYPE_CHECKING:
-    from .lease import RedlockLease
-    from .lock import RedlockLock
-
-__all__ = ["SPLIT_RETRIES", "wait_for_lease"]
+__all__ = ["SPLIT_RETRIES", "Waiting", "wait_for_lease"]
 
 SPLIT_RETRIES = 2
 """Rounds a waiter asks again at once, keeping a minority's grants, before it gives
 them back and waits a random while (see the module docs)."""
 
 
-def wait_for_lease(lock: RedlockLock, token: str, tag: str, owner: str | None, ttl_ms: int,
+class Waiting(Protocol):
+    """What waiting uses of a :class:`~.lock.RedlockLock` (a protocol, so this module
+    never imports the lock's, which imports it)."""
+
+    quorum: int
+    _keys: KeySpace
+    _masters: list[Master]
+    _queue_keys: list[bytes]
+    _timeout: float
+    _jitter: float
+
+    def _try(self, token: str, owner: str | None, ttl_ms: int, ticket: int = 0,
+             give_back: bool = True) -> tuple[RedlockLease | None, rounds.Round]: ...  # fmt: skip
+
+    def _unavailable(self, outcome: rounds.Round) -> RedlockUnavailable: ...
+
+    def _release_call_keys(self, token: str) -> list[bytes]: ...
+
+
+def wait_for_lease(lock: Waiting, token: str, tag: str, owner: str | None, ttl_ms: int,
                    deadline: float) -> RedlockLease | None:  # fmt: skip
     """Rounds until granted or ``deadline``; queued on every master meanwhile, so a
     release wakes this waiter (on the first master that answered)."""
@@ -86,7 +105,7 @@ def wait_for_lease(lock: RedlockLock, token: str, tag: str, owner: str | None, t
     return None
 
 
-def _leave(lock: RedlockLock, token: str, granted: bool, indexes: list[int]) -> None:
+def _leave(lock: Waiting, token: str, granted: bool, indexes: list[int]) -> None:
     """Leave the wait queue on ``masters[i]`` for each i in ``indexes``; a lease a
     release granted meanwhile is given back unless the wait ended granted (the
     lease's release then reaches it with the others)."""
