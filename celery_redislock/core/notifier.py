@@ -34,6 +34,7 @@ from redis.exceptions import RedisError, ResponseError
 from .pubsub import pubsub_mode
 from .scripts import as_text
 from .wake import WAKE_ALL, Waiter, named_waiters, read_wake
+from .wake import Channel as _Channel
 
 __all__ = ["IDLE_UNSUBSCRIBE", "SUBSCRIBE_CONFIRM_TIMEOUT", "WAKE_ALL", "Notifier", "Waiter",
            "named_waiters", "read_wake"]
@@ -47,17 +48,6 @@ SUBSCRIBE_CONFIRM_TIMEOUT = 1.0
 """Longest a waiter waits for its SUBSCRIBE to be confirmed before relying on polls."""
 
 _READ_SLICE = 1.0  # longest single read, so idle channels are unsubscribed on time
-
-
-class _Channel:
-    __slots__ = ("confirmed", "deaf", "idle_since", "sent", "waiters")
-
-    def __init__(self) -> None:
-        self.waiters: dict[str, Waiter] = {}
-        self.confirmed = threading.Event()
-        self.idle_since: float | None = None
-        self.sent = False  # SUBSCRIBE reached redis-py (which re-sends it on reconnect)
-        self.deaf = False  # lost after it was confirmed: messages may have been missed
 
 
 class Notifier:

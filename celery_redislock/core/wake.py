@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from .scripts import as_text
 
-__all__ = ["WAKE_ALL", "Waiter", "named_waiters", "read_wake"]
+__all__ = ["WAKE_ALL", "Channel", "Waiter", "named_waiters", "read_wake"]
 
 W = TypeVar("W")
 
@@ -49,3 +49,17 @@ class Waiter:
     def is_notified(self) -> bool:
         """True once a message named this waiter (see :attr:`notified`)."""
         return self.notified
+
+
+class Channel:
+    """One subscribed channel of the sync notifier: its waiters by token, and the
+    state of its subscription."""
+
+    __slots__ = ("confirmed", "deaf", "idle_since", "sent", "waiters")
+
+    def __init__(self) -> None:
+        self.waiters: dict[str, Waiter] = {}
+        self.confirmed = threading.Event()
+        self.idle_since: float | None = None
+        self.sent = False  # SUBSCRIBE reached redis-py (which re-sends it on reconnect)
+        self.deaf = False  # lost after it was confirmed: messages may have been missed
