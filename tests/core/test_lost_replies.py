@@ -15,7 +15,7 @@ import redis
 
 from celery_redislock import RedisLock, RedisSemaphore
 from celery_redislock.core import lock as lock_module
-from celery_redislock.core import semaphore_scripts
+from celery_redislock.core import lock_scripts, semaphore_scripts
 from celery_redislock.core.scripts import LuaScript
 from tests.faults import FaultProxy
 
@@ -107,7 +107,7 @@ def test_lock_release_owner(
 ) -> None:
     lock = RedisLock(proxied, "job")
     assert lock.acquire(owner="o") and lock.acquire(owner="o")
-    drop_next(fault_proxy, lock_module.RELEASE_OWNER)
+    drop_next(fault_proxy, lock_scripts.RELEASE_OWNER)
     assert lock.release_owner("o") == 2
     assert fault_proxy.dropped == 1 and not r.exists(lock.keys.holders)
     assert lock.release_owner("o") == 0  # another call: nothing left
