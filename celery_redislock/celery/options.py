@@ -22,8 +22,8 @@ from typing import Any, Final
 from celery.local import Proxy
 
 from .bounded.options import OPTIONS as BOUNDED_OPTIONS
-from .bounded.options import SETTINGS as BOUNDED_SETTINGS
 from .bounded.options import BoundedOptions, check_bounded_options, resolve_bounded
+from .bounded.settings import SETTINGS as BOUNDED_SETTINGS
 from .client import replica_options
 from .config import SETTINGS_KEYS, conf_fingerprint, settings_for, task_option
 from .redlock import redlock_max_ttl

@@ -160,7 +160,8 @@ class RedisLock(LockOperations, Primitive):
         max_hold: float | None,
     ) -> tuple[Lease | None, str | None]:
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
-        self._prepare_renewal(renew)
+        if self.renew if renew is None else renew:  # (a queued lease never is: no call)
+            self._prepare_renewal(renew)
         token, tag = fresh_token(self._client)
         channel = f"{self._keys.channel}:{tag}"
         reply: list[Any] = [0, 0, b""]

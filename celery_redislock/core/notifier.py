@@ -32,8 +32,7 @@ from typing import Any, ClassVar
 from redis.exceptions import RedisError, ResponseError
 
 from .pubsub import pubsub_mode
-from .scripts import as_text
-from .wake import WAKE_ALL, Waiter, named_waiters, read_wake
+from .wake import WAKE_ALL, Waiter, dispatch, named_waiters, read_wake
 from .wake import Channel as _Channel
 
 __all__ = ["IDLE_UNSUBSCRIBE", "SUBSCRIBE_CONFIRM_TIMEOUT", "WAKE_ALL", "Notifier", "Waiter",
@@ -260,35 +259,7 @@ class Notifier:
             old.reset()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
-        entry = self._channels.get(as_text(message.get("channel")))
-        if entry is None:
-            return
-        kind = as_text(message.get("type"))
-        if kind == self._mode.confirmed:
-            entry.confirmed.set()
-            # Subscribed again after a loss: a release meanwhile was not heard, so the
-            # waiters ask again (else they would wait for their next poll).
-            deaf, entry.deaf = entry.deaf, False
-            for waiter in list(entry.waiters.values()):
-                waiter.notified = waiter.notified or deaf
-                waiter.event.set()
-        elif kind == self._mode.ended and entry.waiters:
-            # Not asked for (idle channels are dropped before UNSUBSCRIBE): the node
-            # gave the slot away. Every waiter asks again at once; the MOVED that
-            # answers refreshes the client's slot map, and redis-py then subscribes
-            # again on the slot's new owner (see .pubsub), which wakes them once more.
-            entry.confirmed.clear()
-            entry.deaf = True
-            for waiter in list(entry.waiters.values()):
-                waiter.notified = True
-                waiter.event.set()
-        elif kind == self._mode.message:
-            token, fence = read_wake(message.get("data"))
-            for waiter in named_waiters(entry.waiters, token):
-                if fence:
-                    waiter.fence = int(fence)
-                waiter.notified = True
-                waiter.event.set()
+        dispatch(self._channels, self._mode, message)
 
     def _sweep(self) -> None:
         """Unsubscribe idle channels; subscribe again those whose SUBSCRIBE failed."""

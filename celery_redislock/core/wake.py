@@ -10,9 +10,10 @@ from __future__ import annotations
 import threading
 from typing import Any, TypeVar
 
+from .pubsub import PubSubMode
 from .scripts import as_text
 
-__all__ = ["WAKE_ALL", "Channel", "Waiter", "named_waiters", "read_wake"]
+__all__ = ["WAKE_ALL", "Channel", "Waiter", "dispatch", "named_waiters", "read_wake"]
 
 W = TypeVar("W")
 
@@ -63,3 +64,37 @@ class Channel:
         self.idle_since: float | None = None
         self.sent = False  # SUBSCRIBE reached redis-py (which re-sends it on reconnect)
         self.deaf = False  # lost after it was confirmed: messages may have been missed
+
+
+def dispatch(channels: dict[str, Channel], mode: PubSubMode, message: dict[str, Any]) -> None:
+    """Act on one pub/sub ``message`` for the sync notifier's ``channels``: a confirmed
+    subscription, a lost one, or a wake-up for the waiters it names."""
+    entry = channels.get(as_text(message.get("channel")))
+    if entry is None:
+        return
+    kind = as_text(message.get("type"))
+    if kind == mode.confirmed:
+        entry.confirmed.set()
+        # Subscribed again after a loss: a release meanwhile was not heard, so the
+        # waiters ask again (else they would wait for their next poll).
+        deaf, entry.deaf = entry.deaf, False
+        for waiter in list(entry.waiters.values()):
+            waiter.notified = waiter.notified or deaf
+            waiter.event.set()
+    elif kind == mode.ended and entry.waiters:
+        # Not asked for (idle channels are dropped before UNSUBSCRIBE): the node
+        # gave the slot away. Every waiter asks again at once; the MOVED that
+        # answers refreshes the client's slot map, and redis-py then subscribes
+        # again on the slot's new owner (see .pubsub), which wakes them once more.
+        entry.confirmed.clear()
+        entry.deaf = True
+        for waiter in list(entry.waiters.values()):
+            waiter.notified = True
+            waiter.event.set()
+    elif kind == mode.message:
+        token, fence = read_wake(message.get("data"))
+        for waiter in named_waiters(entry.waiters, token):
+            if fence:
+                waiter.fence = int(fence)
+            waiter.notified = True
+            waiter.event.set()

@@ -35,31 +35,28 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import random
 import time
 from collections.abc import Mapping
-from typing import Any, Final
-
-import celery.app.task as celery_task_module
-from celery import states
-from celery.exceptions import Ignore
+from typing import Any
 
 from ...core import Lease
 from ...core.parking import DUPLICATE, ParkingSemaphore
 from ..execution import AnyTask, Cleanup, Guard, Hold, RunState
-from ..logs import LEASE, PERMIT, mark_resent_by, quiet_ignored
+from ..logs import LEASE, PERMIT
 from ..options import options_of
 from ..signals import (
     lease_lost,
     permit_acquired,
-    permit_duplicate,
     permit_released,
-    permit_rescheduled,
 )
 from ..singleton.percall import run_lock_ttl
 from ..tokens import NONCE_HEADER, TOKEN_HEADER, running_owner
 from .options import BoundedOptions
-from .parking import park_attempt, park_run, park_state, parking_for
+from .parking import park_attempt, park_state, parking_for
+from .reschedule import WAIT_HEADER
+from .reschedule import park as _park
+from .reschedule import reschedule as _reschedule
+from .reschedule import skip_duplicate as _skip_duplicate
 
 __all__ = [
     "CONCURRENCY",
@@ -69,16 +66,6 @@ __all__ = [
     "permit_owner",
     "semaphore_for",
 ]
-
-WAIT_HEADER: Final = "redislock_permit_wait"
-"""Header of a re-scheduled message: ``"<first refusal, epoch s> <re-schedules>
-<retries>"``, so the run that finally gets a permit can report how long it waited.
-Not one of :data:`~..tokens.HEADERS` (``apply_async`` would drop it); ``retry()``
-copies it, which the retries count in it tells apart."""
-mark_resent_by(WAIT_HEADER)  # a re-scheduled copy: its receipt is not logged again
-
-
-
 
 def semaphore_for(
     task: AnyTask, pool: str, limit: int, ttl: float, prefix: str, acks: Mapping[str, Any],
@@ -255,65 +242,6 @@ def _may_wait(sem: ParkingSemaphore, options: BoundedOptions, limit: int) -> boo
     """
     waiters = options.waiters_of(limit)
     return waiters > 0 and int(sem.client.zcard(sem.keys.queue)) < waiters
-
-
-def _skip_duplicate(task: AnyTask, run: RunState, pool: str) -> None:
-    """A second message of a parked run whose park token was taken: never runs."""
-    PERMIT.warning("celery_redislock: %s[%s] is a second message of a parked run of pool "
-                   "%r that started already: skipped", task.name, run.task_id,
-                   pool)  # fmt: skip
-    permit_duplicate.send(sender=task, task_id=run.task_id, key=pool)
-    raise Ignore()
-
-
-def _park(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
-          limit: int) -> None:  # fmt: skip
-    """Park the run in its pool's queue (see :mod:`.parking`); always raises Ignore."""
-    request = task.request
-    if _tracks_started(task, request):
-        # The worker stored STARTED before this hook ran; the task waits again.
-        # Before parking: its next run's own STARTED must never be overwritten.
-        task.backend.store_result(run.task_id, None, states.PENDING, request=request)
-    park_run(task, run, sem, since, limit)
-    raise Ignore()
-
-
-def _reschedule(
-    task: AnyTask, run: RunState, pool: str, limit: int, options: BoundedOptions,
-    since: float, rescheduled: int,
-) -> None:  # fmt: skip
-    """Publish this run's message again in a jittered countdown; always raises Ignore."""
-    request = task.request
-    countdown = options.countdown + random.uniform(0.0, options.jitter)
-    sig = task.signature_from_request(request, countdown=countdown)
-    message = dict(sig.options)
-    headers = dict(message.get("headers") or {})
-    headers[WAIT_HEADER] = f"{since:.3f} {rescheduled + 1} {request.retries or 0}"
-    message["headers"] = headers
-    if _tracks_started(task, request):
-        # The worker stored STARTED before this hook ran; the task is queued again.
-        # Before the publish: the copy's own STARTED must never be overwritten.
-        task.backend.store_result(run.task_id, None, states.PENDING, request=request)
-    # Same task id, from inside the run: RedisLockTask.apply_async treats it as a
-    # retry() of this run, so a singleton lock is handed over to the copy (see
-    # enqueue.py); same ``retries``, so max_retries is not spent.
-    task.apply_async(sig.args, sig.kwargs, **message)
-    PERMIT.info("celery_redislock: %s[%s] over the limit of pool %r (%d): re-sent to run "
-                "in %.2fs", task.name, run.task_id, pool, limit, countdown)  # fmt: skip
-    permit_rescheduled.send(sender=task, task_id=run.task_id, key=pool, limit=limit,
-                            countdown=countdown, rescheduled=rescheduled + 1,
-                            waited=max(0.0, time.time() - since))  # fmt: skip
-    quiet_ignored(run.task_id)  # logged above: Celery's "ignored" line would repeat it
-    raise Ignore()
-
-
-def _tracks_started(task: AnyTask, request: Any) -> bool:
-    """True when the worker stored STARTED before ``before_start`` (as the tracer decides)."""
-    if not task.track_started:
-        return False
-    # celery >= 5.6: the request's own ignore_result, when given, wins over the task's.
-    actual = getattr(celery_task_module, "get_actual_ignore_result", None)
-    return not (actual(task, request) if actual is not None else task.ignore_result)
 
 
 CONCURRENCY = ConcurrencyGuard()

@@ -57,58 +57,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
-from celery import Celery
-
 from ...errors import ConfigurationError
-from ..config import check_ttl, task_option
+from ..config import task_option
+from .settings import DEFAULT_COUNTDOWN, DEFAULT_JITTER, DEFAULT_STANDBY, DEFAULT_WAIT
+from .settings import check_flag as _flag
+from .settings import check_limit as _limit
+from .settings import check_seconds as _seconds
+from .settings import settings_of as _settings_of
 
 __all__ = [
-    "DEFAULT_COUNTDOWN",
-    "DEFAULT_JITTER",
-    "DEFAULT_STANDBY",
-    "DEFAULT_WAIT",
     "OPTIONS",
     "BoundedOptions",
-    "SETTINGS",
     "PoolKey",
     "check_bounded_options",
-    "check_limits",
     "resolve_bounded",
 ]
-
-# The defaults come from benchmarks/bench_bounded.py (see the README). By default a
-# refused run never holds its worker slot: it goes back to the queue at once, which
-# leaves a permit idle while a re-sent message comes back (the countdown, plus ~5 ms
-# of worker time per try): ~1.27x the unbounded time for 50 ms tasks. Waiting in
-# place (concurrency_wait > 0) takes a freed permit at once (~1.03x), at the cost of
-# blocking up to `concurrency_waiters` slots for that long: an opt-in trade.
-
-DEFAULT_COUNTDOWN: Final = 0.2
-"""Seconds before a run refused a permit is tried again (plus jitter). Short, so a
-freed permit soon finds a taker; each re-schedule costs a publish and a delivery."""
-
-DEFAULT_JITTER: Final = 0.3
-"""Up to this many seconds are added at random to each re-schedule's countdown, so
-re-scheduled runs come back spread out rather than all at once."""
-
-DEFAULT_STANDBY: Final = 0
-"""Parked runs of a pool published ahead to wait in place for the next permit. 0: none
-(a parked run holds no worker slot); see ``concurrency_standby``."""
-
-DEFAULT_WAIT: Final = 0.0
-"""Seconds a refused run waits in place (if fewer than ``concurrency_waiters`` wait
-already) before it is re-scheduled. 0: never; a worker slot is not blocked."""
 
 OPTIONS: Final = ("concurrency_limit", "concurrency_key", "concurrency_countdown",
                   "concurrency_jitter", "concurrency_wait", "concurrency_waiters",
                   "concurrency_park", "concurrency_standby")  # fmt: skip
 """The task options of bounded concurrency."""
-
-SETTINGS: Final = ("redislock_concurrency_limits", "redislock_concurrency_countdown",
-                   "redislock_concurrency_jitter", "redislock_concurrency_wait",
-                   "redislock_concurrency_waiters", "redislock_concurrency_park",
-                   "redislock_concurrency_standby")  # fmt: skip
-"""The settings of bounded concurrency."""
 
 PoolKey: TypeAlias = "str | Callable[..., str] | None"
 """A ``concurrency_key``: a pool name, a callable returning one, or None."""
@@ -191,39 +159,6 @@ def _name(task: Any) -> str:
     return str(getattr(task, "name", None) or getattr(task, "__name__", "?"))
 
 
-def _limit(value: object, what: str, least: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ConfigurationError(f"{what} must be an int >= {least}, got {value!r}")
-    return value
-
-
-def _seconds(value: object, what: str, *, zero: bool) -> float:
-    if zero and isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
-        return 0.0
-    try:
-        return check_ttl(value, what)
-    except ConfigurationError:
-        least = ">= 0" if zero else "> 0"
-        raise ConfigurationError(
-            f"{what} must be a number of seconds {least}, got {value!r}"
-        ) from None
-
-
-def check_limits(value: object, argument: str = "redislock_concurrency_limits") -> dict[str, int]:
-    """Return ``value`` as ``{pool: limit}`` if it maps non-empty names to ints >= 1."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigurationError(f"{argument} must be a dict {{pool name: limit}}, got {value!r}")
-    limits: dict[str, int] = {}
-    for pool, limit in value.items():
-        if not isinstance(pool, str) or not pool:
-            raise ConfigurationError(f"{argument}: pool names must be non-empty strings, "
-                                     f"got {pool!r}")  # fmt: skip
-        limits[pool] = _limit(limit, f"{argument}[{pool!r}]")
-    return limits
-
-
 def _task_level(task: Any) -> dict[str, Any]:
     """The options as set on the task, validated; None stays None (use the app's)."""
     where = f"task {_name(task)!r}: option"
@@ -258,59 +193,9 @@ def _task_level(task: Any) -> dict[str, Any]:
     return values
 
 
-def _flag(value: object, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigurationError(f"{what} must be True or False, got {value!r}")
-    return value
-
-
 def check_bounded_options(task: Any) -> None:
     """Validate the bounded-concurrency options set on a task; raise if one is bad."""
     _task_level(task)
-
-
-@dataclass(frozen=True)
-class _Settings:
-    limits: Mapping[str, int]
-    countdown: float
-    jitter: float
-    wait: float
-    waiters: int | None
-    park: bool
-    standby: int | None
-
-
-def _settings_of(app: Celery) -> _Settings:
-    get = app.conf.get
-    return _Settings(
-        limits=check_limits(get("redislock_concurrency_limits")),
-        countdown=_seconds(
-            get("redislock_concurrency_countdown", DEFAULT_COUNTDOWN),
-            "redislock_concurrency_countdown",
-            zero=False,
-        ),
-        jitter=_seconds(
-            get("redislock_concurrency_jitter", DEFAULT_JITTER),
-            "redislock_concurrency_jitter",
-            zero=True,
-        ),
-        wait=_seconds(
-            get("redislock_concurrency_wait", DEFAULT_WAIT),
-            "redislock_concurrency_wait",
-            zero=True,
-        ),
-        waiters=_waiters(get("redislock_concurrency_waiters")),
-        park=_flag(get("redislock_concurrency_park", True), "redislock_concurrency_park"),
-        standby=_standby(get("redislock_concurrency_standby")),
-    )
-
-
-def _standby(value: object) -> int | None:
-    return None if value is None else _limit(value, "redislock_concurrency_standby", least=0)
-
-
-def _waiters(value: object) -> int | None:
-    return None if value is None else _limit(value, "redislock_concurrency_waiters", least=0)
 
 
 _UNBOUNDED: Final = BoundedOptions(

@@ -16,7 +16,7 @@ from celery_redislock import (
     bounded_task,
 )
 from celery_redislock.celery.bounded.guard import CONCURRENCY, permit_owner
-from celery_redislock.celery.bounded.options import (
+from celery_redislock.celery.bounded.settings import (
     DEFAULT_COUNTDOWN,
     DEFAULT_JITTER,
     DEFAULT_WAIT,
