@@ -17,7 +17,6 @@ answer to a later request).
 
 from __future__ import annotations
 
-import os
 import select
 import threading
 import time
@@ -32,6 +31,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from ...errors import ConfigurationError
+from ..lease import current_pid
 from ..scripts import LuaScript, StaleReply, as_text
 
 __all__ = ["IO_TIMEOUT", "Call", "Master", "check_masters", "fan_out", "server_label"]
@@ -125,13 +125,13 @@ class Master:
             self._kwargs[option] = min(self._kwargs.get(option) or IO_TIMEOUT, IO_TIMEOUT)
         self.label = server_label(client)
         self._idle: list[Any] = []
-        self._pid = os.getpid()
+        self._pid = current_pid()
         weakref.finalize(self, _close_all, self._idle)
 
     def take(self) -> Any:
         """A connection of this master for one request (made on demand)."""
-        if self._pid != os.getpid():  # a forked child never uses its parent's sockets
-            self._idle, self._pid = [], os.getpid()
+        if self._pid != current_pid():  # a forked child never uses its parent's sockets
+            self._idle, self._pid = [], current_pid()
         try:
             return self._idle.pop()
         except IndexError:
