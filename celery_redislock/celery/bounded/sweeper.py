@@ -11,7 +11,9 @@ the main process gave back a dead child's permit (:func:`poke`):
   started -- goes back to its old place and is claimed (published) again;
 * an outage: while the lock Redis or the broker is down nothing moves; when they are
   back the next sweep catches up (one WARNING when it starts failing, one INFO when
-  it works again).
+  it works again);
+* a lock Redis that lost its data: the runs parked there are gone (their messages were
+  acknowledged); an ERROR says so, with how many this worker saw at its last sweep.
 
 It looks at the pools in ``<prefix>:parking:pools`` (parking adds its pool there),
 one script call per pool. Several workers sweeping at once are harmless: every step
@@ -21,6 +23,7 @@ is one atomic script.
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 from typing import Any, Final
 
@@ -28,10 +31,11 @@ from celery import signals
 
 from ...core.keys import DEFAULT_PREFIX, encode_name
 from ...core.parking import parking_pools, pools_key
+from ...core.scripts import as_text
 from ..client import get_redis
 from .parking import parking_for
 
-__all__ = ["DEFAULT_INTERVAL", "Sweeper", "connect", "poke", "sweep"]
+__all__ = ["DEFAULT_INTERVAL", "Sweeper", "connect", "epoch", "poke", "sweep"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,12 +46,13 @@ _sweepers: dict[int, Sweeper] = {}
 _sweepers_guard = threading.Lock()
 
 
-def sweep(app: Any) -> int:
-    """One sweep of every pool with parked runs; returns the runs claimed (published)."""
+def sweep(app: Any) -> tuple[int, int]:
+    """One sweep of every pool with parked runs: ``(runs claimed and published, runs
+    still parked or claimed)``."""
     client = get_redis(app)
     prefix = app.conf.get("redislock_prefix") or DEFAULT_PREFIX
     ttl = float(app.conf.get("redislock_lock_ttl") or 30.0)
-    published = 0
+    published = waiting = 0
     for pool in parking_pools(client, prefix):
         # Dropped first, added back while anything is left: a park that lands
         # meanwhile adds its pool after its script, so no pool is ever forgotten.
@@ -55,9 +60,21 @@ def sweep(app: Any) -> int:
         sem = parking_for(app, pool, 1, ttl, prefix)  # the stored limit applies
         parked, claimed = sem.pump()
         published += len(claimed)
-        if parked or claimed or sem.parking_info().claimed:
+        left = parked + sem.parking_info().claimed
+        waiting += left
+        if left:
             client.sadd(pools_key(prefix), encode_name(pool))
-    return published
+    return published, waiting
+
+
+def epoch(app: Any) -> str:
+    """A random mark the lock Redis keeps (``<prefix>:parking:epoch``, set once): a
+    new value means it lost its data (restarted empty, flushed, failed over to a
+    replica without it)."""
+    client = get_redis(app)
+    key = f"{app.conf.get('redislock_prefix') or DEFAULT_PREFIX}:parking:epoch"
+    client.set(key, secrets.token_hex(8), nx=True)
+    return as_text(client.get(key))
 
 
 class Sweeper(threading.Thread):
@@ -67,13 +84,29 @@ class Sweeper(threading.Thread):
         super().__init__(name="celery_redislock-sweeper", daemon=True)
         self.app, self.interval = app, interval
         self._stop_event, self._poked = threading.Event(), threading.Event()
+        self._epoch: str | None = None
+        self._waiting = 0
+
+    def tick(self) -> None:
+        """One sweep; an ERROR when the lock Redis lost its data since the last one
+        (the runs parked then are gone: their messages were acknowledged)."""
+        mark = epoch(self.app)
+        if self._epoch is not None and mark != self._epoch:
+            logger.error(
+                "celery_redislock: the lock Redis lost its data (restarted empty, flushed "
+                "or failed over without it): the %d run(s) parked or claimed at this "
+                "worker's last sweep are lost; run it with persistence (appendonly yes) "
+                "to keep parked runs", self._waiting,
+            )  # fmt: skip
+        self._epoch = mark
+        _, self._waiting = sweep(self.app)
 
     def run(self) -> None:
         """Sweep until stopped; failures are logged once per outage, never raised."""
         failing = False
         while not self._stop_event.is_set():
             try:
-                sweep(self.app)
+                self.tick()
             except Exception as exc:
                 if not failing:
                     logger.warning("celery_redislock: parked runs cannot be swept (%s: %s); "
