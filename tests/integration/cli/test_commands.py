@@ -167,8 +167,12 @@ def test_list_shows_holders_states_ttl_fences_and_waiters(
 
 def test_a_primitive_with_waiters_only_is_listed(invoke: Callable[..., Any],
                                                  locks: redis.Redis) -> None:  # fmt: skip
-    # Between a holder's expiry and its waiter's next poll only the queue key exists.
-    locks.zadd(KeySpace.build("redislock", "lock", "w").queue, {"token": 1})
+    # Between a holder's expiry and its waiter's next poll only the waiter keys exist
+    # (the queue, and its heartbeat, which info() counts while it has not lapsed).
+    keys = KeySpace.build("redislock", "lock", "w")
+    seconds, micros = locks.time()
+    locks.zadd(keys.queue, {"token": 1})
+    locks.zadd(keys.alive, {"token": seconds * 1000 + micros // 1000 + 5000})
     assert _rows(invoke("list").output)[1] == ["lock", "w", "free", "1", "-", "-", "-", "-", "-"]
     refused = invoke("release", "w", "--force", "--yes")
     assert refused.exit_code == 1 and "is not held (1 waiting)" in refused.output
