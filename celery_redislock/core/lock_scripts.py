@@ -102,8 +102,8 @@ class LockScripts:
 
     @property
     def info_keys(self) -> list[Any]:
-        """KEYS of ``lock_info.lua``: holders, queue."""
-        return [self.acquire_keys[0], self.acquire_keys[2]]
+        """KEYS of ``lock_info.lua``: holders, queue, alive (live waiters counted)."""
+        return [self.acquire_keys[0], self.acquire_keys[2], self.acquire_keys[3]]
 
     @property
     def add_keys(self) -> list[Any]:

@@ -66,7 +66,7 @@ class SemaphoreScripts:
         self.release_keys: list[Any] = [holders, leases, queue, alive, meta, asks, fence]
         self.state_keys: list[Any] = [holders, leases, queue, alive, meta, asks]
         self.leave_keys: list[Any] = [holders, queue, alive, asks, leases]
-        self.info_keys: list[Any] = [holders, leases, queue, meta]
+        self.info_keys: list[Any] = [holders, leases, queue, meta, alive]
         self.add_keys: list[Any] = [holders, leases, base + b":added"]
 
     def acquire_args(self, token: str, owner: str, ttl_ms: int, wait: bool) -> list[Any]:

@@ -96,3 +96,18 @@ def test_dead_waiters_are_dropped_while_the_lock_is_held(r: redis.Redis, redis_u
     assert holder.release()
     waiter.join(5)
     assert results and results[0] is not None and results[0].release()
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_info_counts_only_waiters_whose_heartbeat_has_not_lapsed(
+    r: redis.Redis, kind: str
+) -> None:
+    primitive = (RedisLock(r, "job") if kind == "lock"
+                 else RedisSemaphore(r, "job", limit=1))  # fmt: skip
+    holder = primitive.acquire()
+    assert holder is not None
+    assert primitive.acquire(timeout=0.05) is None  # a waiter that left
+    r.zadd(primitive.keys.queue, {"dead.00000000": 1})  # one that died queued:
+    r.zadd(primitive.keys.alive, {"dead.00000000": 1})  # its heartbeat long lapsed
+    assert primitive.info().waiters == 0  # nobody polled since to reap it
+    assert holder.release()

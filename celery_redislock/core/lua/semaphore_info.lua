@@ -4,6 +4,8 @@
 -- KEYS[2]  leases   hash: fence, owner and grant time of each lease in holders.
 -- KEYS[3]  queue    zset: waiting tokens scored by ticket.
 -- KEYS[4]  meta     hash: "limit", the limit the latest acquire enforced.
+-- KEYS[5]  alive    optional: zset of waiters by heartbeat deadline; when given,
+--                   only waiters whose heartbeat has not lapsed are counted.
 -- ARGV[1]  nonce    a fresh random string per call (stamps the reply).
 --
 -- Returns {stamp, reply}: stamp is 'I' and the first 8 characters of ARGV[1]
@@ -26,5 +28,11 @@ for i = 1, #live, 2 do
   rows[#rows + 1] = details[2] or ''
   rows[#rows + 1] = details[3] or ''
 end
-return {STAMP, {now, rows, redis.call('ZCARD', KEYS[3]),
+local waiters
+if KEYS[5] then
+  waiters = redis.call('ZCOUNT', KEYS[5], string.format('(%d', now), '+inf')
+else
+  waiters = redis.call('ZCARD', KEYS[3])
+end
+return {STAMP, {now, rows, waiters,
   redis.call('HGET', KEYS[4], 'limit') or ''}}
