@@ -73,8 +73,11 @@ def test_partition_waiters_stale_leases_and_fences(healed: SentinelGroup) -> Non
 
     def wait() -> None:
         try:
+            # A deadline far past any failover: a loaded machine's Sentinels may need
+            # several elections (failover-timeout 3 s each); how soon the lease comes
+            # after the promotion is asserted below.
             got["lease"] = RedisLock(healed.master_client(**FAST), "through", ttl=30).acquire(
-                timeout=25
+                timeout=60
             )
         except BaseException as exc:  # recorded for the assertion
             got["error"] = exc
@@ -82,7 +85,12 @@ def test_partition_waiters_stale_leases_and_fences(healed: SentinelGroup) -> Non
 
     waiter = threading.Thread(target=wait)
     waiter.start()
-    time.sleep(0.3)  # queued and listening
+    # Queued (a lock's waiter queues once its subscription is confirmed: listening).
+    view = RedisLock(stale_client, "through")
+    queued_by = time.monotonic() + 10
+    while view.info().waiters < 1:
+        assert time.monotonic() < queued_by, "the waiter did not queue"
+        time.sleep(0.02)
     old = healed.primary_port()
     assert old is not None
     healed.pause_node(old)
@@ -96,16 +104,19 @@ def test_partition_waiters_stale_leases_and_fences(healed: SentinelGroup) -> Non
         early = None
     assert early is None and time.monotonic() - started < 1.5
 
-    healed.wait_promoted(old)
+    healed.wait_promoted(old, timeout=50)
+    promoted_at = time.monotonic()
     new_holder = RedisLock(healed.master_client(**FAST), "split", ttl=30).acquire(blocking=False)
     assert new_holder is not None
     # The waiter gets the name on the new primary once the old lease runs out.
-    waiter.join(30)
-    assert "error" not in got, got
+    waiter.join(65)
+    assert "error" not in got, (got, f"promoted {promoted_at - paused_at:.1f} s after the pause")
     lease = got["lease"]
     assert lease is not None
     assert lease.fence > first.fence  # monotonic across the failover
-    assert got["at"] - paused_at < 15
+    # By itself, soon after the promotion: the old lease (4 s, granted before the
+    # pause) has run out by then or within 4 s; a poll every second, a reconnect.
+    assert got["at"] - promoted_at < 4 + 4, f"promoted {promoted_at - paused_at:.1f} s in"
 
     healed.resume_node(old)
     lost: list[Lease] = []
@@ -118,7 +129,7 @@ def test_partition_waiters_stale_leases_and_fences(healed: SentinelGroup) -> Non
             blocking=False
         )
 
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 30
     while healed.role(old) != "slave" and time.monotonic() < deadline:
         time.sleep(0.05)
     assert healed.role(old) == "slave"
