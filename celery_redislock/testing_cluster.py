@@ -61,32 +61,48 @@ class LocalCluster:
             # A replica may always take over, however long since it heard its primary.
             "--cluster-replica-validity-factor", "0",
         ]  # fmt: skip
-        count = primaries * (1 + replicas)
-        executable = executable or find_redis_server()
-        self.version = _version(executable)
-        if self.version >= (7,):
-            # The bus port is chosen too: the default (port + 10000) may be taken, or
-            # above 65535 for a free port above 55535.
-            self._bus = [_free_port() for _ in range(count)]
-            self.nodes = [
-                RedisServer(executable, extra_args=[*args, "--cluster-port", str(bus)])
-                for bus in self._bus
-            ]
-        else:  # 6.2 has no cluster-port: the bus is port + 10000, which must be free
-            ports = [_port_with_bus() for _ in range(count)]
-            self._bus = [port + _BUS_OFFSET for port in ports]
-            self.nodes = [RedisServer(executable, port, extra_args=args) for port in ports]
+        self._executable = executable or find_redis_server()
+        self._args = args
+        self.version = _version(self._executable)
+        made = [self._new_node() for _ in range(primaries * (1 + replicas))]
+        self.nodes = [node for node, _ in made]
+        self._bus = [bus for _, bus in made]
         self.primaries = primaries
         self.replicas = replicas
         self._ids: dict[int, str] = {}  # port -> node id
+
+    def _new_node(self) -> tuple[RedisServer, int]:
+        """A node on free ports (not started) and its cluster bus port."""
+        if self.version >= (7,):
+            # The bus port is chosen too: the default (port + 10000) may be taken, or
+            # above 65535 for a free port above 55535.
+            bus = _free_port()
+            extra = [*self._args, "--cluster-port", str(bus)]
+            return RedisServer(self._executable, extra_args=extra), bus
+        port = _port_with_bus()  # 6.2 has no cluster-port: port + 10000 must be free
+        return RedisServer(self._executable, port, extra_args=self._args), port + _BUS_OFFSET
+
+    def _start_node(self, index: int, tries: int = 5) -> None:
+        """Start node ``index``; if a port was taken since it was chosen (on a shared
+        machine, by another server or a client connection's ephemeral port), again
+        on new ports, before the cluster is formed."""
+        for attempt in range(1, tries + 1):
+            try:
+                self.nodes[index].start()
+                return
+            except RuntimeError as exc:
+                if attempt == tries or "Address already in use" not in str(exc):
+                    raise
+            self.nodes[index].__exit__(None, None, None)
+            self.nodes[index], self._bus[index] = self._new_node()
 
     # -- life cycle ---------------------------------------------------------------------
 
     def start(self, timeout: float = 30.0) -> LocalCluster:
         """Start the processes, join them into a cluster and wait until it is healthy."""
         try:
-            for node in self.nodes:
-                node.start()
+            for index in range(len(self.nodes)):
+                self._start_node(index)
             self._ids = {node.port: self._call(node, "CLUSTER", "MYID") for node in self.nodes}
             per = SLOTS // self.primaries
             for index, node in enumerate(self.nodes[: self.primaries]):
