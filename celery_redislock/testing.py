@@ -70,6 +70,7 @@ class RedisServer:
     ) -> None:
         self.executable = executable or find_redis_server()
         self.port = port or _free_port()
+        self._may_move = port is None  # until it first starts (restart keeps the port)
         self.extra_args = list(extra_args)  # e.g. --cluster-enabled yes (testing_cluster)
         self.process: subprocess.Popen[bytes] | None = None
         self._dir = tempfile.mkdtemp(prefix="redislock-redis-")
@@ -85,7 +86,24 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, ready_timeout: float = 15.0) -> RedisServer:
-        """Start the server and wait until it answers PING."""
+        """Start the server and wait until it answers PING. A port it chose itself
+        that another process took meanwhile (on a shared machine, a client
+        connection's ephemeral port) is chosen again, up to 5 times."""
+        tries = 5 if self._may_move else 1
+        while True:
+            tries -= 1
+            try:
+                self._start(ready_timeout)
+                break
+            except RuntimeError:
+                taken = f"127.0.0.1:{self.port}: bind: Address already in use"
+                if not tries or taken not in self.log_tail():
+                    raise
+                self.port = _free_port()
+        self._may_move = False
+        return self
+
+    def _start(self, ready_timeout: float) -> None:
         args = [
             self.executable,
             "--port", str(self.port),
@@ -113,7 +131,7 @@ class RedisServer:
             while True:
                 try:
                     if client.ping():
-                        return self
+                        return
                 except redis.ConnectionError:
                     if self.process.poll() is not None or time.monotonic() > deadline:
                         raise RuntimeError(
