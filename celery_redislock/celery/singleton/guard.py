@@ -171,9 +171,15 @@ class SingletonGuard(Guard):
         ttl = run_lock_ttl(headers, options.lock_ttl)
         lease = None
         in_queue = options.mode == queued.MODE  # the token is the queued lock's
-        if token and not in_queue:
+        if token:
+            # In mode until_and_while_executing the token names the queued lock's lease,
+            # except in a parked run's message: there it names the running lease the
+            # run was handed when it parked (SingletonHold.on_park), which it adopts
+            # (else it found its own lock held and was re-sent until it lapsed).
             lease = lock.adopt(token, new_token=run_token(token), owner=owner, ttl=ttl,
                                renew=True, on_lost=on_lost)  # fmt: skip
+            if lease is not None:
+                in_queue = False  # it holds no queued lease to give back
         if lease is None:
             seed = token or nonce
             fresh, holder = lock.try_acquire(owner=owner, ttl=ttl, renew=not seed,

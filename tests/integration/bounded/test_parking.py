@@ -233,3 +233,35 @@ def test_a_standby_waits_in_place_and_gets_the_permit_from_the_release(
     assert [r.get(timeout=10) for r in [first, *others]] == [0, 1, 2]
     assert not holders(locks, "api") and lot.parking_info().parked == 0
     assert {a["task_id"] for a in acquired} == {first.id, *(r.id for r in others)}
+
+
+def test_a_parked_run_of_mode_until_and_while_executing_runs_when_released(
+    app: Celery, locks: redis.Redis, worker: Any
+) -> None:
+    # The parked message names the running lease it was handed (on_park); in this mode
+    # the token header is read as the *queued* lock's, so the run found its own running
+    # lock held, was re-sent as "the queued copy" and never ran while lock_queued_ttl lasted.
+    proceed = threading.Event()
+
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0)
+    def call() -> str:
+        proceed.wait(10)
+        return "busy"
+
+    @singleton_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0,
+                    singleton_mode="until_and_while_executing")  # fmt: skip
+    def sync(user: int) -> int:
+        return user
+
+    worker(app, concurrency=3)
+    busy = call.delay()
+    wait_until(lambda: holders(locks, "api"), what="the busy run")
+    first = sync.delay(7)
+    key = call_key(sync, (7,), {}, {})
+    wait_until(lambda: _lot(app).parking_info().parked == 1, what="the singleton parked")
+    assert lock_info(locks, key).held  # kept while parked
+    proceed.set()
+    assert busy.get(timeout=10) == "busy" and first.get(timeout=15) == 7
+    wait_until(lambda: not lock_info(locks, key).held, what="the singleton lock released")
+    wait_until(lambda: not holders(locks, "api"), what="the permit released")
+    assert _lot(app).parking_info().claimed == 0
