@@ -258,7 +258,8 @@ class ParkingSemaphore(RedisSemaphore):
         k = self._keys
         reply = _RELEASE(self._client,
                          [k.holders, k.leases, k.queue, k.alive, k.meta, k.asks, k.fence,
-                          self.parked_key, self.payloads_key, self.claimed_key],
+                          self.parked_key, self.payloads_key, self.claimed_key,
+                          k.done(token or "-")],
                          [token, *self._flags_args, self._reserve_ms,
                           self.standby])  # fmt: skip
         claimed = _entries(reply[2:])

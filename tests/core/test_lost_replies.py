@@ -182,3 +182,29 @@ def test_semaphore_queue_leave(
     assert sem.acquire(timeout=0.3) is None
     assert fault_proxy.dropped == 1 and r.zcard(sem.keys.queue) == 0
     assert held.release()
+
+
+# -- parking -------------------------------------------------------------------------
+
+
+def test_parking_release(r: redis.Redis, proxied: redis.Redis, fault_proxy: FaultProxy) -> None:
+    from celery_redislock.core import parking
+
+    for script in (parking._PARK, parking._RELEASE):
+        r.script_load(script.text)
+    published: list[parking.Parked] = []
+    sem = parking.ParkingSemaphore(proxied, "pool", limit=1, ttl=30, reserve_ttl=30,
+                                   on_claimed=lambda _s, c: published.extend(c))  # fmt: skip
+    lease = sem.acquire(blocking=False)
+    assert lease is not None
+    lost: list[object] = []
+    lease.on_lost = lost.append
+    assert sem.park(parking.new_entry_id(), b"run 1", owner="t1") == 1
+    drop_next(fault_proxy, parking._RELEASE)
+    # The release ran (and claimed the parked run); its reply was lost and the call
+    # re-sent: it answers as the first did -- released, and the claimed run to publish
+    # now, not after its reservation lapses (30 s) and a sweeper claims it again.
+    assert lease.release() is True
+    assert fault_proxy.dropped == 1 and not lease.lost and not lost
+    assert [p.payload for p in published] == [b"run 1"]
+    assert r.zcard(sem.claimed_key) == 1 and r.zcard(sem.keys.holders) == 1

@@ -13,6 +13,10 @@
 -- KEYS[8]  parked    zset: parked entry ids scored by ticket (server µs).
 -- KEYS[9]  payloads  hash: "p:<id>" payload, "o:<id>" owner, "t:<id>" ticket.
 -- KEYS[10] claimed   zset: claimed entry ids scored by reservation expiry (ms).
+-- KEYS[11] done      string "<prefix>:semaphore:{name}:done:<token>": written when the
+--                    lease is released, kept RELEASE_MEMORY_MS, holding the ids this
+--                    release claimed, so a re-sent release (its reply lost) answers
+--                    as the first did (ignored when ARGV[1] is "").
 -- ARGV[1]  token     the lease's token; "" releases nothing (a pump).
 -- ARGV[2]  limit     the caller's limit, used when meta holds none (integer >= 1).
 -- ARGV[3]  fair      "1": only the queue's head may take a permit (strict FIFO).
@@ -20,13 +24,14 @@
 -- ARGV[5]  standby   optional, default 0: runs to keep waiting in place ahead of the
 --                    next release (claimed without a permit: see claim_standbys).
 -- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua).
--- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
+-- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS,
+-- RELEASE_MEMORY_MS.
 --
 -- Returns {released, parked, id, payload, ...}: released is 1 when the lease was
--- live and is now released, else 0 (a re-sent release changes nothing more);
--- parked the entries still queued; then {id, payload, owner} of each entry claimed
--- (with a reserved permit, then standbys), in queue order, to be published by the
--- caller. A limit lowered meanwhile is
+-- live and is now released, else 0; parked the entries still queued; then {id,
+-- payload, owner} of each entry claimed (with a reserved permit, then standbys), in
+-- queue order, to be published by the caller. A re-sent release changes nothing
+-- more and answers 1 with the entries the first claimed that are still claimed. A limit lowered meanwhile is
 -- obeyed: only permits free under the stored limit are handed on.
 
 local holders, leases, queue, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
@@ -36,13 +41,34 @@ local holders, leases, queue, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 
 local now, now_us = server_clock()
 local released, removed = 0, 0
+-- Remember a release and the ids it claimed (see KEYS[11]).
+local function remember(claimed)
+  if released == 0 then return end
+  local ids = {}
+  for i = 1, #claimed, 3 do ids[#ids + 1] = claimed[i] end
+  redis.call('SET', KEYS[11], table.concat(ids, ' '), 'PX', {{RELEASE_MEMORY_MS}})
+end
 if token ~= '' then
   local expiry = redis.call('ZSCORE', holders, token)
   if expiry then
     removed = 1
     if tonumber(expiry) > now then released = 1 end
     redis.call('ZREM', holders, token)
-    redis.call('HDEL', leases, 'f:' .. token, 'o:' .. token, 's:' .. token)
+    redis.call('HDEL', leases, 'f:' .. token, 'o:' .. token, 's:' .. token, 'g:' .. token)
+  else
+    local done = redis.call('GET', KEYS[11])
+    if done then  -- released by this very request, whose reply was lost
+      local reply = {1, redis.call('ZCARD', KEYS[8])}
+      for id in string.gmatch(done, '%S+') do
+        local row = redis.call('HMGET', KEYS[9], 'p:' .. id, 'o:' .. id)
+        if row[1] and redis.call('ZSCORE', KEYS[10], id) then
+          reply[#reply + 1] = id
+          reply[#reply + 1] = row[1]
+          reply[#reply + 1] = row[2] or ''
+        end
+      end
+      return reply
+    end
   end
 end
 -- Nobody waiting in place, parked or claimed: the common uncontended case, which
@@ -50,6 +76,7 @@ end
 local head = redis.call('ZRANGE', queue, 0, 0)[1]
 if not head and redis.call('EXISTS', KEYS[8], KEYS[10]) == 0 then
   reap_holders(holders, leases, now)
+  remember({})
   return {released, 0}
 end
 
@@ -78,4 +105,7 @@ local ahead = claim_standbys(k, queue, tonumber(ARGV[5] or '0'), now, reserve)
 local reply = {released, redis.call('ZCARD', k.parked)}
 for _, v in ipairs(claimed) do reply[#reply + 1] = v end
 for _, v in ipairs(ahead) do reply[#reply + 1] = v end
+local rest = {}
+for i = 3, #reply do rest[#rest + 1] = reply[i] end
+remember(rest)
 return reply
