@@ -144,15 +144,16 @@ class ParkingSemaphore(RedisSemaphore):
         Returns its 1-based place in the queue, 0 when it was claimed at once (a
         permit was free: :attr:`on_claimed` publishes it, like every entry claimed
         here). A re-sent park of the same id changes nothing, also once its run
-        took it: a caller unsure whether a park went through parks again under the
-        same id, never under a new one.
+        took it, and answers as the first did: a caller unsure whether a park went
+        through parks again under the same id, never under a new one.
         """
         if not isinstance(payload, bytes):
             raise ConfigurationError(f"payload must be bytes, got {type(payload).__name__}")
         k = self._keys
         reply = _PARK(self._client,
                       [k.holders, k.leases, k.fence, k.meta, k.queue, self.parked_key,
-                       self.payloads_key, self.claimed_key, self.taken_key],
+                       self.payloads_key, self.claimed_key, self.taken_key,
+                       k.done(entry_id)],
                       [entry_id, payload, owner, self.limit, self._reserve_ms,
                        self._keep_ms, self.standby])  # fmt: skip
         position = int(reply[0])

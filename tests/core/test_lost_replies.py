@@ -208,3 +208,23 @@ def test_parking_release(r: redis.Redis, proxied: redis.Redis, fault_proxy: Faul
     assert fault_proxy.dropped == 1 and not lease.lost and not lost
     assert [p.payload for p in published] == [b"run 1"]
     assert r.zcard(sem.claimed_key) == 1 and r.zcard(sem.keys.holders) == 1
+
+
+def test_parking_park(r: redis.Redis, proxied: redis.Redis, fault_proxy: FaultProxy) -> None:
+    from celery_redislock.core import parking
+
+    r.script_load(parking._PARK.text)
+    published: list[parking.Parked] = []
+    sem = parking.ParkingSemaphore(proxied, "pool", limit=1, ttl=30, reserve_ttl=30,
+                                   on_claimed=lambda _s, c: published.extend(c))  # fmt: skip
+    # A permit is free (the holder released between the refusal and the park): the park
+    # claims its own entry at once. Its reply lost, the re-send still hands the entry
+    # to be published now, not after a 30 s reservation and a sweeper.
+    drop_next(fault_proxy, parking._PARK)
+    assert sem.park("a" * 32, b"run 1", owner="t1") == 0
+    assert fault_proxy.dropped == 1 and [p.payload for p in published] == [b"run 1"]
+    # Parked behind others: the re-send answers the same place.
+    assert sem.park("b" * 32, b"run 2", owner="t2") == 1
+    drop_next(fault_proxy, parking._PARK)
+    assert sem.park("c" * 32, b"run 3", owner="t3") == 2
+    assert fault_proxy.dropped == 2 and r.zcard(sem.parked_key) == 2

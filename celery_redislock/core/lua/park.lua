@@ -11,6 +11,9 @@
 -- KEYS[7]  payloads  hash: "p:<id>" payload, "o:<id>" owner, "t:<id>" ticket.
 -- KEYS[8]  claimed   zset: claimed entry ids scored by reservation expiry (ms).
 -- KEYS[9]  taken     zset: consumed ids (see park_take.lua), read only.
+-- KEYS[10] done      string "<prefix>:semaphore:{name}:done:<id>": the ids this park
+--                    claimed, kept RELEASE_MEMORY_MS, so a re-sent park (its reply
+--                    lost) answers as the first did.
 -- ARGV[1]  id        the new entry's id (its park token: random, unguessable).
 -- ARGV[2]  payload   opaque bytes: what to publish when the entry is claimed.
 -- ARGV[3]  owner     owner id of the reserved permit (e.g. the task id).
@@ -20,12 +23,14 @@
 -- ARGV[6]  keep      milliseconds the parking keys outlive the latest park.
 -- ARGV[7]  standby   optional, default 0: runs to keep waiting in place ahead of the
 --                    next release (see claim_standbys in lib_parking.lua).
--- Constants (see lib_lock.lua): FENCE_MEMORY_MS.
+-- Constants (see lib_lock.lua): FENCE_MEMORY_MS, RELEASE_MEMORY_MS.
 --
 -- Returns {position, id, payload, ...}: the entry's 1-based place in the queue (0
--- when it was claimed at once, or when `id` is known already -- parked, claimed or
--- taken: a re-sent park, which must never queue a run that started), then
--- {id, payload, owner} of each entry claimed, to be published by the caller.
+-- when it was claimed at once), then {id, payload, owner} of each entry claimed, to
+-- be published by the caller. When `id` is known already (parked, claimed or taken:
+-- a re-sent park, which must never queue a run that started) nothing changes and the
+-- reply is its place now (0 once claimed or taken), with the entries the first park
+-- claimed that are still claimed.
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
@@ -36,8 +41,19 @@ local id, payload, owner = ARGV[1], ARGV[2], ARGV[3]
 local reserve, keep = tonumber(ARGV[5]), tonumber(ARGV[6])
 local now, now_us = server_clock()
 
-if redis.call('HEXISTS', k.payloads, 'p:' .. id) == 1 then return {0} end
-if redis.call('ZSCORE', KEYS[9], id) then return {0} end
+if redis.call('HEXISTS', k.payloads, 'p:' .. id) == 1 or redis.call('ZSCORE', KEYS[9], id) then
+  local place = redis.call('ZRANK', k.parked, id)
+  local reply = {place and place + 1 or 0}
+  for claimed_id in string.gmatch(redis.call('GET', KEYS[10]) or '', '%S+') do
+    local row = redis.call('HMGET', k.payloads, 'p:' .. claimed_id, 'o:' .. claimed_id)
+    if row[1] and redis.call('ZSCORE', k.claimed, claimed_id) then
+      reply[#reply + 1] = claimed_id
+      reply[#reply + 1] = row[1]
+      reply[#reply + 1] = row[2] or ''
+    end
+  end
+  return reply
+end
 local tail = redis.call('ZRANGE', k.parked, -1, -1, 'WITHSCORES')
 local ticket = now_us
 if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end
@@ -57,4 +73,9 @@ local reply = {0}
 if position then reply[1] = position + 1 end
 for _, v in ipairs(claimed) do reply[#reply + 1] = v end
 for _, v in ipairs(ahead) do reply[#reply + 1] = v end
+if #reply > 1 then
+  local ids = {}
+  for i = 2, #reply, 3 do ids[#ids + 1] = reply[i] end
+  redis.call('SET', KEYS[10], table.concat(ids, ' '), 'PX', {{RELEASE_MEMORY_MS}})
+end
 return reply
