@@ -55,7 +55,11 @@ def guards_of(task: Any) -> tuple[Guard, ...]:
 
 
 def _our_headers(headers: Any) -> dict[str, str]:
-    return {k: headers[k] for k in HEADERS if k in headers} if headers else {}
+    # Every redislock_* header (the Cleanup contract), not only HEADERS: a parked run's
+    # park token (redislock_park) too, which the bounded guard needs when it is revoked.
+    return {k: v for k, v in headers.items()
+            if k in HEADERS or (isinstance(k, str) and k.startswith("redislock_"))
+            } if headers else {}  # fmt: skip
 
 
 def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
@@ -96,7 +100,11 @@ def _on_revoked(sender: Any = None, request: Any = None, terminated: bool = Fals
                 **_: Any) -> None:  # fmt: skip
     if not guards_of(sender) or request is None or not request.id:
         return
-    deliveries = _forget(request.id) or (_our_headers(request.headers),)
+    # The revoked message's own headers too: one revoked (or expired) on receipt was
+    # never remembered, and what is may be an earlier delivery's (a parked run's first).
+    own = _our_headers(request.headers)
+    remembered = _forget(request.id)
+    deliveries = remembered if own in remembered else (*remembered, own)
     event = "terminated" if terminated else "revoked"
     _dispatch(sender, Cleanup(request.id, event, deliveries, request.args, request.kwargs))
 

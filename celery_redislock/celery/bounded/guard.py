@@ -52,7 +52,7 @@ from ..signals import (
 from ..singleton.percall import run_lock_ttl
 from ..tokens import NONCE_HEADER, TOKEN_HEADER, running_owner
 from .options import BoundedOptions
-from .parking import park_attempt, park_state, parking_for
+from .parking import PARK_HEADER, park_attempt, park_state, parking_for
 from .reschedule import WAIT_HEADER
 from .reschedule import park as _park
 from .reschedule import reschedule as _reschedule
@@ -207,6 +207,7 @@ class ConcurrencyGuard(Guard):
         (killed child, hard time limit, terminated). A run revoked before it started
         held none."""
         if not event.started:
+            _drop_parked(task, event)
             return
         resolved = options_of(task)
         options = resolved.bounded
@@ -227,6 +228,32 @@ class ConcurrencyGuard(Guard):
                 permit_released.send(sender=task, task_id=event.task_id, key=pool,
                                      reason=event.event, released=True,
                                      stage="cleanup")  # fmt: skip
+
+
+def _drop_parked(task: AnyTask, event: Cleanup) -> None:
+    """A parked run revoked or expired before it started never takes the permit its
+    release reserved for it: consume its park token (else the entry goes back to the
+    queue when the reservation lapses, and is published and revoked again, round after
+    round) and hand the permit on at once, not after ``lock_ttl``."""
+    ids = [str(h[PARK_HEADER]).split()[0] for h in event.deliveries
+           if str(h.get(PARK_HEADER) or "").strip()]  # fmt: skip
+    resolved = options_of(task)
+    options = resolved.bounded
+    if not ids or not options.enabled or (
+            callable(options.key) and event.args is None and event.kwargs is None):
+        return  # its pool is unknown here: the reservation lapses after lock_ttl
+    pool = options.pool(task, event.args, event.kwargs)
+    lock = resolved.singleton
+    sem = semaphore_for(task, pool, options.limit_of(pool), lock.lock_ttl, lock.prefix,
+                        lock.replicas)  # fmt: skip
+    for entry_id in ids:
+        status, lease = sem.take(entry_id, permit_owner(event.task_id, entry_id), renew=False)
+        if lease is not None:
+            lease.release()  # to the next parked run
+        if status != DUPLICATE:
+            PERMIT.info("celery_redislock: parked run %s[%s] of pool %r was %s before it "
+                        "started: dropped from the parked queue, its permit handed on",
+                        task.name, event.task_id, pool, event.event)  # fmt: skip
 
 
 def _waiting(sem: ParkingSemaphore) -> int:

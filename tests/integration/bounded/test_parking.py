@@ -265,3 +265,34 @@ def test_a_parked_run_of_mode_until_and_while_executing_runs_when_released(
     wait_until(lambda: not lock_info(locks, key).held, what="the singleton lock released")
     wait_until(lambda: not holders(locks, "api"), what="the permit released")
     assert _lot(app).parking_info().claimed == 0
+
+
+def test_a_parked_run_that_expired_hands_its_reserved_permit_on(
+    app: Celery, locks: redis.Redis, worker: Any
+) -> None:
+    # A parked run whose message expired (or was revoked) never takes the permit the
+    # release reserved for it: it was held idle for lock_ttl (30 s), then the entry went
+    # back to its place and was claimed, published and revoked again, round after round.
+    proceed = threading.Event()
+
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0)
+    def call(n: int) -> int:
+        if n == 0:
+            proceed.wait(10)
+        return n
+
+    worker(app, concurrency=3)
+    busy = call.delay(0)
+    wait_until(lambda: holders(locks, "api"), what="the busy run")
+    expiring = call.apply_async((1,), expires=1.0)
+    wait_until(lambda: _lot(app).parking_info().parked == 1, what="run 1 parked")
+    last = call.delay(2)
+    wait_until(lambda: _lot(app).parking_info().parked == 2, what="run 2 parked")
+    time.sleep(1.5)  # run 1's message expires while parked
+    proceed.set()
+    assert busy.get(timeout=10) == 0
+    assert last.get(timeout=10) == 2  # not after run 1's reservation lapsed (30 s)
+    assert expiring.state == "REVOKED"
+    wait_until(lambda: not holders(locks, "api"), what="the permit released")
+    info = _lot(app).parking_info()
+    assert (info.parked, info.claimed) == (0, 0)  # run 1 is not coming back
