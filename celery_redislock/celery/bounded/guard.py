@@ -10,22 +10,22 @@ Celery tells it the child died, hit its hard time limit or was terminated.
 
 **Over the limit** a run never holds its worker slot for long:
 
-1. if fewer than ``concurrency_waiters`` runs of the pool (default: as many as its
-   limit) are waiting in place already, across all workers, it waits in place too,
-   for up to ``concurrency_wait`` seconds (default 0.5; woken the moment a permit is
-   released, so a freed permit never sits idle while work is queued);
-2. otherwise, or if still refused, it publishes its own message again -- same task
-   id, arguments and options, the same ``retries`` count, so it never spends
-   ``max_retries`` -- with a countdown of ``concurrency_countdown`` plus up to
-   ``concurrency_jitter`` seconds at random, and ends with ``Ignore``: the current
-   message is acknowledged and no result is stored.
+1. with ``concurrency_wait`` > 0 (opt-in, default 0), if fewer than
+   ``concurrency_waiters`` runs of the pool (default: its limit) wait in place
+   already, across all workers, it waits in place too for up to that many seconds
+   (woken the moment a permit is released);
+2. otherwise, or if still refused, it is **parked** in the pool's queue in Redis
+   (``concurrency_park``, the default; :mod:`.parking`) and the release that frees a
+   permit publishes it again; with ``concurrency_park=False`` it publishes its own
+   message again with a countdown of ``concurrency_countdown`` plus up to
+   ``concurrency_jitter`` seconds (:mod:`.reschedule`). Either way the same task id,
+   arguments, options and ``retries`` count (``max_retries`` is never spent), and it
+   ends with ``Ignore``: the current message is acknowledged, no result is stored.
 
-The copy goes through ``RedisLockTask.apply_async`` as a ``retry()`` does, so a
-singleton task hands its lock over to it (held through the countdown) instead of
-letting it go. Meanwhile the task's ``AsyncResult`` reads ``PENDING`` (with
+A singleton task hands its lock over to the parked or re-sent message, as to a
+``retry()``. Meanwhile the task's ``AsyncResult`` reads ``PENDING`` (with
 ``task_track_started``, the ``STARTED`` the worker stored is set back to
-``PENDING``). Each re-schedule sends :data:`~..signals.permit_rescheduled`;
-``concurrency_wait=0`` never waits in place.
+``PENDING``); ``permit_parked`` or ``permit_rescheduled`` is sent.
 
 In eager mode (``apply()``, ``task_always_eager``) there is no queue to go back to:
 the run waits in place for a permit, as long as it takes.
