@@ -227,7 +227,12 @@ class SingletonGuard(Guard):
             if token:  # the queued lease, if the run never adopted it
                 qlock = lock_for(task, queued_key(key), options) if (
                     options.mode == queued.MODE) else lock  # fmt: skip
-                _cleanup_release(task, event, key, release_token(qlock, token))
+                done = release_token(qlock, token)
+                if not done and qlock is not lock:
+                    # A parked run's message names the running lease it was handed
+                    # (SingletonHold.on_park), not a queued one.
+                    done = release_token(lock, token)
+                _cleanup_release(task, event, key, done)
             if not event.started or not options.lock_while_running:
                 continue
             for seed in filter(None, (token, nonce)):

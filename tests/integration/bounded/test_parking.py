@@ -296,3 +296,35 @@ def test_a_parked_run_that_expired_hands_its_reserved_permit_on(
     wait_until(lambda: not holders(locks, "api"), what="the permit released")
     info = _lot(app).parking_info()
     assert (info.parked, info.claimed) == (0, 0)  # run 1 is not coming back
+
+
+def test_a_parked_singleton_that_expired_lets_its_lock_go(
+    app: Celery, locks: redis.Redis, worker: Any
+) -> None:
+    # In mode until_and_while_executing the parked message names the running lease it
+    # was handed; the revoke cleanup released that token on the queued lock only, so
+    # the signature stayed locked for lock_queued_ttl after its parked run expired.
+    proceed = threading.Event()
+
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0)
+    def call() -> str:
+        proceed.wait(10)
+        return "busy"
+
+    @singleton_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0,
+                    singleton_mode="until_and_while_executing")  # fmt: skip
+    def sync(user: int) -> int:
+        return user
+
+    worker(app, concurrency=3)
+    busy = call.delay()
+    wait_until(lambda: holders(locks, "api"), what="the busy run")
+    expiring = sync.apply_async((7,), expires=1.0)
+    key = call_key(sync, (7,), {}, {})
+    wait_until(lambda: _lot(app).parking_info().parked == 1, what="the singleton parked")
+    time.sleep(1.5)  # its message expires while parked
+    proceed.set()
+    assert busy.get(timeout=10) == "busy"
+    wait_until(lambda: expiring.state == "REVOKED", what="the parked run revoked")
+    wait_until(lambda: not lock_info(locks, key).held, timeout=5,
+               what="the singleton lock released")  # fmt: skip
