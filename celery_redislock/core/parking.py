@@ -211,12 +211,12 @@ class ParkingSemaphore(RedisSemaphore):
         """Return a claimed entry that could not be published: to its old place in
         the queue, or (``dead`` = the reason) to the dead-letter list. Its reserved
         permit is freed (call :meth:`pump` to hand it on). False when the entry was
-        no longer claimed."""
+        no longer claimed (a re-sent call answers as the first did)."""
         mode, reason = ("dead", " ".join(dead.split())) if dead is not None else ("park", "")
         k = self._keys
         return bool(_RETURN(self._client,
                             [k.holders, k.leases, self.parked_key, self.payloads_key,
-                             self.claimed_key, self.dead_key],
+                             self.claimed_key, self.dead_key, k.done(f"{entry_id}:back")],
                             [entry_id, mode, reason, self._keep_ms]))  # fmt: skip
 
     def dead_letters(self, count: int = 100) -> list[tuple[str, float, str, bytes]]:

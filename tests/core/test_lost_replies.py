@@ -228,3 +228,17 @@ def test_parking_park(r: redis.Redis, proxied: redis.Redis, fault_proxy: FaultPr
     drop_next(fault_proxy, parking._PARK)
     assert sem.park("c" * 32, b"run 3", owner="t3") == 2
     assert fault_proxy.dropped == 2 and r.zcard(sem.parked_key) == 2
+
+
+def test_parking_give_back(r: redis.Redis, proxied: redis.Redis, fault_proxy: FaultProxy) -> None:
+    from celery_redislock.core import parking
+
+    r.script_load(parking._RETURN.text)
+    sem = parking.ParkingSemaphore(proxied, "pool", limit=1, ttl=30, reserve_ttl=30)
+    assert sem.park("a" * 32, b"run 1") == 0  # claimed at once (no on_claimed here)
+    drop_next(fault_proxy, parking._RETURN)
+    # Returned to the dead letters once; the re-send answers True as the first did (the
+    # caller then hands the freed permit on at once, not at the next sweep).
+    assert sem.give_back("a" * 32, dead="bad payload") is True
+    assert fault_proxy.dropped == 1 and r.llen(sem.dead_key) == 1
+    assert r.zcard(sem.claimed_key) == 0 and r.zcard(sem.keys.holders) == 0

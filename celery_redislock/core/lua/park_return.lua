@@ -9,19 +9,23 @@
 -- KEYS[5]  claimed   zset: claimed entry ids scored by reservation expiry (ms).
 -- KEYS[6]  dead      list: dead-lettered entries, "<id> <server ms> <reason>\n<payload>",
 --                    newest last, at most DEAD_LETTERS kept.
+-- KEYS[7]  done      string "<prefix>:semaphore:{name}:done:<id>:back": written when the
+--                    entry is returned, kept RELEASE_MEMORY_MS, so a re-sent call (its
+--                    reply lost) answers 1 as the first did.
 -- ARGV[1]  id        the claimed entry's id.
 -- ARGV[2]  mode      "park": back to the queue; "dead": to the dead-letter list.
 -- ARGV[3]  reason    mode "dead": why (one line of text).
 -- ARGV[4]  keep      milliseconds the dead-letter list is kept after this write.
--- Constants (see lib_parking.lua): DEAD_LETTERS.
+-- Constants (see lib_parking.lua, lib_lock.lua): DEAD_LETTERS, RELEASE_MEMORY_MS.
 --
 -- Returns 1 when the entry was claimed and is now returned, 0 when it was not (a
--- run took it meanwhile, or a re-sent call).
+-- run took it meanwhile).
 
 local holders, leases, parked, payloads = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[1]
 
-if redis.call('ZREM', KEYS[5], id) == 0 then return 0 end
+if redis.call('ZREM', KEYS[5], id) == 0 then return redis.call('EXISTS', KEYS[7]) end
+redis.call('SET', KEYS[7], '1', 'PX', {{RELEASE_MEMORY_MS}})
 redis.call('ZREM', holders, id)
 redis.call('HDEL', leases, 'f:' .. id, 'o:' .. id, 's:' .. id)
 if ARGV[2] == 'park' then
