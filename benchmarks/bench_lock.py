@@ -17,7 +17,9 @@ free loopback port and measures:
 
    interleaved cycle by cycle (the order rotating) in several rounds, medians over
    rounds reported. The ratio to the floor is the median of the per-round ratios
-   of p50, so drift of the machine's speed cancels.
+   of p50, so drift of the machine's speed cancels. "Redis CPU" is redis-server's
+   own CPU time per cycle (``INFO cpu``, one run of each after the rounds): the
+   part of a cycle the client cannot save (a loaded machine inflates it).
 
 2. **Contended hand-off**: 8 threads (one process, one shared client), then 8
    processes, each looping acquire -> hold 1 ms -> release. Every section records
@@ -164,6 +166,22 @@ def interleaved(cycles: dict[str, Callable[[], None]], n: int) -> dict[str, list
     return samples
 
 
+def server_cpu_per_cycle(client: redis.Redis, cycle: Callable[[], None], n: int) -> float:
+    """Seconds of redis-server CPU (user + system, ``INFO cpu``) per cycle, over ``n``
+    cycles run back to back: the part of a cycle's latency spent in Redis (Lua, the
+    commands, reading and writing the sockets), which the client cannot save. Includes
+    the two ``INFO`` calls themselves, alike for every implementation."""
+
+    def used() -> float:
+        info = client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    before = used()
+    for _ in range(n):
+        cycle()
+    return (used() - before) / n
+
+
 def uncontended(url: str, rounds: int, n: int) -> tuple[list[list[str]], dict[str, float]]:
     client = redis.Redis.from_url(url)
     cycles = {name: make(client) for name, make in UNCONTENDED.items()}
@@ -185,6 +203,7 @@ def uncontended(url: str, rounds: int, n: int) -> tuple[list[list[str]], dict[st
             p50s[name].append(percentile(samples[name], 50))
             p99s[name].append(percentile(samples[name], 99))
             means[name].append(sum(samples[name]) / n)
+    server = {name: server_cpu_per_cycle(client, cycles[name], n) for name in order}
     floor = order[0]
     rows = []
     ratio_of: dict[str, float] = {}
@@ -193,7 +212,7 @@ def uncontended(url: str, rounds: int, n: int) -> tuple[list[list[str]], dict[st
         ratio = ratio_of[name] = median(ratios)
         rows.append([
             name, us(median(p50s[name])), us(median(p99s[name])), us(median(means[name])),
-            f"{ratio:.3f}x", f"{min(ratios):.3f}-{max(ratios):.3f}",
+            f"{ratio:.3f}x", f"{min(ratios):.3f}-{max(ratios):.3f}", us(server[name]),
         ])  # fmt: skip
     client.close()
     return rows, ratio_of
@@ -368,7 +387,10 @@ def main() -> None:
         )
         print(f"\nUncontended acquire + release, {rounds} rounds x {n} cycles (µs):")
         rows, ratios = uncontended(server.url, rounds, n)
-        print_table(["implementation", "p50", "p99", "mean", "p50 / floor", "range"], rows)
+        print_table(
+            ["implementation", "p50", "p99", "mean", "p50 / floor", "range", "Redis CPU"],
+            rows,
+        )
 
         print(f"\nContended hand-off, {WORKERS} workers, {HOLD * 1000:g} ms hold, "
               f"{duration:g} s per run (µs):")  # fmt: skip

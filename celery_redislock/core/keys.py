@@ -79,7 +79,12 @@ class KeySpace:
         if prefix.__class__ is not str:
             check_name(prefix, "prefix")  # raises (not hashable for the cache, either)
         _check_prefix(prefix)
-        return cls(prefix, kind, name)
+        space = cls(prefix, kind, name)
+        # ``base`` at once, as the cached property would make it: every lock reads it
+        # when built, and the property's first read (a lock on Python < 3.12) costs
+        # more than the string.
+        space.__dict__["base"] = f"{prefix}:{kind}:{{{encode_name(name)}}}"
+        return space
 
     @cached_property
     def base(self) -> str:

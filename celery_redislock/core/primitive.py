@@ -24,9 +24,6 @@ from .validate import capped_ttl_ms, check_bool, check_client, check_max_hold, t
 __all__ = ["Primitive", "PrimitiveBase", "fresh_token"]
 
 
-_STACKS_LOCK = threading.Lock()
-
-
 class PrimitiveBase:
     """What the sync and async locks and semaphores share, with no I/O: checked
     settings, keys and lease terms. Subclasses set :attr:`kind` (the key-space kind)."""
@@ -111,8 +108,9 @@ class Primitive(PrimitiveBase):
             self._client, min_replicas, replica_timeout, wait_aof
         )
         # `with lock:` leases by thread (a dict: a threading.local costs more than the
-        # rest of a lock built per call), made by the first `with`.
-        self._stacks: dict[int, list[Lease]] | None = None
+        # rest of a lock built per call). Made here, not by the first `with`: an empty
+        # dict costs less than the lock that two first `with`s at once would need.
+        self._stacks: dict[int, list[Lease]] = {}
 
     def acquire(
         self,
@@ -165,13 +163,12 @@ class Primitive(PrimitiveBase):
     def __enter__(self) -> Lease:
         lease = self.acquire()
         assert lease is not None  # a blocking acquire without timeout returns a lease
-        stacks = self._stacks
-        if stacks is None:
-            with _STACKS_LOCK:  # two threads entering the first `with` at once share one
-                if self._stacks is None:
-                    self._stacks = {}
-                stacks = self._stacks
-        stacks.setdefault(threading.get_ident(), []).append(lease)
+        ident = threading.get_ident()
+        stack = self._stacks.get(ident)
+        if stack is None:
+            self._stacks[ident] = [lease]  # only this thread writes its own entry
+        else:
+            stack.append(lease)
         return lease
 
     def __exit__(
@@ -180,7 +177,6 @@ class Primitive(PrimitiveBase):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._stacks is not None  # set by __enter__
         ident = threading.get_ident()
         stack = self._stacks[ident]
         lease = stack.pop()
