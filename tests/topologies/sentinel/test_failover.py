@@ -37,6 +37,41 @@ def _holder_copies(group: SentinelGroup, key: str) -> int:
     return copies
 
 
+def _where(group: SentinelGroup, client: Any, key: str, promoted: int) -> str:
+    """Which node ``client`` talks to and what every node holds, for a failure message:
+    a refusal after a release is only a bug if it came from the primary the release
+    reached (a refusal answers from the node's copy without writing, so a node demoted
+    meanwhile, or a stale primary, answers it without a READONLY error)."""
+    reply = client.execute_command("CONFIG", "GET", "port")  # its pooled connection's node
+    node = int(next(iter(reply.values())))
+    views = [f"client on {node}, promoted {promoted}, agreed now {group.primary_port()}"]
+    for port in group.nodes:
+        role = group.role(port)
+        held = "" if role == "down" else f" holds={_holder_copies_on(group, port, key)}"
+        views.append(f"{port} {role}{held}")
+    for port in group.sentinel_ports:
+        sentinel = group.node_client(port, 0.5)
+        try:
+            state = sentinel.sentinel_master(group.master_name)
+            epoch, flags = state.get("config-epoch"), state.get("flags")
+            views.append(f"sentinel {port}: {state['port']} epoch {epoch} {flags}")
+        except redis.RedisError as exc:
+            views.append(f"sentinel {port}: {exc!r}")
+        finally:
+            sentinel.close()
+    return "; ".join(views)
+
+
+def _holder_copies_on(group: SentinelGroup, port: int, key: str) -> int:
+    client = group.node_client(port)
+    try:
+        return int(client.exists(key))
+    except redis.RedisError:
+        return -1
+    finally:
+        client.close()
+
+
 def test_sentinel_client_acks_from_every_replica(healed: SentinelGroup) -> None:
     client = healed.master_client(**FAST)
     lock = RedisLock(client, "acked", ttl=10, min_replicas=2, replica_timeout=0.4)
@@ -182,8 +217,9 @@ def test_acknowledged_grant_survives_the_failover(healed: SentinelGroup) -> None
     lease = lock.acquire(blocking=False, on_lost=lost.append)
     assert lease is not None
     old = healed.kill_primary()
-    healed.wait_promoted(old)
-    contender = RedisLock(healed.master_client(**FAST), "acked-failover", ttl=6.0)
+    promoted = healed.wait_promoted(old)
+    contender_client = healed.master_client(**FAST)
+    contender = RedisLock(contender_client, "acked-failover", ttl=6.0)
     assert contender.acquire(blocking=False) is None  # no double grant
     # Woken by messages again (three polls in a row this quick: ~3 % by luck).
     assert max(_wake_latency(holder, waiter) for _ in range(3)) < 0.3
@@ -192,7 +228,8 @@ def test_acknowledged_grant_survives_the_failover(healed: SentinelGroup) -> None
     assert lease.extend() is True
     assert lease.release() is True
     after = contender.acquire(blocking=False)
-    assert after is not None and after.fence > lease.fence
+    assert after is not None, _where(healed, contender_client, lock.keys.holders, promoted)
+    assert after.fence > lease.fence
     assert after.release()
 
 
