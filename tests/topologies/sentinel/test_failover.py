@@ -158,22 +158,29 @@ def test_partition_waiters_stale_leases_and_fences(healed: SentinelGroup) -> Non
     stale = RedisLock(stale_client, "split", ttl=3, renew=True).acquire(
         blocking=False, on_lost=lost.append
     )
-    assert stale is not None  # granted by the old primary: the split brain acks prevent
-    with pytest.raises((NotReplicated, redis.ConnectionError)):
-        RedisLock(stale_client, "acked", ttl=3, min_replicas=2, replica_timeout=0.3).acquire(
-            blocking=False
-        )
-
+    if stale is None:
+        # No split brain this time: Sentinel demoted the resumed primary (or the
+        # client's connection was re-routed to the new one) before the acquire reached
+        # it, so it was refused beside the new holder -- the safe outcome. Seen once on
+        # a loaded machine; the split-brain checks below need the grant.
+        assert healed.role(old) == "slave" or healed.primary_port() != old
+    else:
+        # Granted by the old primary: the split brain that acks prevent.
+        with pytest.raises((NotReplicated, redis.ConnectionError)):
+            RedisLock(stale_client, "acked", ttl=3, min_replicas=2, replica_timeout=0.3).acquire(
+                blocking=False
+            )
     deadline = time.monotonic() + 30
     while healed.role(old) != "slave" and time.monotonic() < deadline:
         time.sleep(0.05)
     assert healed.role(old) == "slave"
-    # Reported lost at its next renewal (TTL/3), never silently...
-    assert stale.lost_event.wait(8), "the stale lease was not reported lost"
-    assert lost == [stale]
-    # ...and it can neither extend nor release the new holder's lease.
-    assert stale.extend() is False
-    assert stale.release() is False
+    if stale is not None:
+        # Reported lost at its next renewal (TTL/3), never silently...
+        assert stale.lost_event.wait(8), "the stale lease was not reported lost"
+        assert lost == [stale]
+        # ...and it can neither extend nor release the new holder's lease.
+        assert stale.extend() is False
+        assert stale.release() is False
     assert new_holder.extend() is True
     assert new_holder.release() is True
 
