@@ -138,6 +138,13 @@ class AsyncNotifier:
         self._pubsub: Any = None
         self._channels: dict[str, _Channel] = {}
         self._reader: asyncio.Task[None] | None = None
+        # One SUBSCRIBE in flight at a time: redis.asyncio's PubSub.connect, run by
+        # concurrent callers before it has a connection, takes a pooled connection
+        # for each and keeps the last; the others are never given back (a blocking
+        # pool ran dry, every call hung until its timeout). Not an asyncio.Lock:
+        # that keeps its loop alive, and the registry is weak on the loop.
+        self._subscribing = False
+        self._subscribed = Signal()
 
     def subscribed(self, channel: str) -> bool:
         """True while ``channel`` is subscribed and confirmed: a waiter that joins now
@@ -195,12 +202,21 @@ class AsyncNotifier:
             waiter.future = None
 
     async def _subscribe(self, channel: str, entry: _Channel) -> None:
+        while self._subscribing:
+            await self._subscribed.wait(SUBSCRIBE_CONFIRM_TIMEOUT)
+        if entry.sent or self._pubsub is None:  # subscribed meanwhile, or closed
+            return
+        self._subscribing = True
+        self._subscribed.clear()
         try:
             await self._pubsub.subscribe(channel)
         except RedisError as exc:  # unreachable: the waiters poll; the reader retries
             log.debug("celery_redislock: SUBSCRIBE %s failed: %r", channel, exc)
         else:
             entry.sent = True
+        finally:
+            self._subscribing = False
+            self._subscribed.set()
 
     async def _read(self) -> None:
         pubsub = self._pubsub

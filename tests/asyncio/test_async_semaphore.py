@@ -76,3 +76,31 @@ def test_a_loop_renews_all_its_leases_in_one_call_per_tick(r: redis.Redis, redis
 
     calls = asyncio.run(main())
     assert calls <= 1.0 / (ttl / 3) + 2, calls  # one call per tick for 200 leases
+
+
+def test_waiters_joining_at_once_share_one_subscriber_connection(redis_url: str) -> None:
+    # Many waiters of a loop subscribe at the same moment: one SUBSCRIBE in flight, so
+    # the subscriber takes one pooled connection (redis.asyncio's PubSub.connect, run
+    # concurrently, takes one per caller and keeps the last: a small blocking pool was
+    # exhausted and every task hung until the pool's timeout).
+    async def main() -> int:
+        pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=4,
+                                                        timeout=3)  # fmt: skip
+        client = aioredis.Redis(connection_pool=pool)
+        sem = AsyncRedisSemaphore(client, "joined", limit=1, ttl=10)
+        done = 0
+
+        async def task() -> None:
+            nonlocal done
+            lease = await sem.acquire(timeout=30)  # a deadline: each call is a task
+            assert lease is not None
+            await asyncio.sleep(0.001)
+            await lease.release()
+            done += 1
+
+        await asyncio.gather(*(task() for _ in range(40)))
+        await client.aclose()
+        await pool.aclose()
+        return done
+
+    assert asyncio.run(main()) == 40
