@@ -9,9 +9,11 @@ It starts a private ``redis-server`` and measures, all through ``redis.asyncio``
 
 1. **Uncontended** acquire + release, p50 / p99, of the *floor* (``SET key token NX
    PX`` then a compare-and-delete script by ``EVALSHA``: two round trips, the least a
-   correct token lock can do), redis.asyncio's ``Lock`` and ``AsyncRedisLock``,
-   interleaved cycle by cycle in several rounds; the ratio to the floor is the
-   median of the per-round ratios of p50, so drift of the machine's speed cancels.
+   correct token lock can do), redis.asyncio's ``Lock`` and ``AsyncRedisLock`` (one
+   lock object, and one built per acquire by ``async with``), interleaved cycle by
+   cycle in several rounds; the ratio to the floor is the median of the per-round
+   ratios of p50, so drift of the machine's speed cancels. ``--uncontended`` runs
+   this part only (``--rounds N``: more rounds).
 2. **Hand-off**: 8 tasks in one loop, then 8 processes (one task each), looping
    acquire -> hold 1 ms -> release; the gap between one section's release and the
    next section's acquire returning, p50 / p99 (``time.time()``, one clock).
@@ -95,12 +97,24 @@ def ours_cycle(client: aioredis.Redis) -> Cycle:
     return cycle
 
 
+def built_cycle(client: aioredis.Redis) -> Cycle:
+    """The lock built per acquire, as users write it (``async with
+    AsyncRedisLock(client, f"user:{uid}")``)."""
+
+    async def cycle() -> None:
+        async with AsyncRedisLock(client, "bench:built", ttl=30):
+            pass
+
+    return cycle
+
+
 async def uncontended(url: str, rounds: int, cycles: int) -> list[list[object]]:
     client = aioredis.Redis.from_url(url)
     impls = {
         "floor (SET NX PX + EVALSHA del)": await floor_cycle(client),
         "redis.asyncio Lock": redis_py_cycle(client),
         "AsyncRedisLock": ours_cycle(client),
+        "AsyncRedisLock built per acquire": built_cycle(client),
     }
     names = list(impls)
     per_round: dict[str, list[list[float]]] = {name: [] for name in names}
@@ -110,7 +124,8 @@ async def uncontended(url: str, rounds: int, cycles: int) -> list[list[object]]:
     for round_no in range(rounds):
         samples: dict[str, list[float]] = {name: [] for name in names}
         for i in range(cycles):
-            order = names[(i + round_no) % 3 :] + names[: (i + round_no) % 3]
+            shift = (i + round_no) % len(names)
+            order = names[shift:] + names[:shift]
             for name in order:
                 started = time.perf_counter()
                 await impls[name]()
@@ -246,8 +261,12 @@ async def api_cap(url: str, tasks: int, limit: int, hold: float) -> list[list[ob
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter run (smoke test)")
+    parser.add_argument("--uncontended", action="store_true",
+                        help="the uncontended cycle only")  # fmt: skip
+    parser.add_argument("--rounds", type=int, help="rounds of the uncontended cycle")
     options = parser.parse_args()
     rounds, cycles, duration = (2, 200, 1.0) if options.quick else (5, 500, 2.0)
+    rounds = options.rounds or rounds
     load_before = os.getloadavg()[0]
     began = time.monotonic()
     with RedisServer() as server:
@@ -257,6 +276,10 @@ def main() -> None:
         print(f"Uncontended acquire + release, {rounds} rounds x {cycles} cycles (µs):")
         print_table(["implementation", "p50", "p99", "p50 / floor", "range"],
                     asyncio.run(uncontended(server.url, rounds, cycles)))  # fmt: skip
+        if options.uncontended:
+            print(f"\nload average (1 min) {load_before:.2f} before, "
+                  f"{os.getloadavg()[0]:.2f} after")  # fmt: skip
+            return
         print(f"\nHand-off, AsyncRedisLock, 1 ms hold, {duration:g} s per run (µs):")
         print_table(["workers", "sections", "hand-off p50", "p99"],
                     contended(server.url, duration))  # fmt: skip
