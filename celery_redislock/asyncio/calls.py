@@ -1,20 +1,58 @@
 """Script calls through ``redis.asyncio``: the core's :class:`~celery_redislock.core.
 scripts.LuaScript` sent as its sync ``__call__`` sends it (EVALSHA, EVAL after a
 NOSCRIPT, the reply's stamp checked), awaited. The only I/O of the async classes.
+
+On a plain client a call holds one pooled connection and writes the EVALSHA packed
+here (:func:`pack_evalsha`: what redis-py's ``pack_command`` sends, without its
+per-argument encoder calls) straight to the connection's stream: redis-py's
+``send_packed_command`` wraps every write in ``asyncio.wait_for``, a task and two
+more turns of the loop per command, though a small write on an idle connection never
+waits (it only does when the transport's buffer is full: then the write is awaited
+with the socket timeout, as redis-py does).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..core.scripts import _LAST_LOOK, DeadlinePassed, LuaScript, StaleReply, current_deadline
+from ..core.scripts import (
+    _DEADLINE,
+    _LAST_LOOK,
+    DeadlinePassed,
+    LuaScript,
+    StaleReply,
+    key_encoder,
+)
 
-__all__ = ["call"]
+__all__ = ["call", "pack_evalsha"]
+
+_HEADS: dict[str, bytes] = {}  # a script's sha -> "EVALSHA <sha>" as two bulk strings
+
+
+def pack_evalsha(script: LuaScript, keys: list[Any], args: list[Any],
+                 encode: Callable[[Any], bytes]) -> bytes:  # fmt: skip
+    """``EVALSHA <sha> <numkeys> *keys *args`` in the Redis protocol, as redis-py packs
+    it (``encode``: the client's encoder for a str or another type, see
+    :func:`~celery_redislock.core.scripts.key_encoder`; bytes go as they are, an int as
+    its digits)."""
+    head = _HEADS.get(script.sha)
+    if head is None:
+        head = _HEADS[script.sha] = b"$7\r\nEVALSHA\r\n$40\r\n%b\r\n" % script.sha.encode()
+    count = b"%d" % len(keys)
+    parts = [b"*%d\r\n%b$%d\r\n%b\r\n" % (3 + len(keys) + len(args), head, len(count), count)]
+    append = parts.append
+    for value in (*keys, *args):
+        if value.__class__ is not bytes:
+            value = b"%d" % value if value.__class__ is int else encode(value)
+        append(b"$%d\r\n%b\r\n" % (len(value), value))
+    return b"".join(parts)
 
 
 async def call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:
@@ -26,7 +64,7 @@ async def call(script: LuaScript, client: Any, keys: list[Any], args: list[Any])
     :func:`~celery_redislock.core.scripts.reply_deadline` the whole call (a reconnect
     included: redis.asyncio's connect has no timeout by default) ends by that
     deadline with ``DeadlinePassed``."""
-    deadline = current_deadline()
+    deadline = _DEADLINE.get()
     if deadline is None:
         return await _call(script, client, keys, args, None)
     budget = max(_LAST_LOOK, deadline - time.monotonic()) + _LAST_LOOK
@@ -41,6 +79,7 @@ async def _call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]
     pool = getattr(client, "connection_pool", None)
     if pool is None or getattr(client, "connection", None) is not None:
         return await _via_client(script, client, keys, args)  # cluster, single
+    packed = pack_evalsha(script, keys, args, key_encoder(client))
     conn = await pool.get_connection()
 
     async def failed(_error: BaseException) -> None:
@@ -50,7 +89,7 @@ async def _call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]
 
     try:
         return await conn.retry.call_with_retry(
-            lambda: _on(script, conn, keys, args, deadline), failed
+            lambda: _on(script, conn, packed, keys, args, deadline), failed
         )
     except BaseException as exc:
         if not isinstance(exc, RedisError):
@@ -60,11 +99,11 @@ async def _call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]
         await pool.release(conn)
 
 
-async def _on(script: LuaScript, conn: Any, keys: list[Any], args: list[Any],
+async def _on(script: LuaScript, conn: Any, packed: bytes, keys: list[Any], args: list[Any],
               deadline: float | None) -> Any:  # fmt: skip
     for attempt in (1, 2):
         try:
-            await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            await _send(conn, packed)
             reply = await _read(conn, deadline)
         except NoScriptError:
             await conn.send_command("EVAL", script.text, len(keys), *keys, *args)
@@ -75,6 +114,31 @@ async def _on(script: LuaScript, conn: Any, keys: list[Any], args: list[Any],
         if attempt == 2:
             break
     raise StaleReply(f"{script.name}: the reply is not this call's: {reply!r:.200}")
+
+
+async def _send(conn: Any, packed: bytes) -> None:
+    """``conn.send_packed_command(packed)`` without its ``wait_for`` when the write
+    cannot wait: a connected connection with no health check due (redis-py's own
+    send otherwise), the same errors raised, the connection closed on any."""
+    writer = getattr(conn, "_writer", None)
+    if writer is None or conn.health_check_interval:
+        await conn.send_packed_command(packed)
+        return
+    try:
+        writer.write(packed)
+        transport = writer.transport
+        if transport.is_closing() or transport.get_write_buffer_size():
+            # Not all written (or the connection is going): as redis-py's send.
+            await asyncio.wait_for(writer.drain(), conn.socket_timeout)
+    except asyncio.TimeoutError:
+        await conn.disconnect(nowait=True)
+        raise RedisTimeoutError("Timeout writing to socket") from None
+    except OSError as exc:
+        await conn.disconnect(nowait=True)
+        raise RedisConnectionError(f"Error while writing to socket: {exc!r}") from exc
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        raise
 
 
 async def _read(conn: Any, deadline: float | None) -> Any:
