@@ -51,6 +51,7 @@ from ..signals import (
 )
 from ..singleton.percall import run_lock_ttl
 from ..tokens import NONCE_HEADER, TOKEN_HEADER, running_owner
+from .journal import forget
 from .options import BoundedOptions
 from .parking import PARK_HEADER, park_attempt, park_state, parking_for
 from .reschedule import WAIT_HEADER
@@ -172,6 +173,7 @@ class ConcurrencyGuard(Guard):
         if park_attempt(request) is not None:  # an earlier attempt may have parked it
             _park(task, run, sem, tried_at if since is None else since, limit)
         if parked is not None:  # published by the release that reserved its permit
+            forget(task.app, parked[0])  # before the token is consumed: see journal.py
             status, lease = sem.take(parked[0], owner, ttl=ttl, renew=True, on_lost=on_lost)
             if status == DUPLICATE:
                 _skip_duplicate(task, run, pool)
@@ -247,6 +249,7 @@ def _drop_parked(task: AnyTask, event: Cleanup) -> None:
     sem = semaphore_for(task, pool, options.limit_of(pool), lock.lock_ttl, lock.prefix,
                         lock.replicas)  # fmt: skip
     for entry_id in ids:
+        forget(task.app, entry_id)
         status, lease = sem.take(entry_id, permit_owner(event.task_id, entry_id), renew=False)
         if lease is not None:
             lease.release()  # to the next parked run

@@ -33,6 +33,7 @@ from ..client import get_redis, replica_options
 from ..execution import AnyTask, RunState
 from ..signals import permit_parked
 from ..tokens import HEADERS
+from .journal import forget, record
 
 __all__ = [
     "PARK_HEADER",
@@ -134,6 +135,7 @@ def publish_claimed(app: Any, sem: ParkingSemaphore, claimed: list[Parked]) -> N
                 type(exc).__name__, exc,
             )  # fmt: skip
             dead = sem.give_back(entry.id, dead=f"{type(exc).__name__}: {exc}") or dead
+            forget(app, entry.id)
             continue
         try:
             app.send_task(name, args, kwargs, **options)
@@ -217,6 +219,8 @@ def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
     options["headers"] = headers
     payload = encode_message(task, sig.args, sig.kwargs, options)
     try:
+        record(task.app, entry_id, payload, pool=sem.name, limit=limit, ttl=sem.ttl,
+               prefix=sem.keys.prefix, owner=run.task_id)  # survives the lock Redis
         position = sem.park(entry_id, payload, owner=run.task_id)
     except BaseException:
         for hold in run.holds:

@@ -12,8 +12,10 @@ the main process gave back a dead child's permit (:func:`poke`):
 * an outage: while the lock Redis or the broker is down nothing moves; when they are
   back the next sweep catches up (one WARNING when it starts failing, one INFO when
   it works again);
-* a lock Redis that lost its data: the runs parked there are gone (their messages were
-  acknowledged); an ERROR says so, with how many this worker saw at its last sweep.
+* a lock Redis that lost its data: the runs parked there are parked again from the
+  park journal (:mod:`.recovery`; a WARNING says so); without a journal (broker and
+  lock Redis are one server, or a non-Redis broker) they are gone (their messages were
+  acknowledged) and an ERROR says so, with how many this worker saw at its last sweep.
 
 It looks at the pools in ``<prefix>:parking:pools`` (parking adds its pool there),
 one script call per pool. Several workers sweeping at once are harmless: every step
@@ -34,6 +36,7 @@ from ...core.parking import parking_pools, pools_key
 from ...core.scripts import as_text
 from ..client import get_redis
 from .parking import parking_for
+from .recovery import recover
 
 __all__ = ["DEFAULT_INTERVAL", "Sweeper", "connect", "epoch", "poke", "sweep"]
 
@@ -88,16 +91,25 @@ class Sweeper(threading.Thread):
         self._waiting = 0
 
     def tick(self) -> None:
-        """One sweep; an ERROR when the lock Redis lost its data since the last one
-        (the runs parked then are gone: their messages were acknowledged)."""
+        """One sweep; first, when the lock Redis lost its data since the last one, its
+        parked runs are parked again from the journal (or an ERROR says they are lost)."""
         mark = epoch(self.app)
+        restored = recover(self.app, mark)
         if self._epoch is not None and mark != self._epoch:
-            logger.error(
-                "celery_redislock: the lock Redis lost its data (restarted empty, flushed "
-                "or failed over without it): the %d run(s) parked or claimed at this "
-                "worker's last sweep are lost; run it with persistence (appendonly yes) "
-                "to keep parked runs", self._waiting,
-            )  # fmt: skip
+            if restored is not None:
+                logger.warning(
+                    "celery_redislock: the lock Redis lost its data (restarted empty, "
+                    "flushed or failed over without it): parked runs parked again from the "
+                    "park journal (%d by this worker)", restored,
+                )  # fmt: skip
+            else:
+                logger.error(
+                    "celery_redislock: the lock Redis lost its data (restarted empty, "
+                    "flushed or failed over without it): the %d run(s) parked or claimed at "
+                    "this worker's last sweep are lost; run it with persistence (appendonly "
+                    "yes), or keep the broker on another Redis, to keep parked runs",
+                    self._waiting,
+                )  # fmt: skip
         self._epoch = mark
         _, self._waiting = sweep(self.app)
 

@@ -1,0 +1,158 @@
+"""The park journal of an app: parked runs kept in the broker's Redis as well.
+
+A parked run's message lives in the lock Redis only (its broker message was
+acknowledged). When the broker is a Redis *other than* the lock Redis, every parked run
+is also written to a :class:`~celery_redislock.core.journal.ParkJournal` there (one
+script call when it parks, :func:`record`) and dropped from it when its run starts,
+before the park token is consumed (one script call, :func:`forget`); if the lock Redis
+comes back without its data, the sweepers park every journaled run again
+(:mod:`.recovery`). When the broker and the lock Redis are one server, a restart
+without data loses the broker's queues as well, as with plain Celery: no journal.
+
+``redislock_park_journal_url``: None (default) -- the broker's Redis (or Sentinel)
+when it is not the lock Redis's server, else none; a ``redis://``/``sentinel://`` URL
+-- that Redis; ``False`` -- no journal. With a RabbitMQ broker there is no journal
+unless this names a Redis of its own (parked runs then survive a lock Redis restart
+only with its own persistence, ``appendonly yes``).
+
+May import the core and the shared glue (client, config, sentinel).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Hashable
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import redis
+from celery import Celery
+
+from ...core.journal import ParkJournal
+from ...core.keys import DEFAULT_PREFIX
+from ...errors import ConfigurationError
+from ..client import connection_source, transport_options
+from ..config import CLIENT_KEYS, conf_fingerprint
+from ..identity import IdentityCache
+from ..sentinel import is_sentinel_url, sentinel_client
+
+__all__ = ["JOURNAL_URL", "forget", "journal_for", "read_value", "record"]
+
+JOURNAL_URL: Final = "redislock_park_journal_url"
+_KEYS: Final = (JOURNAL_URL, "redislock_prefix", "redislock_park_keep", *CLIENT_KEYS)
+_KEEP: Final = 86400.0  # parking.DEFAULT_KEEP: the journal keeps what the queue keeps
+
+# app -> (pid, conf fingerprint, journal or None, keep seconds)
+_journals: IdentityCache[tuple[int, Hashable, ParkJournal | None, float]] = IdentityCache()
+
+
+def journal_for(app: Celery) -> ParkJournal | None:
+    """The app's park journal, or None (see the module); made once per process."""
+    return _state(app)[0]
+
+
+def _state(app: Celery) -> tuple[ParkJournal | None, float]:
+    pid, fingerprint = os.getpid(), conf_fingerprint(app, _KEYS)
+    cached = _journals.get(app)
+    if cached is not None and fingerprint is not None and cached[:2] == (pid, fingerprint):
+        return cached[2], cached[3]
+    journal = _make(app)
+    keep = float(app.conf.get("redislock_park_keep", _KEEP))
+    if fingerprint is not None:
+        _journals.set(app, (pid, fingerprint, journal, keep))
+    return journal, keep
+
+
+def record(app: Celery, entry_id: str, payload: bytes, *, pool: str, limit: int,
+           ttl: float, prefix: str, owner: str) -> None:  # fmt: skip
+    """Journal a run about to be parked (before the lock Redis has it)."""
+    journal, keep = _state(app)
+    if journal is not None:
+        head = json.dumps([pool, limit, ttl, prefix, owner], separators=(",", ":"))
+        journal.put(entry_id, head.encode() + b"\n" + payload, keep)
+
+
+def forget(app: Celery, entry_id: str) -> None:
+    """Drop a parked run from the journal: its run starts (or it is dead)."""
+    journal = journal_for(app)
+    if journal is not None:
+        journal.drop(entry_id)
+
+
+def read_value(value: bytes) -> tuple[str, int, float, str, str, bytes]:
+    """``(pool, limit, ttl, prefix, owner, payload)`` of a journaled run; ValueError
+    for anything else."""
+    head, sep, payload = value.partition(b"\n")
+    try:
+        pool, limit, ttl, prefix, owner = json.loads(head)
+        if sep and isinstance(pool, str) and isinstance(prefix, str) and isinstance(
+                owner, str) and int(limit) >= 1 and float(ttl) > 0:  # fmt: skip
+            return pool, int(limit), float(ttl), prefix, owner, payload
+    except (TypeError, ValueError):
+        pass
+    raise ValueError(f"not a journaled parked run (header {head[:60]!r})")
+
+
+def _make(app: Celery) -> ParkJournal | None:
+    setting = app.conf.get(JOURNAL_URL)
+    prefix = app.conf.get("redislock_prefix") or DEFAULT_PREFIX
+    options = dict(app.conf.get("redislock_client_options") or {})
+    if setting is False or setting == "":
+        return None
+    if setting is not None:
+        if not isinstance(setting, str) or _scheme(setting) not in _SCHEMES:
+            raise ConfigurationError(f"{JOURNAL_URL} must be a redis://, rediss://, unix:// "
+                                     f"or sentinel:// URL, or False, got {setting!r}")
+        transport = "redislock_transport_options"
+        return ParkJournal(_client(app, setting, transport, options), prefix)
+    broker = _broker_url(app.conf.broker_write_url)
+    if broker is None or _scheme(broker) not in _SCHEMES:
+        return None  # e.g. RabbitMQ: no Redis survives the lock Redis but the lock Redis
+    transport = "broker_transport_options"
+    locks_url, locks_setting = connection_source(app)
+    if _server(app, broker, transport) == _server(app, locks_url, locks_setting):
+        return None  # one server: a restart without data loses the broker queue too
+    if broker.startswith("rediss:") and isinstance(app.conf.get("broker_use_ssl"), dict):
+        options = {**app.conf.broker_use_ssl, **options}
+    return ParkJournal(_client(app, broker, transport, options), prefix)
+
+
+def _broker_url(value: Any) -> str | None:
+    if isinstance(value, (list, tuple)):
+        value = ";".join(url for url in value if isinstance(url, str))
+    if not isinstance(value, str) or not value:
+        return None
+    # A failover list: the first is the primary (a Sentinel URL lists the Sentinels).
+    return value if is_sentinel_url(value) else value.split(";")[0].strip()
+
+
+_SCHEMES: Final = frozenset({"redis", "rediss", "unix", "redis+socket", "sentinel"})
+
+
+def _scheme(url: str) -> str:
+    return urlsplit(url.split(";")[0].strip()).scheme
+
+
+def _client(app: Celery, url: str, setting: str, options: dict[str, Any]) -> Any:
+    if is_sentinel_url(url):
+        return sentinel_client(url, transport_options(app, setting), options, setting)
+    if _scheme(url) == "redis+socket":
+        parts = urlsplit(url)
+        url = f"unix://{parts.netloc}{parts.path}"
+    return redis.Redis.from_url(url, **options)
+
+
+def _server(app: Celery, url: str, setting: str) -> Hashable:
+    """Which server ``url`` reaches (its database aside): host and port, a socket's
+    path, or a Sentinel group's master name and Sentinels."""
+    if is_sentinel_url(url):
+        name = transport_options(app, setting).get("master_name")
+        hosts = frozenset((urlsplit(p.strip()).hostname, urlsplit(p.strip()).port)
+                          for p in url.split(";") if p.strip())  # fmt: skip
+        return "sentinel", name, hosts
+    parts = urlsplit(url.split(";")[0].strip())
+    if parts.scheme in ("unix", "redis+socket"):
+        return "unix", os.path.realpath(parts.path)
+    host = parts.hostname or "localhost"
+    return "tcp", "127.0.0.1" if host == "localhost" else host, parts.port or 6379

@@ -1,0 +1,58 @@
+"""Recovery: park again, in a lock Redis that lost its data, every run the journal holds.
+
+Each worker's sweeper (:mod:`.sweeper`) reads the lock Redis's mark
+(``<prefix>:parking:epoch``, set once) at every sweep and calls :func:`recover` with
+it. The first sweeper to see a mark the journal (:mod:`.journal`) has not recovered
+for parks every journaled run again, oldest first, under its own park token and with
+its own pool, limit and owner; then the journal learns the mark. Several sweepers doing
+it at once, a sweeper dying half-way (the next one does it all again), or a run of a
+journaled entry starting meanwhile cannot run a task twice: a park of a token the
+lock Redis knows (parked, claimed or taken) changes nothing, and a run drops its
+journal entry before it consumes its token. A run parked in the new lock Redis before
+recovery is parked again as well, which changes nothing (or, if it was claimed and
+published meanwhile, its two messages carry one token: one runs, one is skipped).
+
+May import the core and the shared glue, :mod:`.parking` and :mod:`.journal`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Celery
+
+from ..identity import IdentityCache
+from .journal import journal_for, read_value
+from .parking import parking_for
+
+__all__ = ["recover"]
+
+logger = logging.getLogger(__name__)
+
+_recovered: IdentityCache[str] = IdentityCache()  # app -> the mark recovered for
+
+
+def recover(app: Celery, mark: str) -> int | None:
+    """Park the journaled runs again if the lock Redis marked ``mark`` lost its data:
+    how many this call parked again (0: nothing to do, or done by another worker);
+    None when the app keeps no journal."""
+    journal = journal_for(app)
+    if journal is None:
+        return None
+    if _recovered.get(app) == mark or journal.knows(mark):
+        _recovered.set(app, mark)
+        return 0
+    parked = 0
+    for entry_id, value in journal.entries():
+        try:
+            pool, limit, ttl, prefix, owner, payload = read_value(value)
+        except ValueError as exc:
+            logger.error("celery_redislock: journaled parked run %s cannot be read (%s); "
+                         "dropped from the journal", entry_id, exc)  # fmt: skip
+            journal.drop(entry_id)
+            continue
+        parking_for(app, pool, limit, ttl, prefix).park(entry_id, payload, owner)
+        parked += 1
+    journal.learn(mark)
+    _recovered.set(app, mark)
+    return parked

@@ -1,0 +1,123 @@
+"""The park journal: parked runs kept in the broker's Redis too, parked again by a
+sweeper when the lock Redis (a server of its own) comes back without its data.
+
+In-process: the parks are made as ``park_run`` makes them (journal, then lock Redis);
+the sweeper's ticks are called directly. The workers' side is in test_outage.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_redislock import bounded_task
+from celery_redislock.celery.bounded.journal import forget, journal_for, record
+from celery_redislock.celery.bounded.parking import encode_message, parking_for
+from celery_redislock.celery.bounded.sweeper import Sweeper
+from celery_redislock.core.parking import ParkingSemaphore, new_entry_id
+from celery_redislock.testing import RedisServer
+
+from ..conftest import MakeApp
+from ..workers import BROKER_DB, db_url
+
+
+@pytest.fixture
+def lock_server() -> Iterator[RedisServer]:
+    with RedisServer() as private:
+        yield private
+
+
+def _app(make_app: MakeApp, lock_server: RedisServer) -> tuple[Celery, Any, str]:
+    prefix = f"j{uuid.uuid4().hex[:8]}"
+    app = make_app(redislock_url=lock_server.url, redislock_prefix=prefix,
+                   redislock_client_options={"socket_timeout": 2})  # fmt: skip
+
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api")
+    def call(n: int) -> int:  # pragma: no cover - never runs here
+        return n
+
+    return app, call, prefix
+
+
+def _park(app: Celery, task: Any, sem: ParkingSemaphore, n: int) -> str:
+    """Park a run of ``task(n)`` as park_run does: journal first, then the lock Redis."""
+    entry_id = new_entry_id()
+    options = {"task_id": f"run-{n}", "headers": {"redislock_park": f"{entry_id} 0 0"}}
+    payload = encode_message(task, (n,), {}, options)
+    record(app, entry_id, payload, pool=sem.name, limit=sem.limit, ttl=sem.ttl,
+           prefix=sem.keys.prefix, owner=f"run-{n}")  # fmt: skip
+    sem.park(entry_id, payload, owner=f"run-{n}")
+    return entry_id
+
+
+def test_runs_parked_when_the_lock_redis_restarts_empty_are_parked_again(
+    make_app: MakeApp, lock_server: RedisServer, redis_url: str
+) -> None:
+    app, call, prefix = _app(make_app, lock_server)
+    journal = journal_for(app)
+    assert journal is not None and journal.client.connection_pool.connection_kwargs[
+        "db"] == BROKER_DB  # the broker's Redis: another server than the locks'  # fmt: skip
+    sem = parking_for(app, "api", 1, 30.0, prefix)
+    holder = sem.acquire(blocking=False)  # the permit's run; nothing is claimed
+    assert holder is not None
+    ids = [_park(app, call, sem, n) for n in range(5)]
+    assert [i for i, _ in journal.entries()] == ids
+    sweeper = Sweeper(app, 1.0)
+    sweeper.tick()  # learns the lock Redis's mark: nothing to recover
+    assert sem.parking_info().parked == 5
+    # Runs 0 and 1 start just before the restart (their messages were published):
+    # each drops its journal entry before it consumes its token.
+    for entry_id in ids[:2]:
+        forget(app, entry_id)
+        sem.take(entry_id, "owner")
+    lock_server.restart()  # empty
+    sweeper.tick()  # parks runs 2, 3, 4 again, oldest first: 2 is claimed at once
+    info = sem.parking_info(count=10)
+    assert info.claimed == 1 and [owner for _, _, owner in info.head] == ["run-3", "run-4"]
+    assert sorted(i for i, _ in journal.entries()) == sorted(ids[2:])
+    # A second sweeper (another worker) finds the recovery done.
+    Sweeper(app, 1.0).tick()
+    assert sem.parking_info().parked == 2
+    # The claimed run starts: its token is the one it was parked under; a second
+    # message of it (published before the restart) is a duplicate.
+    forget(app, ids[2])
+    status, lease = sem.take(ids[2], "owner-2")
+    assert status == "granted" and lease is not None
+    forget(app, ids[2])
+    assert sem.take(ids[2], "owner-x")[0] == "duplicate"
+    assert sorted(i for i, _ in journal.entries()) == sorted(ids[3:])
+    lease.release()  # claims run 3
+    redis.Redis.from_url(db_url(redis_url, BROKER_DB)).delete(f"q-{app.main}")
+
+
+def test_a_run_resumed_before_the_restart_is_not_parked_again(
+    make_app: MakeApp, lock_server: RedisServer
+) -> None:
+    app, call, prefix = _app(make_app, lock_server)
+    sem = parking_for(app, "api", 1, 30.0, prefix)
+    holder = sem.acquire(blocking=False)
+    assert holder is not None
+    entry_id = _park(app, call, sem, 0)
+    Sweeper(app, 1.0).tick()
+    lock_server.restart()
+    # Its message starts in the new lock Redis before any sweeper recovered: the
+    # token is unknown there, and the run takes a free permit (it is not a duplicate).
+    forget(app, entry_id)
+    status, lease = sem.take(entry_id, "owner")
+    assert status == "granted" and lease is not None
+    Sweeper(app, 1.0).tick()  # nothing journaled: nothing parked again
+    assert sem.parking_info().parked == 0 and sem.parking_info().claimed == 0
+
+
+def test_no_journal_when_the_broker_is_the_lock_redis(make_app: MakeApp, redis_url: str) -> None:
+    assert journal_for(make_app()) is None  # broker db 1, locks db 3: one server
+    app = make_app(redislock_park_journal_url=False, redislock_url="redis://127.0.0.1:1/0")
+    assert journal_for(app) is None
+    explicit = make_app(redislock_park_journal_url=db_url(redis_url, BROKER_DB))
+    assert journal_for(explicit) is not None
+    assert isinstance(journal_for(explicit).client, redis.Redis)  # type: ignore[union-attr]
