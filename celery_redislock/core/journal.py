@@ -15,7 +15,7 @@ journal remembers the marks it has recovered for (:meth:`ParkJournal.knows`,
 :meth:`ParkJournal.learn`), the newest :data:`MARKS_KEPT`.
 
 Keys (hash tag ``{parked}``): ``<prefix>:journal:{parked}:entries`` (hash: id ->
-value), ``...:due`` (zset: id by when it is forgotten, server ms -- also park order),
+value), ``...:due`` (zset: id by when it is forgotten, server µs -- also park order),
 ``...:marks`` (zset: the lock Redis marks recovered for). Imports redis-py only.
 """
 

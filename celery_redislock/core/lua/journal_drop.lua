@@ -2,7 +2,7 @@
 -- was dead-lettered): recovery will never park it again.
 --
 -- KEYS[1]  entries   hash: each entry's value (see journal_put.lua).
--- KEYS[2]  due       zset: entry ids scored by when they are forgotten (server ms).
+-- KEYS[2]  due       zset: entry ids scored by when they are forgotten (server µs).
 -- ARGV[1]  id        the entry's id (its park token).
 --
 -- Returns 1 when the entry was there, else 0 (also for a re-sent drop).
