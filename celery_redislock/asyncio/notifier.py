@@ -21,6 +21,7 @@ import contextlib
 import logging
 import time
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -144,6 +145,7 @@ class AsyncNotifier:
         # pool ran dry, every call hung until its timeout). Not an asyncio.Lock:
         # that keeps its loop alive, and the registry is weak on the loop.
         self._subscribing = False
+        self._trying: dict[str, int] = {}  # channel -> acquires trying unsubscribed
         self._subscribed = Signal()
 
     def subscribed(self, channel: str) -> bool:
@@ -151,6 +153,30 @@ class AsyncNotifier:
         hears every later message, so it may queue with its very first attempt."""
         entry = self._channels.get(channel)
         return entry is not None and entry.confirmed.is_set()
+
+    def alone(self, channel: str) -> bool:
+        """True when no acquire of this loop waits on ``channel`` or tries it (see
+        :meth:`trying`) and it is not subscribed: a new acquire may then try once before
+        subscribing. Otherwise it joins first, so a burst of acquires in one loop
+        subscribes once and each tries once, subscribed."""
+        entry = self._channels.get(channel)
+        if entry is not None and (entry.waiters or entry.confirmed.is_set()):
+            return False
+        return not self._trying.get(channel)
+
+    @contextlib.contextmanager
+    def trying(self, channel: str) -> Iterator[None]:
+        """Mark an acquire's try on ``channel`` made before subscribing (see :meth:`alone`)."""
+        trying = self._trying
+        trying[channel] = trying.get(channel, 0) + 1
+        try:
+            yield
+        finally:
+            left = trying[channel] - 1
+            if left:
+                trying[channel] = left
+            else:
+                del trying[channel]
 
     async def join(self, channel: str, token: str, deadline: float | None = None) -> AsyncWaiter:
         """Register ``token`` on ``channel``; returns once the subscription is confirmed

@@ -124,13 +124,20 @@ class AsyncRedisSemaphore(AsyncPrimitive):
         try:
             # As the sync semaphore: no blocked read outlives the caller's deadline.
             with reply_deadline(deadline) if capped else contextlib.nullcontext():
-                if not wait or not AsyncNotifier.for_client(self._client).subscribed(channel):
+                notifier = AsyncNotifier.for_client(self._client) if wait else None
+                if notifier is None:
                     grant = await attempt()
+                elif notifier.alone(channel):
+                    # Nobody of this loop waits or tries: one try before subscribing
+                    # (else the try waits for the subscription: a refused try made
+                    # before it must be made again once subscribed, see waiting.py).
+                    with notifier.trying(channel):
+                        grant = await attempt()
                 if not isinstance(grant, tuple):
-                    if deadline is None:
+                    if notifier is None or deadline is None:
                         return None
                     grant = await wait_until_granted(
-                        AsyncNotifier.for_client(self._client), channel, token, attempt,
+                        notifier, channel, token, attempt,
                         lambda: self._leave(token), None if deadline == math.inf else deadline,
                         poll_slice(ttl_ms),
                     )  # fmt: skip
