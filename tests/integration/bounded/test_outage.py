@@ -21,11 +21,13 @@ from typing import Any
 import pytest
 import redis
 
+from celery_redislock.core.journal import ParkJournal
+from celery_redislock.core.keys import DEFAULT_PREFIX
 from celery_redislock.core.parking import ParkingSemaphore
 from celery_redislock.testing import RedisServer
 
 from ..helpers import wait_until
-from ..workers import LOCKS_DB, AppModule, WorkerProcess, db_url
+from ..workers import BROKER_DB, LOCKS_DB, AppModule, WorkerProcess, db_url
 from .helpers import peak
 
 pytestmark = pytest.mark.slow
@@ -89,8 +91,8 @@ def _stop_keeping_data(server: RedisServer) -> None:
     server.process = None
 
 
-def _settled(locks: redis.Redis) -> ParkingSemaphore:
-    sem = ParkingSemaphore(locks, "api", limit=LIMIT)
+def _settled(locks: redis.Redis, prefix: str = DEFAULT_PREFIX) -> ParkingSemaphore:
+    sem = ParkingSemaphore(locks, "api", limit=LIMIT, prefix=prefix)
     wait_until(lambda: not sem.info().holders and sem.parking_info().parked == 0
                and sem.parking_info().claimed == 0, timeout=15,
                what="no permit held, nothing parked or claimed")  # fmt: skip
@@ -136,27 +138,43 @@ def test_shared_redis_stopped_30s_loses_no_run(tmp_path: Path, server: RedisServ
 
 
 def test_lock_redis_restarted_empty_loses_no_run(tmp_path: Path, redis_url: str) -> None:
+    """The lock Redis (a server of its own) is killed while runs are running, parked
+    and claimed, and comes back empty: the parked runs are parked again from the park
+    journal in the broker's Redis, every task runs exactly once, the limit holds."""
     with RedisServer() as lock_server:
         module, records = _module(tmp_path, redis_url, locks_url=lock_server.url)
+        prefix = f"o{module.name[-8:]}"  # a journal of its own on the shared broker
+        source = module.path.read_text().replace(
+            '"task_ignore_result": True,', f'"task_ignore_result": True, "redislock_prefix": '
+            f'"{prefix}",')  # fmt: skip
+        module.path.write_text(source)
         workers = [WorkerProcess(module, concurrency=2, name=n) for n in ("a", "b")]
         with workers[0], workers[1]:
             tasks = module.load()
-            # As many runs at once as the limit: none parks, so the lost data holds
-            # only the running runs' permits (see the README's failure table).
-            sent = _send(tasks.call, 2, seconds=1.0)
-            wait_until(lambda: len(_runs(records)) >= 2, timeout=20, what="the first runs")
-            sent += _send(tasks.call, 2, seconds=1.0)
-            time.sleep(0.3)  # both running
-            lock_server.kill()
+            locks = redis.Redis.from_url(lock_server.url)
+            sem = ParkingSemaphore(locks, "api", limit=LIMIT, prefix=prefix)
+            # Runs of 1 s: those running when the server dies end while it is down (a
+            # permit the new server never knew would let one more run beside them).
+            sent = _send(tasks.call, 10, seconds=1.0)
+            wait_until(lambda: sem.parking_info().parked >= 4, timeout=20, what="runs parked")
+            parked = [owner for _, _, owner in sem.parking_info(count=100).head]
+            lock_server.kill()  # runs running, parked and claimed at this moment
             sent += _send(tasks.call, 4)  # the broker is up: these start and wait
             time.sleep(3)
             lock_server.start()  # empty
             sent += _send(tasks.call, 4)
             wait_until(lambda: len(_runs(records)) >= len(sent), timeout=60,
                        what="every run sent")  # fmt: skip
-            _settled(redis.Redis.from_url(lock_server.url))
+            settled = _settled(redis.Redis.from_url(lock_server.url), prefix)
+            time.sleep(1)  # nothing runs twice late
             _check(records, sent, workers)
-            assert "cannot reach the lock Redis" in workers[0].log() + workers[1].log()
+            assert set(parked) <= {task_id for _, _, task_id in _runs(records)}
+            logs = workers[0].log() + workers[1].log()
+            assert "cannot reach the lock Redis" in logs
+            assert "parked again from the park journal" in logs and "are lost" not in logs
+            journal = ParkJournal(redis.Redis.from_url(db_url(redis_url, BROKER_DB)), prefix)
+            assert len(journal) == 0, "every journaled run started"
+            assert settled.info().holders == []
 
 
 def test_a_worker_killed_while_its_runs_are_parked(tmp_path: Path, server: RedisServer) -> None:
