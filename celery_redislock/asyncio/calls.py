@@ -9,12 +9,25 @@ per-argument encoder calls) straight to the connection's stream: redis-py's
 more turns of the loop per command, though a small write on an idle connection never
 waits (it only does when the transport's buffer is full: then the write is awaited
 with the socket timeout, as redis-py does).
+
+Each event loop also keeps one connection of a client's pool for its script calls
+(:class:`_Spare`): taken from the pool by a call and kept when it ends, where
+redis.asyncio's pool would take and give back its lock and record both moves for
+its metrics, for every command. One connection per loop and pool at most (a call
+that finds it in use takes another from the pool, and gives that one back); a
+pool of fewer than ``SPARE_MIN_POOL`` connections keeps them all for its user.
+Only a call that ended cleanly keeps its connection; one that failed or was
+interrupted (its connection closed, see :func:`call`) gives it back to the pool,
+which checks it before its next use. Closing the client (``aclose``) closes the
+kept connection with the pool's others.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +44,10 @@ from ..core.scripts import (
     key_encoder,
 )
 
-__all__ = ["call", "pack_evalsha"]
+__all__ = ["SPARE_MIN_POOL", "call", "pack_evalsha"]
+
+SPARE_MIN_POOL = 10
+"""A pool allowing fewer connections than this gets no spare (see the module docs)."""
 
 _HEADS: dict[str, bytes] = {}  # a script's sha -> "EVALSHA <sha>" as two bulk strings
 
@@ -57,10 +73,11 @@ def pack_evalsha(script: LuaScript, keys: list[Any], args: list[Any],
 
 async def call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:
     """``script(client, keys, args)`` through a ``redis.asyncio`` client: the same call
-    and the same stamp check, awaited, on one pooled connection held for the call (as
-    the sync call does: redis.asyncio's ``execute_command`` costs about as much client
-    CPU again). A call interrupted between sending and reading (a cancellation)
-    closes its connection: its reply is never left for another call. Under
+    and the same stamp check, awaited, on one connection held for the call (the loop's
+    kept one when free, see the module docs; not redis.asyncio's ``execute_command``,
+    which costs about as much client CPU again). A call interrupted between sending
+    and reading (a cancellation) closes its connection: its reply is never left for
+    another call. Under
     :func:`~celery_redislock.core.scripts.reply_deadline` the whole call (a reconnect
     included: redis.asyncio's connect has no timeout by default) ends by that
     deadline with ``DeadlinePassed``."""
@@ -80,22 +97,85 @@ async def _call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]
     if pool is None or getattr(client, "connection", None) is not None:
         return await _via_client(script, client, keys, args)  # cluster, single
     packed = pack_evalsha(script, keys, args, key_encoder(client))
-    conn = await pool.get_connection()
+    loop = asyncio.get_running_loop()
+    conn = _take_spare(pool, loop)
+    if conn is None:
+        conn = await pool.get_connection()
 
     async def failed(_error: BaseException) -> None:
         await conn.disconnect()
         if deadline is not None and time.monotonic() >= deadline:
             raise DeadlinePassed(f"{script.name}: Redis did not answer before the deadline")
 
+    clean = False
     try:
-        return await conn.retry.call_with_retry(
+        reply = await conn.retry.call_with_retry(
             lambda: _on(script, conn, packed, keys, args, deadline), failed
         )
+        clean = True
+        return reply
     except BaseException as exc:
         if not isinstance(exc, RedisError):
             await conn.disconnect(nowait=True)  # a reply may be left unread
         raise
     finally:
+        if clean:
+            await _put_back(pool, conn, loop)
+        else:  # the pool checks it before its next use (a second cancel may have
+            await pool.release(conn)  # stopped the disconnect above)
+
+
+class _Spare:
+    """The connection a loop keeps of a pool between its script calls (None while a
+    call uses it) and that loop. Both weakly: the pool holds the connection (as one in
+    use), and a connection may hold its pool, which must die when its user drops it."""
+
+    __slots__ = ("conn", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.conn: Callable[[], Any] = _none
+        self.loop = weakref.ref(loop)
+
+
+def _none() -> None:
+    return None
+
+
+_SPARES: dict[int, _Spare] = {}  # id(pool) -> its spare (dropped with the pool)
+
+
+def _take_spare(pool: Any, loop: asyncio.AbstractEventLoop) -> Any:
+    """The loop's spare connection of ``pool``, now in use; None when it has none free."""
+    spare = _SPARES.get(id(pool))
+    if spare is None or spare.loop() is not loop:
+        return None
+    conn, spare.conn = spare.conn(), _none
+    return conn
+
+
+async def _put_back(pool: Any, conn: Any, loop: asyncio.AbstractEventLoop) -> None:
+    """Keep ``conn`` as the loop's spare of ``pool`` if it has none, else give it back."""
+    spare = _SPARES.get(id(pool))
+    if spare is None:
+        if getattr(pool, "max_connections", 0) < SPARE_MIN_POOL:
+            await pool.release(conn)
+            return
+        spare = _SPARES[id(pool)] = _Spare(loop)
+        weakref.finalize(pool, _SPARES.pop, id(pool), None)
+    owner = spare.loop()
+    if owner is not loop:
+        if owner is not None and not owner.is_closed():
+            await pool.release(conn)  # another loop's pool (a client used by two threads)
+            return
+        # The pool outlived the loop that kept the spare: that connection goes back
+        # (the pool's idle ones of that loop are in the same state) and ours stays.
+        old, spare.conn, spare.loop = spare.conn(), _none, weakref.ref(loop)
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await pool.release(old)
+    if spare.conn() is None:
+        spare.conn = weakref.ref(conn)
+    else:
         await pool.release(conn)
 
 

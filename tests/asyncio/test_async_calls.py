@@ -1,0 +1,70 @@
+"""The async script calls' own I/O (celery_redislock.asyncio.calls): the connection
+each loop keeps of a pool, and a write too large for the socket at once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis
+import redis.asyncio as aioredis
+
+from celery_redislock.asyncio import AsyncRedisLock
+from celery_redislock.asyncio.calls import SPARE_MIN_POOL
+
+
+async def cycles(client: aioredis.Redis, count: int) -> None:
+    """``count`` concurrent acquire + release cycles on as many names."""
+
+    async def one(i: int) -> None:
+        async with AsyncRedisLock(client, f"calls:{i}", ttl=5):
+            await asyncio.sleep(0.01)
+
+    await asyncio.gather(*(one(i) for i in range(count)))
+
+
+def test_a_loop_keeps_at_most_one_connection_of_a_pool(r: redis.Redis, redis_url: str) -> None:
+    async def main() -> None:
+        pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=SPARE_MIN_POOL,
+                                                        timeout=2)  # fmt: skip
+        client = aioredis.Redis(connection_pool=pool)
+        try:
+            await cycles(client, 30)
+            # Every connection but one is the user's again: as many blocking reads.
+            reads = [client.blpop(["calls:none"], 0.3) for _ in range(SPARE_MIN_POOL - 1)]
+            assert await asyncio.gather(*reads) == [None] * (SPARE_MIN_POOL - 1)
+            await cycles(client, 5)  # and the kept one still works
+        finally:
+            await client.aclose()
+            await pool.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_small_pool_keeps_every_connection_for_its_user(r: redis.Redis, redis_url: str) -> None:
+    async def main() -> None:
+        pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=1, timeout=2)
+        client = aioredis.Redis(connection_pool=pool)
+        try:
+            await cycles(client, 3)
+            assert await client.blpop(["calls:none"], 0.1) is None  # not waiting for a slot
+        finally:
+            await client.aclose()
+            await pool.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_write_larger_than_the_socket_takes_is_awaited(r: redis.Redis, redis_url: str) -> None:
+    async def main() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        owner = "o" * 8_000_000  # more than a socket buffer: the write waits to drain
+        try:
+            lock = AsyncRedisLock(client, "calls:big", ttl=5)
+            lease = await lock.acquire(blocking=False, owner=owner)
+            assert lease is not None and (await lock.info()).owner == owner
+            assert await lease.release()
+            assert not await lock.locked()
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
