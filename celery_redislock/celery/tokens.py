@@ -29,6 +29,7 @@ import random
 from typing import Final
 
 __all__ = [
+    "PARK_HEADER",
     "HEADERS",
     "KEY_HEADER",
     "NONCE_HEADER",
@@ -56,6 +57,10 @@ RECHECK_HEADER: Final = "redislock_recheck"
 RESENT_HEADER: Final = "redislock_resent"
 """Header: a copy this package re-sent (not a retry); its "received" line is not logged
 again (see :mod:`.logs`)."""
+
+PARK_HEADER: Final = "redislock_park"
+"""A parked run's message: ``"<park token> <retries> <first refusal>"`` (made and read
+by ``bounded/parking.py``; the singleton guard only asks whether it is there)."""
 
 HEADERS: Final = (TOKEN_HEADER, KEY_HEADER, NONCE_HEADER, RECHECK_HEADER, RESENT_HEADER)
 """Every header this package sets; ``retry()`` copies them, so they are overwritten."""

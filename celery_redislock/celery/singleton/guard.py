@@ -26,6 +26,7 @@ from ..signals import lease_lost, singleton_acquired, singleton_released
 from ..tokens import (
     KEY_HEADER,
     NONCE_HEADER,
+    PARK_HEADER,
     TOKEN_HEADER,
     run_token,
     running_owner,
@@ -171,6 +172,7 @@ class SingletonGuard(Guard):
         ttl = run_lock_ttl(headers, options.lock_ttl)
         lease = None
         in_queue = options.mode == queued.MODE  # the token is the queued lock's
+        handed = False
         if token:
             # In mode until_and_while_executing the token names the queued lock's lease,
             # except in a parked run's message: there it names the running lease the
@@ -180,6 +182,11 @@ class SingletonGuard(Guard):
                                renew=True, on_lost=on_lost)  # fmt: skip
             if lease is not None:
                 in_queue = False  # it holds no queued lease to give back
+            elif in_queue and _parked(headers, request.retries):
+                # The running lease it was handed lapsed while parked: it holds no
+                # queued lease either, so a newer call holding the queued lock is the
+                # next copy, not a sign that this one is stale (leave_queue).
+                handed = True
         if lease is None:
             seed = token or nonce
             fresh, holder = lock.try_acquire(owner=owner, ttl=ttl, renew=not seed,
@@ -199,7 +206,7 @@ class SingletonGuard(Guard):
                         redlock_keep_alive(fresh, lock)
                     else:
                         keep_alive(fresh)
-            if in_queue:
+            if in_queue and not handed:
                 queued.leave_queue(task, run, key, lease, options, token)
             elif token:
                 LEASE.warning(
@@ -242,6 +249,12 @@ class SingletonGuard(Guard):
                     done = release_token(lock, run_token(seed))
                 if done:
                     _cleanup_release(task, event, key, done)
+
+
+def _parked(headers: Any, retries: int | None) -> bool:
+    """True for a parked run's message (not a header a ``retry()`` copied)."""
+    parts = str(headers.get(PARK_HEADER) or "").split()
+    return len(parts) == 3 and parts[1] == str(retries or 0)
 
 
 def _cleanup_release(task: AnyTask, event: Cleanup, key: str, released: bool) -> None:

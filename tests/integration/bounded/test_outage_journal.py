@@ -7,6 +7,7 @@ the sweeper's ticks are called directly. The workers' side is in test_outage.py.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -15,15 +16,18 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_redislock import bounded_task
+from celery_redislock import bounded_task, singleton_task
 from celery_redislock.celery.bounded.journal import forget, journal_for, record
 from celery_redislock.celery.bounded.parking import encode_message, parking_for
 from celery_redislock.celery.bounded.sweeper import Sweeper
+from celery_redislock.celery.singleton.signature import call_key
 from celery_redislock.core.parking import ParkingSemaphore, new_entry_id
 from celery_redislock.testing import RedisServer
 
 from ..conftest import MakeApp
+from ..helpers import lock_info, wait_until
 from ..workers import BROKER_DB, db_url
+from .helpers import holders
 
 
 @pytest.fixture
@@ -121,3 +125,39 @@ def test_no_journal_when_the_broker_is_the_lock_redis(make_app: MakeApp, redis_u
     explicit = make_app(redislock_park_journal_url=db_url(redis_url, BROKER_DB))
     assert journal_for(explicit) is not None
     assert isinstance(journal_for(explicit).client, redis.Redis)  # type: ignore[union-attr]
+
+
+def test_a_parked_singleton_whose_handed_lease_lapsed_still_runs(
+    app: Celery, locks: redis.Redis, worker: Any
+) -> None:
+    # Mode until_and_while_executing: a parked run names the running lease it was
+    # handed. If that lease lapsed while parked (lock_queued_ttl, or a lock Redis that
+    # came back empty and recovered the run from the journal), the run takes the free
+    # lock afresh -- and was then skipped as "stale" when a newer call held the queued
+    # lock, read as though this run's token had been the queued lock's.
+    proceed = threading.Event()
+
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0)
+    def busy() -> str:
+        proceed.wait(10)
+        return "busy"
+
+    @singleton_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0,
+                    singleton_mode="until_and_while_executing", lock_queued_ttl=1)  # fmt: skip
+    def sync(user: int) -> int:
+        return user
+
+    worker(app, concurrency=3)
+    first_busy = busy.delay()
+    wait_until(lambda: holders(locks, "api"), what="the busy run")
+    first = sync.delay(7)
+    key = call_key(sync, (7,), {}, {})
+    sem = ParkingSemaphore(locks, "api", limit=1)
+    wait_until(lambda: sem.parking_info().parked == 1, what="the singleton parked")
+    wait_until(lambda: not lock_info(locks, key).held, timeout=5,
+               what="its handed lease lapsed")  # fmt: skip
+    newer = sync.apply_async((7,), countdown=4)  # holds the queued lock meanwhile
+    proceed.set()
+    assert first_busy.get(timeout=10) == "busy"
+    assert first.get(timeout=10) == 7  # was skipped: PENDING for ever
+    assert newer.get(timeout=15) == 7
