@@ -51,6 +51,8 @@ from .waiting import wait_until_granted
 
 __all__ = ["AsyncRedisLock"]
 
+_UNCAPPED = contextlib.nullcontext()  # no reply deadline (reusable: it has no state)
+
 
 class AsyncRedisLock(AsyncPrimitive):
     """A named lock for async code, shared with every sync and async client of the
@@ -131,7 +133,7 @@ class AsyncRedisLock(AsyncPrimitive):
         capped = deadline is not None and deadline != math.inf
         try:
             # As the sync lock: no blocked read outlives the caller's deadline.
-            with reply_deadline(deadline) if capped else contextlib.nullcontext():
+            with reply_deadline(deadline) if capped else _UNCAPPED:
                 if (
                     deadline is not None
                     and deadline > time.monotonic()
