@@ -289,14 +289,17 @@ def test_ten_thousand_leases_cost_one_call_per_tick(r: redis.Redis) -> None:
     # on many ticks; two ticks later they share one (see renewal's "Tick" rule).
     ttl = 3.0
     tick = ttl / 3
+    # Under load (CI beside other work) the scheduler thread can be starved past a
+    # tick, so settling gets three ticks and the window one spare call a side: per
+    # lease it would be 30,000 calls, so a handful still proves the batching.
     leases = [RedisLock(r, f"many-{i}", ttl=ttl).acquire(renew=True) for i in range(10_000)]
-    time.sleep(2 * tick)
+    time.sleep(3 * tick)
     before = script_calls(r)
     window = 3 * tick
     time.sleep(window)
     calls = script_calls(r) - before
     print(f"\n10,000 leases: {calls} renewal calls in {window / tick:.0f} ticks")
-    assert calls <= window / tick + 1  # one call per tick (per lease: 30,000)
+    assert calls <= window / tick + 2  # about one call per tick (per lease: 30,000)
     assert all(lease is not None and not lease.lost for lease in leases)
     assert len(holders_keys(r)) == 10_000
     leases.clear()  # collected without release: no longer renewed, expire on their own
