@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+import secrets
 import time
 import weakref
 from collections.abc import Iterator
@@ -32,6 +34,7 @@ from ..core.notifier import (
     named_waiters,
     read_wake,
 )
+from ..core.primitive import fresh_token
 from ..core.scripts import as_text
 from .waiters import AsyncWaiter, Signal, _Channel
 
@@ -40,6 +43,8 @@ __all__ = ["AsyncNotifier", "AsyncWaiter", "Signal"]
 log = logging.getLogger(__name__)
 
 _READ_SLICE = 1.0  # longest single read, so idle channels are unsubscribed on time
+
+_numbers = itertools.count(1)  # tags the notifiers of a process apart
 
 _registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, AsyncNotifier]] = (
     weakref.WeakKeyDictionary()
@@ -61,8 +66,22 @@ class AsyncNotifier:
             notifier = per_loop[id(client)] = cls(client)
         return notifier
 
+    @staticmethod
+    def current(client: Any) -> AsyncNotifier | None:
+        """The running loop's notifier for ``client`` if it has one (none is made)."""
+        per_loop = _registry.get(asyncio.get_running_loop())
+        notifier = None if per_loop is None else per_loop.get(id(client))
+        if notifier is None or notifier._client() is not client:
+            return None
+        return notifier
+
     def __init__(self, client: Any) -> None:
         self._client = weakref.ref(client)
+        # This loop's own waiter tag: the process's and a number. A semaphore waiter's
+        # token ends in ".<tag>", so releases publish its wake-ups on a channel only
+        # this loop reads, and a release sent from this loop has its own waiters'
+        # grants named in the reply instead (see hand_over).
+        self.tag = f"{fresh_token()[1]}n{next(_numbers)}"
         self._pubsub: Any = None
         self._channels: dict[str, _Channel] = {}
         self._reader: asyncio.Task[None] | None = None
@@ -80,6 +99,24 @@ class AsyncNotifier:
         hears every later message, so it may queue with its very first attempt."""
         entry = self._channels.get(channel)
         return entry is not None and entry.confirmed.is_set()
+
+    def fresh_token(self) -> str:
+        """A fresh unguessable token of this loop's waiters (see :attr:`tag`)."""
+        return f"{secrets.token_hex(16)}.{self.tag}"
+
+    def hand_over(self, channel: str, grants: list[tuple[str, int]]) -> None:
+        """A release sent from this loop granted these ``(token, fence)``: wake each
+        waiter as its message would have (one no longer waiting left the queue, or
+        will: its leave finds the lease, see :mod:`.waiting`)."""
+        entry = self._channels.get(channel)
+        if entry is None:
+            return
+        for token, fence in grants:
+            waiter = entry.waiters.get(token)
+            if waiter is not None:
+                waiter.fence = fence
+                waiter.notified = True
+                waiter.wake()
 
     def alone(self, channel: str) -> bool:
         """True when no acquire of this loop waits on ``channel`` or tries it (see

@@ -34,6 +34,7 @@ from ..core.semaphore_scripts import (
     acquire_reply,
     attempt_outcome,
     info_reply,
+    release_reply,
 )
 from ..core.validate import acquire_deadline, check_bool, check_positive_int
 from ..core.waiting import Grant, poll_slice
@@ -108,8 +109,9 @@ class AsyncRedisSemaphore(AsyncPrimitive):
         behind (see :mod:`.primitive`)."""
         deadline = acquire_deadline(blocking, timeout)
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
-        token, tag = fresh_token()  # classic pub/sub: the async notifier's
         wait = deadline is not None
+        notifier = AsyncNotifier.for_client(self._client) if wait else None
+        token = fresh_token()[0] if notifier is None else notifier.fresh_token()
         check = cancel_check()
 
         async def attempt() -> Grant | int:
@@ -118,13 +120,12 @@ class AsyncRedisSemaphore(AsyncPrimitive):
             check()
             return attempt_outcome(reply, sent_at, ttl_ms)
 
-        channel = f"{self._scripts.channel}:{tag}"
+        channel = "" if notifier is None else f"{self._scripts.channel}:{notifier.tag}"
         grant: Grant | int | None = None
         capped = deadline is not None and deadline != math.inf
         try:
             # As the sync semaphore: no blocked read outlives the caller's deadline.
             with reply_deadline(deadline) if capped else contextlib.nullcontext():
-                notifier = AsyncNotifier.for_client(self._client) if wait else None
                 if notifier is None:
                     grant = await attempt()
                 elif notifier.alone(channel):
@@ -199,9 +200,16 @@ class AsyncRedisSemaphore(AsyncPrimitive):
         return int(await call(RELEASE_OWNER, self._client, keys, args))
 
     async def _release_token(self, token: str) -> bool:
+        # Waiters of this loop that the release grants are named in its reply and
+        # woken here: no message round for them (see AsyncNotifier.hand_over).
         scripts = self._scripts
-        keys, args = scripts.release_call(token), scripts.release_args(token)
-        return bool(await call(RELEASE, self._client, keys, args))
+        notifier = AsyncNotifier.current(self._client)
+        here = None if notifier is None else notifier.tag
+        keys, args = scripts.release_call(token), scripts.release_args(token, here)
+        released, grants = release_reply(await call(RELEASE, self._client, keys, args))
+        if grants and notifier is not None:
+            notifier.hand_over(f"{scripts.channel}:{here}", grants)
+        return released
 
     async def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
         scripts = self._scripts

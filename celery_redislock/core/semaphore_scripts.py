@@ -25,7 +25,7 @@ from .waiting import Grant, granted_lease
 
 __all__ = ["ACQUIRE", "EXTEND", "EXTEND_ADD", "HELD", "INFO", "LEAVE", "PATIENCE_MS",
            "RELEASE", "RELEASE_OWNER", "RENEW", "SemaphoreScripts", "acquire_reply",
-           "attempt_outcome", "info_reply"]  # fmt: skip
+           "attempt_outcome", "info_reply", "release_reply"]  # fmt: skip
 
 PATIENCE_MS = 2.0
 """Not fair: once the longest waiter has waited this long (ms), newcomers no longer
@@ -76,9 +76,11 @@ class SemaphoreScripts:
             args.append(owner)
         return args
 
-    def release_args(self, token: str) -> list[Any]:
-        """``semaphore_release.lua``'s ARGV."""
-        return [token, *self._flags]
+    def release_args(self, token: str, here: str | None = None) -> list[Any]:
+        """``semaphore_release.lua``'s ARGV (``here``: the caller's own waiter tag,
+        whose waiters granted by this release the reply names; read it with
+        :func:`release_reply`)."""
+        return [token, *self._flags, here] if here else [token, *self._flags]
 
     def release_call(self, token: str) -> list[Any]:
         """``semaphore_release.lua``'s KEYS for ``token``, with its record for re-sends."""
@@ -120,6 +122,16 @@ def acquire_reply(reply: Any) -> tuple[int, int, int, int]:
     granted it to this waiter already).
     """
     return int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]) if reply[0] else 0
+
+
+def release_reply(reply: Any) -> tuple[bool, list[tuple[str, int]]]:
+    """A ``semaphore_release.lua`` reply: whether the lease was released, and the
+    ``(token, fence)`` of each waiter of the caller's tag it granted a permit (none
+    unless the call passed ``here``, see :meth:`SemaphoreScripts.release_args`)."""
+    if not isinstance(reply, list):
+        return bool(reply), []
+    words = as_text(reply[1]).split()
+    return bool(reply[0]), [(words[i], int(words[i + 1])) for i in range(0, len(words), 2)]
 
 
 def attempt_outcome(reply: tuple[int, int, int, int], sent_at: float, ttl_ms: int) -> Grant | int:

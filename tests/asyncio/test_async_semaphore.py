@@ -104,3 +104,27 @@ def test_waiters_joining_at_once_share_one_subscriber_connection(redis_url: str)
         return done
 
     assert asyncio.run(main()) == 40
+
+
+def test_a_loop_s_own_releases_grant_its_waiters_without_a_message(
+    r: redis.Redis, redis_url: str
+) -> None:
+    async def main() -> int:
+        client = aioredis.Redis.from_url(redis_url)
+        sem = AsyncRedisSemaphore(client, "local", limit=2, ttl=10)
+        done = 0
+
+        async def task() -> None:
+            nonlocal done
+            async with sem:
+                await asyncio.sleep(0.002)
+            done += 1
+
+        await asyncio.gather(*(task() for _ in range(30)))
+        await client.aclose()
+        return done
+
+    before = int(r.info("commandstats").get("cmdstat_publish", {}).get("calls", 0))
+    assert asyncio.run(main()) == 30
+    # Every grant went to a waiter of the releasing loop: named in the release's reply.
+    assert int(r.info("commandstats").get("cmdstat_publish", {}).get("calls", 0)) == before

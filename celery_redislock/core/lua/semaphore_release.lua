@@ -9,11 +9,15 @@
 -- KEYS[6]  asks     hash: each waiting token's request, "<ttl ms>:<limit> <owner>" (granted under its own limit).
 -- KEYS[7]  fence    string: last fence granted (see semaphore_acquire.lua).
 -- KEYS[8]  done     string "<prefix>:semaphore:{name}:done:<token>": written when the
---                   lease is released, kept RELEASE_MEMORY_MS, so a re-sent release
---                   (its reply lost) answers 1 as the first execution did.
+--                   lease is released ("=" and the grants answered, see ARGV[4]),
+--                   kept RELEASE_MEMORY_MS, so a re-sent release (its reply lost)
+--                   answers as the first execution did.
 -- ARGV[1]  token    the lease's token.
 -- ARGV[2]  limit    the caller's limit, used when meta holds none (integer >= 1).
 -- ARGV[3]  fair     "1": only the queue's head may take a permit (strict FIFO).
+-- ARGV[4]  here     optional: the caller's own waiter tag (its event loop's, see
+--                   asyncio/notifier.py). Its waiters granted a permit here are not
+--                   told by message: the reply names them (see below).
 -- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS,
 -- RELEASE_MEMORY_MS.
@@ -27,10 +31,24 @@
 -- (see LuaScript in scripts.py: a reply is never taken for another call's).
 -- reply is 1 when the lease was live and is now released (also to a re-send of that
 -- release: see KEYS[8]), 0 when it was not ours (unknown, expired, released by
--- someone else): a re-sent release changes nothing.
+-- someone else): a re-sent release changes nothing. With ARGV[4], reply is
+-- {released, granted}: granted is "<token> <fence>" of each waiter of tag ARGV[4]
+-- granted a permit here, space-separated ("" when none).
 
 local holders, leases, queue, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local here = ARGV[4]
+if here == '' then here = nil end
 local STAMP = 'R' .. string.sub(ARGV[1], 1, 8)
+
+-- The answer, with the grants to the caller's own waiters when it asked for them;
+-- a release of a live lease is remembered with them (see KEYS[8]).
+local function answer(released, granted)
+  if released == 1 then
+    redis.call('SET', KEYS[8], '=' .. granted, 'PX', {{RELEASE_MEMORY_MS}})
+  end
+  if here then return {STAMP, {released, granted}} end
+  return {STAMP, released}
+end
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
@@ -38,15 +56,14 @@ local STAMP = 'R' .. string.sub(ARGV[1], 1, 8)
 local expiry = redis.call('ZSCORE', holders, token)
 if not expiry then
   -- Released by this very request, whose reply was lost: the same answer again.
-  if redis.call('EXISTS', KEYS[8]) == 1 then return {STAMP, 1} end
-  return {STAMP, 0}
+  local done = redis.call('GET', KEYS[8])
+  if not done then return answer(0, '') end
+  if here then return {STAMP, {1, string.sub(done, 2)}} end
+  return {STAMP, 1}
 end
 local now, now_us = server_clock()
 local released = 0
-if tonumber(expiry) > now then
-  released = 1
-  redis.call('SET', KEYS[8], '1', 'PX', {{RELEASE_MEMORY_MS}})
-end
+if tonumber(expiry) > now then released = 1 end
 redis.call('ZREM', holders, token)
 redis.call('HDEL', leases, 'f:' .. token, 'o:' .. token, 's:' .. token, 'g:' .. token)
 -- The queue's head, read at once: nobody queued is the whole of the common
@@ -54,7 +71,7 @@ redis.call('HDEL', leases, 'f:' .. token, 'o:' .. token, 's:' .. token, 'g:' .. 
 local head = redis.call('ZRANGE', queue, 0, 0)[1]
 if not head then
   reap_holders(holders, leases, now)
-  return {STAMP, released}
+  return answer(released, '')
 end
 
 --!include lib_lock.lua
@@ -70,6 +87,7 @@ live = live - reap_holders(holders, leases, now)
 local stale, dropped = reap_dead_waiters(queue, k.alive, k.asks, now)
 if dropped > 0 then head = redis.call('ZRANGE', queue, 0, 0)[1] end
 local channel = wake_channel(holders)
-local free = hand_over_permits(k, limit - live, now, now_us, channel, head, stale)
+local granted = {}
+local free = hand_over_permits(k, limit - live, now, now_us, channel, head, stale, here, granted)
 wake_new(channel, before, eligible(queue, free, fair), '')
-return {STAMP, released}
+return answer(released, table.concat(granted, ' '))
