@@ -21,7 +21,9 @@ May import the core and the shared glue (client, config, sentinel).
 from __future__ import annotations
 
 import json
+import logging
 import os
+import threading
 from collections.abc import Hashable
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -35,6 +37,7 @@ from ...errors import ConfigurationError
 from ..client import connection_source, transport_options
 from ..config import CLIENT_KEYS, conf_fingerprint
 from ..identity import IdentityCache
+from ..outage import OUTAGE_ERRORS
 from ..sentinel import is_sentinel_url, sentinel_client
 
 __all__ = ["JOURNAL_URL", "forget", "journal_for", "read_value", "record"]
@@ -42,6 +45,12 @@ __all__ = ["JOURNAL_URL", "forget", "journal_for", "read_value", "record"]
 JOURNAL_URL: Final = "redislock_park_journal_url"
 _KEYS: Final = (JOURNAL_URL, "redislock_prefix", "redislock_park_keep", *CLIENT_KEYS)
 _KEEP: Final = 86400.0  # parking.DEFAULT_KEEP: the journal keeps what the queue keeps
+
+logger = logging.getLogger(__name__)
+
+_PENDING_MAX: Final = 10_000
+_pending: dict[str, list[str]] = {}  # journal key -> drops its Redis missed: sent first
+_pending_guard = threading.Lock()
 
 # app -> (pid, conf fingerprint, journal or None, keep seconds)
 _journals: IdentityCache[tuple[int, Hashable, ParkJournal | None, float]] = IdentityCache()
@@ -66,18 +75,49 @@ def _state(app: Celery) -> tuple[ParkJournal | None, float]:
 
 def record(app: Celery, entry_id: str, payload: bytes, *, pool: str, limit: int,
            ttl: float, prefix: str, owner: str) -> None:  # fmt: skip
-    """Journal a run about to be parked (before the lock Redis has it)."""
+    """Journal a run about to be parked (before the lock Redis has it). With the
+    journal's Redis unreachable the run parks without it (WARNING): waiting for it
+    would hold the run, and fail it after ``redislock_outage_attempts``."""
     journal, keep = _state(app)
     if journal is not None:
         head = json.dumps([pool, limit, ttl, prefix, owner], separators=(",", ":"))
-        journal.put(entry_id, head.encode() + b"\n" + payload, keep)
+        try:
+            _flush(journal)
+            journal.put(entry_id, head.encode() + b"\n" + payload, keep)
+        except OUTAGE_ERRORS as exc:
+            logger.warning("celery_redislock: the park journal's Redis is unreachable "
+                           "(%s); run %s parks without it (lost if the lock Redis loses "
+                           "its data before it runs)", exc, owner)  # fmt: skip
 
 
 def forget(app: Celery, entry_id: str) -> None:
-    """Drop a parked run from the journal: its run starts (or it is dead)."""
+    """Drop a parked run from the journal: its run starts (or it is dead). With the
+    journal's Redis unreachable the drop is kept and sent before the next one."""
     journal = journal_for(app)
     if journal is not None:
+        try:
+            _flush(journal)
+            journal.drop(entry_id)
+        except OUTAGE_ERRORS as exc:
+            with _pending_guard:
+                missed = _pending.setdefault(journal.entries_key, [])
+                if len(missed) < _PENDING_MAX:
+                    missed.append(entry_id)
+            logger.warning("celery_redislock: the park journal's Redis is unreachable (%s); "
+                           "parked run %s is dropped from it later", exc, entry_id)  # fmt: skip
+
+
+def _flush(journal: ParkJournal) -> None:
+    missed = _pending.get(journal.entries_key)
+    while missed:
+        with _pending_guard:
+            entry_id = missed[0] if missed else None
+        if entry_id is None:
+            return
         journal.drop(entry_id)
+        with _pending_guard:
+            if missed and missed[0] == entry_id:
+                missed.pop(0)
 
 
 def read_value(value: bytes) -> tuple[str, int, float, str, str, bytes]:

@@ -7,6 +7,7 @@ the sweeper's ticks are called directly. The workers' side is in test_outage.py.
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -15,6 +16,8 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from celery_redislock import bounded_task, singleton_task
 from celery_redislock.celery.bounded.journal import forget, journal_for, record
@@ -161,3 +164,34 @@ def test_a_parked_singleton_whose_handed_lease_lapsed_still_runs(
     assert first_busy.get(timeout=10) == "busy"
     assert first.get(timeout=10) == 7  # was skipped: PENDING for ever
     assert newer.get(timeout=15) == 7
+
+
+def test_the_journal_redis_down_neither_blocks_parking_nor_forgets_a_drop(
+    make_app: MakeApp, lock_server: RedisServer, caplog: Any
+) -> None:
+    with RedisServer() as journal_server:
+        app = make_app(redislock_url=lock_server.url, redislock_prefix="jdown",
+                       redislock_park_journal_url=journal_server.url,
+                       redislock_client_options={"socket_connect_timeout": 0.5,
+                                                 "retry": Retry(NoBackoff(), 0)})  # fmt: skip
+
+        @bounded_task(app=app, concurrency_limit=1, concurrency_key="api")
+        def call(n: int) -> int:  # pragma: no cover - never runs here
+            return n
+
+        journal = journal_for(app)
+        assert journal is not None
+        sem = parking_for(app, "api", 1, 30.0, "jdown")
+        assert sem.acquire(blocking=False) is not None
+        kept = _park(app, call, sem, 0)
+        journal_server.kill()
+        caplog.set_level(logging.WARNING, logger="celery_redislock")
+        _park(app, call, sem, 1)  # parks without the journal
+        forget(app, kept)  # its run starts: the drop waits for the journal's Redis
+        assert sem.parking_info().parked == 2
+        assert len([r for r in caplog.records if "unreachable" in r.getMessage()]) == 2
+        journal_server.start()  # empty here; the kept drop is sent before the next call
+        journal.put(kept, b"x", 60.0)  # as if the data had survived
+        _park(app, call, sem, 2)
+        assert [entry_id for entry_id, _ in journal.entries()] != [] and kept not in dict(
+            journal.entries())  # fmt: skip
