@@ -64,6 +64,8 @@ def test_a_journaled_value_round_trips_and_anything_else_is_refused(
     captured: list[tuple[str, bytes]] = []
 
     class Journal:
+        entries_key = "journal"
+
         def put(self, entry_id: str, value: bytes, keep: float) -> None:
             captured.append((entry_id, value))
 
