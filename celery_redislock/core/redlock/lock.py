@@ -249,8 +249,9 @@ class RedlockLock(RedlockOperations, Primitive):
                 lease = RedlockLease(self, token, fence, ttl_ms / 1000, owner=owner,
                                      granted_at=valid_until - ttl_ms / 1000)  # fmt: skip
                 return lease, outcome
-        if give_back and (grants or outcome.errors):
-            rounds.run_each(self._masters, sorted({*grants, *outcome.errors}), rounds.RELEASE,
+        if give_back and (grants or outcome.errors or outcome.late):
+            rounds.run_each(self._masters, sorted({*grants, *outcome.errors, *outcome.late}),
+                            rounds.RELEASE,
                             self._release_call_keys(token), [token], self._timeout)  # fmt: skip
         return None, outcome
 
@@ -268,7 +269,7 @@ class RedlockLock(RedlockOperations, Primitive):
     def _release_token(self, token: str) -> bool:
         replies = rounds.run_each(self._masters, list(range(len(self._masters))),
                                   rounds.RELEASE, self._release_call_keys(token), [token],
-                                  self._timeout)  # fmt: skip
+                                  self._timeout, (self.quorum, rounds.confirmed))  # fmt: skip
         return sum(1 for reply in replies.values() if reply == 1) >= self.quorum
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
@@ -282,7 +283,7 @@ class RedlockLock(RedlockOperations, Primitive):
         sent_at = time.monotonic()
         replies = rounds.run_each(self._masters, list(range(len(self._masters))),
                                   rounds.EXTEND, self._holders_key, [token, ttl_ms],
-                                  self._timeout)  # fmt: skip
+                                  self._timeout, (self.quorum, rounds.confirmed))  # fmt: skip
         held = sum(1 for reply in replies.values() if reply == 1)
         gone = sum(1 for reply in replies.values() if reply == 0)
         errors = {i: r for i, r in replies.items() if isinstance(r, BaseException)}

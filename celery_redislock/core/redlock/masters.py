@@ -1,99 +1,34 @@
-"""The Redlock masters: one :class:`Master` per client, and :func:`fan_out`, which runs
-one script on every master at once from the calling thread.
+"""The Redlock masters: one :class:`Master` per client, with connections of its own.
 
-A fan-out writes the request to every master first and then reads the replies as
-they arrive (``select`` over the sockets), so its latency is the slowest master's
-round trip, not the sum, and it costs no thread hand-off. Measured on the
-development machines (benchmarks/bench_redlock.py): a thread pool per call cost
-about 3x this, and taking a connection from redis-py's pool per master about 1.5x
-(the pool checks each connection for unread data with a ``recv`` on the way out).
-So each :class:`Master` keeps connections of its own, made from its client's
-settings, one per thread in flight.
-
-A master that does not answer before the call's deadline, or fails, is reported
-as its exception; its connection is closed (a late reply must never be read as the
-answer to a later request).
+Each :class:`Master` keeps connections made from its client's settings (one per
+thread in flight), so a fan-out (:mod:`.fanout`) takes one per master without going
+through redis-py's pool (which checks each connection for unread data with a
+``recv`` on the way out), and a connection can be given back with replies still due
+(see :mod:`.wire`). Every (re)connect learns the server's run id.
 """
 
 from __future__ import annotations
 
-import select
 import threading
-import time
 import weakref
-from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from redis import Redis
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from ...errors import ConfigurationError
 from ..lease import current_pid
-from ..scripts import LuaScript, StaleReply, as_text
+from ..scripts import as_text
+from . import wire
 
-__all__ = ["IO_TIMEOUT", "Call", "Master", "check_masters", "fan_out", "server_label"]
+__all__ = ["IO_TIMEOUT", "Master", "check_masters", "server_label"]
 
 IO_TIMEOUT = 1.0
 """Longest socket wait, in seconds, of a master's own connections (connect, and the
 handshake of a new connection, which redis-py does synchronously): a stopped or
 unreachable master delays a call by at most this much. A fan-out's replies are
 awaited only until its own deadline."""
-
-class Call:
-    """One master's request: the script, its KEYS and its ARGV, packed once (the
-    same bytes go to every master that gets the same request)."""
-
-    __slots__ = ("args", "keys", "packed", "script")
-
-    def __init__(self, script: LuaScript, keys: Sequence[bytes], args: Sequence[Any],
-                 packed: bytes | None = None) -> None:  # fmt: skip
-        self.script = script
-        self.keys = keys
-        self.args = [_bytes(arg) for arg in args]
-        self.packed = packed if packed is not None else _resp(
-            [b"EVALSHA", script.sha.encode(), b"%d" % len(keys), *keys, *self.args])
-
-    @classmethod
-    def family(cls, script: LuaScript, keys: Sequence[bytes],
-               args: Sequence[Any]) -> Callable[[bytes], Call]:  # fmt: skip
-        """A maker of the calls that differ only by one more, last key (a master's
-        own): everything else is packed once."""
-        encoded = [_bytes(arg) for arg in args]
-        count = 3 + len(keys) + 1 + len(encoded)
-        head = b"*%d\r\n" % count + _resp(
-            [b"EVALSHA", script.sha.encode(), b"%d" % (len(keys) + 1), *keys], header=False)
-        tail = _resp(encoded, header=False)
-
-        def make(last: bytes) -> Call:
-            return cls(script, [*keys, last], encoded,
-                       head + b"$%d\r\n%s\r\n" % (len(last), last) + tail)  # fmt: skip
-
-        return make
-
-
-def _resp(parts: Sequence[bytes], header: bool = True) -> bytes:
-    # RESP, as redis-py's packer writes it, without its per-argument encoder calls
-    # (measured: half the client CPU of a fan-out).
-    body = b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
-    return b"*%d\r\n" % len(parts) + body if header else body
-
-
-def _bytes(value: Any) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return b"%d" % value
-    raise TypeError(f"cannot send {value!r} to Redis")
-
-
-MakeCall = Callable[[int, str], Call]
-"""Builds the request for master ``index`` whose server has run id ``run_id``."""
-
 
 class Master:
     """One independent Redis master of a Redlock: its client, its own connections,
@@ -140,7 +75,7 @@ class Master:
             return conn
 
     def give_back(self, conn: Any) -> None:
-        """Return a connection whose reply was read in full."""
+        """Return a connection (maybe with replies still due: see :mod:`.wire`)."""
         self._idle.append(conn)
 
     def _on_connect(self, conn: Any) -> None:
@@ -150,6 +85,7 @@ class Master:
         conn.send_command("INFO", "server", check_health=False)
         info = as_text(conn.read_response(disable_decoding=True))
         conn.redlock_run_id = ""
+        wire.reset(conn)
         for line in info.splitlines():
             if line.startswith("run_id:"):
                 conn.redlock_run_id = line[7:].strip()
@@ -205,78 +141,3 @@ def check_masters(clients: object) -> list[Master]:
     return [Master.for_client(client) for client in clients]
 
 
-def fan_out(masters: Sequence[Master], make_call: MakeCall, timeout: float) -> list[Any]:
-    """Run ``make_call(i, run_id)`` on ``masters[i]``, all at once; wait until every
-    master answered or ``timeout`` seconds passed since the last was sent (a new
-    connection's handshake comes before its request and is bounded by
-    :data:`IO_TIMEOUT`).
-
-    Returns one entry per master: its reply, or the exception it answered with (a
-    ``RedisError``; a ``redis.TimeoutError`` when it did not answer in time).
-    A NOSCRIPT reply is answered by sending the script itself on the same connection.
-    """
-    results: list[Any] = [None] * len(masters)
-    conns: list[Any] = [None] * len(masters)
-    calls: dict[int, Call] = {}
-    pending: dict[Any, int] = {}
-    for index, master in enumerate(masters):
-        conn = conns[index] = master.take()
-        try:
-            if conn._sock is None:
-                conn.connect()  # first: the request may name the server's run id
-            call = calls[index] = make_call(index, conn.redlock_run_id)
-            conn.send_packed_command([call.packed], check_health=False)
-        except (RedisError, OSError) as exc:
-            results[index] = _failed(conn, exc)
-            conns[index] = None
-            continue
-        # The connection's socket: the one thing select() needs (redis-py keeps it in
-        # ``_sock``; it is set once send_command connected).
-        pending[conn._sock] = index
-    deadline = time.monotonic() + timeout
-    while pending:
-        left = deadline - time.monotonic()
-        ready = select.select(list(pending), [], [], max(0.0, left))[0] if left > 0 else []
-        if not ready:
-            for index in pending.values():
-                results[index] = _failed(conns[index], RedisTimeoutError(
-                    f"{masters[index].label} did not answer within the call's deadline"))
-                conns[index] = None
-            break
-        for sock in ready:
-            index = pending.pop(sock)
-            conn = conns[index]
-            try:
-                call = calls[index]
-                results[index] = call.script.checked(conn.read_response(), call.args)
-            except StaleReply as exc:  # another command's reply: never use it again
-                results[index] = _failed(conn, exc)
-                conns[index] = None
-            except NoScriptError:
-                call = calls[index]
-                try:
-                    conn.send_command("EVAL", call.script.text, len(call.keys), *call.keys,
-                                      *call.args, check_health=False)  # fmt: skip
-                except (RedisError, OSError) as exc:
-                    results[index] = _failed(conn, exc)
-                    conns[index] = None
-                else:
-                    pending[conn._sock] = index
-            except RedisError as exc:  # a script error: the connection is clean
-                results[index] = exc
-                if not isinstance(exc, RedisTimeoutError) and conn._sock is not None:
-                    continue
-                results[index] = _failed(conn, exc)
-                conns[index] = None
-            except OSError as exc:
-                results[index] = _failed(conn, exc)
-                conns[index] = None
-    for master, conn in zip(masters, conns, strict=True):
-        if conn is not None and conn._sock is not None:
-            master.give_back(conn)
-    return results
-
-
-def _failed(conn: Any, exc: BaseException) -> BaseException:
-    conn.disconnect()
-    return exc

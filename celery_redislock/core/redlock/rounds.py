@@ -28,7 +28,9 @@ from ..lock_scripts import (
 )
 from ..scripts import LuaScript
 from ..waiting import Grant
-from .masters import Call, Master, fan_out
+from .fanout import Enough, fan_out
+from .masters import Master
+from .wire import Call
 
 __all__ = ["ACQUIRE", "ADOPT", "EXTEND", "FLOOR", "LEAVE", "RELEASE", "RELEASE_OWNER", "Round",
            "errors_text"]  # fmt: skip
@@ -43,6 +45,7 @@ class Round:
     grants: dict[int, Grant] = field(default_factory=dict)  # master index -> grant
     refused: dict[int, Any] = field(default_factory=dict)  # master index -> reply
     errors: dict[int, BaseException] = field(default_factory=dict)
+    late: list[int] = field(default_factory=list)  # asked, not read: a majority granted
 
     @property
     def answered(self) -> int:
@@ -78,7 +81,11 @@ def attempt(masters: list[Master], keys: list[Any], boot_prefix: str, args: list
 
     sent_at = time.monotonic()
     outcome = Round()
-    for index, answer in enumerate(fan_out(masters, call, timeout)):
+    quorum = len(masters) // 2 + 1
+    for index, answer in enumerate(fan_out(masters, call, timeout, (quorum, granted))):
+        if answer is None:
+            outcome.late.append(index)
+            continue
         if isinstance(answer, BaseException):
             outcome.errors[index] = answer
             continue
@@ -90,29 +97,45 @@ def attempt(masters: list[Master], keys: list[Any], boot_prefix: str, args: list
     return outcome
 
 
+def granted(answer: Any) -> bool:
+    """True for a ``lock_acquire.lua`` reply that grants (a fence, or {1, ...})."""
+    return answer.__class__ is int or (answer.__class__ is list and answer[0] == 1)
+
+
+def confirmed(answer: Any) -> bool:
+    """True for a release's or an extend's 1."""
+    return answer.__class__ is int and answer == 1
+
+
 def raise_floors(masters: list[Master], fence_key: Any, grants: dict[int, Grant], fence: int,
                  timeout: float) -> int:  # fmt: skip
     """Raise the fence counter of every granting master below ``fence`` to it; return
-    how many granting masters now store a fence >= ``fence``."""
-    stored = sum(1 for granted, _ in grants.values() if granted >= fence)
-    lower = [index for index, (granted, _) in grants.items() if granted < fence]
+    how many granting masters store a fence >= ``fence`` (at least a majority, when
+    enough of them answered). Waits only for as many as a majority needs: when the
+    masters that granted ``fence`` itself are a majority already, the others are sent
+    the floor and not waited for."""
+    stored = sum(1 for given, _ in grants.values() if given >= fence)
+    lower = [index for index, (given, _) in grants.items() if given < fence]
     if lower:
         request = Call(FLOOR, [fence_key], [fence])
+        need = max(0, len(masters) // 2 + 1 - stored)
         replies = fan_out([masters[i] for i in lower], lambda _i, _r: request,
-                          timeout)  # fmt: skip
+                          timeout, (need, confirmed))  # fmt: skip
         stored += sum(1 for reply in replies if reply == 1)
     return stored
 
 
 def run_each(masters: list[Master], indexes: list[int], script: LuaScript, keys: list[Any],
-             args: list[Any], timeout: float) -> dict[int, Any]:  # fmt: skip
+             args: list[Any], timeout: float, enough: Enough | None = None,
+             ) -> dict[int, Any]:  # fmt: skip
     """Run one script with the same KEYS/ARGV on ``masters[i]`` for each ``i`` in
-    ``indexes``; each master's reply or exception by index."""
+    ``indexes``; each master's reply or exception by index (None: not read, the
+    round ended when ``enough`` answered: see :func:`~.fanout.fan_out`)."""
     if not indexes:
         return {}
     chosen = [masters[i] for i in indexes]
     request = Call(script, keys, args)
-    replies = fan_out(chosen, lambda _i, _r: request, timeout)
+    replies = fan_out(chosen, lambda _i, _r: request, timeout, enough)
     return dict(zip(indexes, replies, strict=True))
 
 

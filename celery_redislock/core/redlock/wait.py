@@ -98,7 +98,7 @@ def wait_for_lease(lock: Waiting, token: str, tag: str, owner: str | None, ttl_m
                     time.sleep(sleep)
     finally:
         # Out of the queues: where refused (or silent) when granted, else everywhere.
-        _leave(lock, token, granted, sorted({*outcome.refused, *outcome.errors})
+        _leave(lock, token, granted, sorted({*outcome.refused, *outcome.errors, *outcome.late})
                if granted else list(range(len(lock._masters))))  # fmt: skip
     if outcome.answered < lock.quorum:
         raise lock._unavailable(outcome)
@@ -109,10 +109,13 @@ def _leave(lock: Waiting, token: str, granted: bool, indexes: list[int]) -> None
     """Leave the wait queue on ``masters[i]`` for each i in ``indexes``; a lease a
     release granted meanwhile is given back unless the wait ended granted (the
     lease's release then reaches it with the others)."""
-    left = rounds.run_each(lock._masters, indexes, rounds.LEAVE,
-                           lock._queue_keys, [token, "lock"], lock._timeout)  # fmt: skip
-    stray = [i for i, reply in left.items()
-             if not isinstance(reply, BaseException) and leave_reply(reply)]  # fmt: skip
+    # Granted, the replies are not needed (a lease granted meanwhile is released with
+    # the others): sent, not waited for.
+    left = rounds.run_each(lock._masters, indexes, rounds.LEAVE, lock._queue_keys,
+                           [token, "lock"], lock._timeout,
+                           (0, rounds.confirmed) if granted else None)  # fmt: skip
+    stray = [i for i, reply in left.items() if reply is not None
+             and not isinstance(reply, BaseException) and leave_reply(reply)]  # fmt: skip
     if stray and not granted:
         rounds.run_each(lock._masters, stray, rounds.RELEASE, lock._release_call_keys(token),
                         [token], lock._timeout)  # fmt: skip

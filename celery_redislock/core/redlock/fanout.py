@@ -1,0 +1,197 @@
+"""One script on every Redlock master at once, from the calling thread: :func:`fan_out`.
+
+A fan-out writes the request to every master first and then reads the replies as
+they arrive (``select`` over the sockets), so its latency is a master's round trip,
+not the sum, and it costs no thread hand-off. Measured on the development machines
+(benchmarks/bench_redlock.py): a thread pool per call cost about 3x this, and taking a
+connection from redis-py's pool per master about 1.5x. So each master keeps
+connections of its own (:class:`~.masters.Master`), one per thread in flight.
+
+A round that only needs a majority (a grant, a release, an extend) ends as soon as
+enough masters gave the answer that counts (``enough``): the others' replies are left
+on their connections, which keep the calls still due (:mod:`.wire`) and are used again
+as they are -- the next request on a connection goes after the ones before it (Redis
+runs one connection's requests in order), and its reply is read after theirs, each
+checked against its own call's stamp. So the slowest masters' work overlaps the
+client's next step instead of adding to the latency, and a stopped minority costs a
+round nothing.
+
+A master that does not answer before the call's deadline, or fails, is reported as
+its exception and its connection closed (a late reply must never be read as the
+answer to a later request); so is a connection whose oldest due reply is overdue.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..scripts import StaleReply
+from . import wire
+from .masters import IO_TIMEOUT, Master
+from .wire import Call
+
+__all__ = ["MAX_DUE", "Enough", "MakeCall", "fan_out"]
+
+log = logging.getLogger(__name__)
+
+MakeCall = Callable[[int, str], Call]
+"""Builds the request for master ``index`` whose server has run id ``run_id``."""
+
+Enough = tuple[int, Callable[[Any], bool]]
+"""``(count, counts)``: a round may end once ``count`` masters answered with a reply
+for which ``counts(reply)`` is true (0: as soon as every request is sent)."""
+
+MAX_DUE = 3
+"""Most replies a connection may owe: a round waits for the oldest before it sends one
+more (a master that falls behind slows its client down; a stopped master's requests
+do not pile up, it fails at the oldest's deadline)."""
+
+
+def fan_out(masters: Sequence[Master], make_call: MakeCall, timeout: float,
+            enough: Enough | None = None) -> list[Any]:  # fmt: skip
+    """Run ``make_call(i, run_id)`` on ``masters[i]``, all at once; wait until every
+    master answered, ``enough`` of them did (see :data:`Enough`), or ``timeout``
+    seconds passed since the last was sent (a new connection's handshake comes before
+    its request and is bounded by :data:`~.masters.IO_TIMEOUT`).
+
+    Returns one entry per master: its reply; the exception it answered with (a
+    ``RedisError``; a ``redis.TimeoutError`` when it did not answer in time); or None
+    when the round ended before its reply (read later on the same connection).
+    A NOSCRIPT reply is answered by sending the script itself on the same connection.
+    """
+    count = len(masters)
+    results: list[Any] = [None] * count
+    conns: list[Any] = [None] * count
+    calls: list[Any] = [None] * count
+    pending: dict[int, int] = {}  # socket's fd -> master index
+    now = time.monotonic()
+    for index, master in enumerate(masters):
+        conn = conns[index] = master.take()
+        try:
+            if conn._sock is None:
+                conn.connect()  # first: the request may name the server's run id
+            due = conn.redlock_due
+            if due:
+                _catch_up(conn, master.label)
+            call = calls[index] = make_call(index, conn.redlock_run_id)
+            _send(conn, call.packed)
+        except (RedisError, OSError) as exc:
+            results[index] = _failed(conn, exc)
+            conns[index] = None
+            continue
+        due.append((call, now + timeout))
+        pending[conn._sock.fileno()] = index
+    # A round may end early only when every connection is read here (see wire.py):
+    # one read by redis-py is never left with a reply due.
+    need, counts = enough if enough is not None else (count + 1, None)
+    if not all(wire.is_raw(conns[index]) for index in pending.values()):
+        need = count + 1
+    good = 0
+    deadline = time.monotonic() + timeout
+    while pending and good < need:
+        left = deadline - time.monotonic()
+        ready = select.select(list(pending), [], [], max(0.0, left))[0] if left > 0 else []
+        if not ready:
+            for index in pending.values():
+                results[index] = _failed(conns[index], RedisTimeoutError(
+                    f"{masters[index].label} did not answer within the call's deadline"))
+                conns[index] = None
+            pending.clear()
+            break
+        for fd in ready:
+            index = pending[fd]
+            conn = conns[index]
+            try:
+                done, reply = _receive(conn, calls[index])
+                if not done:
+                    continue  # its reply is not all there yet
+            except (RedisError, OSError) as exc:
+                results[index] = _failed(conn, exc)
+                conns[index] = None
+            else:
+                results[index] = reply
+                if counts is not None and counts(reply):
+                    good += 1
+            del pending[fd]
+    for master, conn in zip(masters, conns, strict=True):
+        if conn is not None and conn._sock is not None:
+            master.give_back(conn)
+    return results
+
+
+def _receive(conn: Any, call: Call | None) -> tuple[bool, Any]:
+    """Read what ``conn`` has: ``(True, reply)`` once the reply to ``call`` is in
+    (its payload, or the error it answered with), else ``(False, None)``. Replies due
+    before it are checked and dropped; ``StaleReply`` for one that is not its call's."""
+    if wire.is_raw(conn):
+        replies = wire.read_replies(conn)
+        if replies is None:
+            return False, None
+    else:
+        replies = [_read_via_redis(conn)]
+    due = conn.redlock_due
+    found: tuple[bool, Any] = (False, None)
+    for reply in replies:
+        if not due:
+            raise StaleReply(f"a reply nobody asked for: {reply!r:.200}")
+        owed = due.pop(0)[0]
+        payload = owed.payload(reply)
+        if isinstance(payload, NoScriptError):  # the script did not run: send its text
+            _send(conn, owed.with_text())
+            due.append((owed, time.monotonic() + IO_TIMEOUT))
+        elif owed is call:
+            found = (True, payload)
+        elif isinstance(payload, Exception):
+            log.debug("celery_redislock: an earlier Redlock request failed: %r", payload)
+    return found
+
+
+def _read_via_redis(conn: Any) -> Any:
+    try:
+        return conn.read_response()
+    except NoScriptError as exc:
+        return exc
+    except RedisError as exc:
+        if isinstance(exc, RedisTimeoutError) or conn._sock is None:
+            raise
+        return exc  # an error reply (a script error): the connection is clean
+
+
+def _catch_up(conn: Any, label: str) -> None:
+    """Before a new request: read the replies ``conn`` owes that are there already;
+    wait for the oldest while it owes :data:`MAX_DUE` (a master far behind slows its
+    client down rather than getting an ever longer queue); raise ``TimeoutError``
+    when the oldest is overdue."""
+    due = conn.redlock_due
+    if not wire.is_raw(conn):
+        return  # redis-py's connections owe nothing between rounds
+    while due:
+        before = len(due)
+        _receive(conn, None)
+        if len(due) == before:
+            break  # nothing more there yet
+    while due and (len(due) >= MAX_DUE or due[0][1] <= time.monotonic()):
+        left = due[0][1] - time.monotonic()
+        if left <= 0 or not select.select([conn._sock.fileno()], [], [], left)[0]:
+            raise RedisTimeoutError(f"{label} did not answer an earlier request within "
+                                    f"its deadline")  # fmt: skip
+        _receive(conn, None)
+
+
+def _send(conn: Any, data: bytes) -> None:
+    if wire.is_raw(conn):
+        wire.write(conn, data)
+    else:
+        conn.send_packed_command([data], check_health=False)
+
+
+def _failed(conn: Any, exc: BaseException) -> BaseException:
+    conn.disconnect()
+    return exc
