@@ -101,6 +101,8 @@ async def _call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]
     conn = _take_spare(pool, loop)
     if conn is None:
         conn = await pool.get_connection()
+    if _closed(conn):
+        await conn.disconnect(nowait=True)  # the send connects it again
 
     async def failed(_error: BaseException) -> None:
         await conn.disconnect()
@@ -151,6 +153,19 @@ def _take_spare(pool: Any, loop: asyncio.AbstractEventLoop) -> Any:
         return None
     conn, spare.conn = spare.conn(), _none
     return conn
+
+
+def _closed(conn: Any) -> bool:
+    """True when the server closed ``conn`` while it was idle (a restart, ``CLIENT
+    KILL``, the server's idle ``timeout``) and the loop saw it: a call must not spend
+    a retry on it (or fail, with retries off). The pool's own check before handing a
+    connection out is off in redis-py 8 with ``maint_notifications`` on "auto", its
+    default, and the kept connection does not pass through it."""
+    reader, writer = getattr(conn, "_reader", None), getattr(conn, "_writer", None)
+    if reader is None or writer is None:
+        return False  # not connected: its send connects it
+    return bool(reader.at_eof() or reader.exception() is not None
+                or writer.transport.is_closing())  # fmt: skip
 
 
 async def _put_back(pool: Any, conn: Any, loop: asyncio.AbstractEventLoop) -> None:

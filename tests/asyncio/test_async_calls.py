@@ -7,8 +7,10 @@ import asyncio
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
-from celery_redislock.asyncio import AsyncRedisLock
+from celery_redislock.asyncio import AsyncRedisLock, calls
 from celery_redislock.asyncio.calls import SPARE_MIN_POOL
 
 
@@ -64,6 +66,25 @@ def test_a_write_larger_than_the_socket_takes_is_awaited(r: redis.Redis, redis_u
             assert lease is not None and (await lock.info()).owner == owner
             assert await lease.release()
             assert not await lock.locked()
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_kept_connection_the_server_closed_is_not_used(r: redis.Redis, redis_url: str) -> None:
+    async def main() -> None:
+        # No retries: a call on the closed connection would fail, not retry.
+        client = aioredis.Redis.from_url(redis_url, retry=Retry(NoBackoff(), 0))
+        try:
+            await cycles(client, 1)
+            loop = asyncio.get_running_loop()
+            (spare,) = [s for s in calls._SPARES.values() if s.loop() is loop]
+            host, port = spare.conn()._writer.get_extra_info("sockname")[:2]
+            address = f"{host}:{port}"
+            assert r.client_kill_filter(addr=address) == 1
+            await asyncio.sleep(0.1)  # the loop sees the connection closed
+            await cycles(client, 3)
         finally:
             await client.aclose()
 
