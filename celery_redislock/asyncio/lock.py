@@ -134,10 +134,14 @@ class AsyncRedisLock(AsyncPrimitive):
         try:
             # As the sync lock: no blocked read outlives the caller's deadline.
             with reply_deadline(deadline) if capped else _UNCAPPED:
+                # Queued at once when this loop already listens on the channel (a
+                # loop that never waited has no subscriber: none is made here).
+                notifier = None if deadline is None else AsyncNotifier.current(self._client)
                 if (
                     deadline is not None
+                    and notifier is not None
+                    and notifier.subscribed(channel)
                     and deadline > time.monotonic()
-                    and AsyncNotifier.for_client(self._client).subscribed(channel)
                 ):
                     grant = await self._wait(token, owner, ttl_ms, channel, reply, deadline, check)
                 else:

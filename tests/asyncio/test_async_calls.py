@@ -1,5 +1,6 @@
 """The async script calls' own I/O (celery_redislock.asyncio.calls): the connection
-each loop keeps of a pool, and a write too large for the socket at once."""
+each loop keeps of a pool, a write too large for the socket at once, and what an
+uncontended acquire leaves alone."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from celery_redislock.asyncio import AsyncRedisLock, calls
+from celery_redislock.asyncio import AsyncRedisLock, calls, renewal
 from celery_redislock.asyncio.calls import SPARE_MIN_POOL
+from celery_redislock.asyncio.notifier import AsyncNotifier
 
 
 async def cycles(client: aioredis.Redis, count: int) -> None:
@@ -85,6 +87,23 @@ def test_a_kept_connection_the_server_closed_is_not_used(r: redis.Redis, redis_u
             assert r.client_kill_filter(addr=address) == 1
             await asyncio.sleep(0.1)  # the loop sees the connection closed
             await cycles(client, 3)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_an_uncontended_acquire_makes_no_subscriber_and_no_renewer(
+    r: redis.Redis, redis_url: str
+) -> None:
+    async def main() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            async with AsyncRedisLock(client, "calls:plain", ttl=5):  # blocking, not renewed
+                pass
+            assert await AsyncRedisLock(client, "calls:plain").acquire(timeout=1) is not None
+            assert AsyncNotifier.current(client) is None
+            assert asyncio.get_running_loop() not in renewal._renewers
         finally:
             await client.aclose()
 
