@@ -1,5 +1,6 @@
 """The operator's side of a :class:`~.lock.RedisLock`: release by owner or by force,
-``locked()`` and ``info()`` (a mixin, so lock.py keeps acquiring and leases).
+``locked()`` and ``info()``; and a lease's release judged by its deadline (a mixin,
+so lock.py keeps acquiring and leases).
 """
 
 from __future__ import annotations
@@ -9,7 +10,16 @@ from typing import Any, Protocol
 from ..errors import ConfigurationError
 from .info import PrimitiveInfo
 from .keys import KeySpace
-from .lock_scripts import INFO, RELEASE_OWNER, LockScripts, info_reply
+from .lock_scripts import (
+    INFO,
+    NO_RECORD,
+    RELEASE,
+    RELEASE_OWNER,
+    LockScripts,
+    info_reply,
+    release_reply,
+)
+from .scripts import sees_resends
 
 __all__ = ["LockOperations"]
 
@@ -25,6 +35,8 @@ class _Lock(Protocol):
     def name(self) -> str: ...
 
     def _release_owner(self, owner: str) -> int: ...
+
+    def _release_token(self, token: str) -> bool: ...
 
 
 class LockOperations:
@@ -60,3 +72,14 @@ class LockOperations:
         return info_reply(
             self.name, INFO(self._client, self._scripts.info_keys, LockScripts.info_args())
         )
+
+    def _release_lease(self: _Lock, token: str, deadline: float) -> bool:
+        """``Lease.release`` of lease ``token`` whose local deadline is ``deadline``: on
+        a plain client the common release writes no record for a re-send, which judges
+        a lease found gone by the deadline instead (see :func:`.release_reply`)."""
+        if not sees_resends(self._client):
+            return self._release_token(token)  # re-sent by redis-py, unseen: a record
+        sends: list[None] = []
+        answer = RELEASE(self._client, self._scripts.release_call(token), [token, NO_RECORD],
+                         sends=sends)  # fmt: skip
+        return release_reply(answer, sends, deadline)

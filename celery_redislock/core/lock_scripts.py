@@ -11,6 +11,7 @@ disagree on what a reply means.
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any
 
 from .info import HolderInfo, PrimitiveInfo
@@ -20,10 +21,10 @@ from .waiting import WAITER_HEARTBEAT_MS, Grant, granted_lease
 
 __all__ = [
     "ACQUIRE", "ADOPT", "BOOT_MARKER_MS", "EXTEND", "EXTEND_ADD", "FENCE_MEMORY_MS", "HELD",
-    "INFO", "LEAVE", "RELEASE", "RELEASE_MEMORY_MS", "RELEASE_OWNER", "RENEW",
+    "INFO", "LEAVE", "NO_RECORD", "RELEASE", "RELEASE_MEMORY_MS", "RELEASE_OWNER", "RENEW",
     "SCRIPT_CONSTANTS", "LockScripts",
     "acquire_reply", "adopt_reply", "info_reply", "leave_reply", "refusal_holder",
-    "refusal_wait_ms",
+    "refusal_wait_ms", "release_reply",
 ]  # fmt: skip
 
 FENCE_MEMORY_MS = 3_600_000
@@ -61,6 +62,9 @@ HELD = LuaScript("lock_held.lua", SCRIPT_CONSTANTS)
 EXTEND_ADD = LuaScript("lock_extend_add.lua", SCRIPT_CONSTANTS)
 
 _WAIT = b"1"  # constant script argument, encoded once
+NO_RECORD = b"0"
+"""``lock_release.lua``'s ARGV[2] for a caller that judges a re-sent release itself
+(see :func:`release_reply`): no release record unless waiters are queued."""
 _LOCK_RULE = "lock"
 
 
@@ -175,6 +179,21 @@ def acquire_reply(answer: Any, sent_at: float, ttl_ms: int) -> Grant | None:
     if answer[0] == 1:  # a lease this token holds already (a re-sent request, a grant)
         return granted_lease(int(answer[1]), sent_at, int(answer[2]), ttl_ms)
     return None
+
+
+def release_reply(answer: Any, sends: list[None], deadline: float) -> bool:
+    """Whether a ``lock_release.lua`` call sent with :data:`NO_RECORD` released the lease
+    of local ``deadline``: it answered 1, or it found the lease gone after being sent
+    again (``sends``, see :class:`.LuaScript`) and the answer came before ``deadline``.
+    Before it the lease cannot have expired on the server (the deadline counts from
+    before the request that set it), so the lease was gone because the first send,
+    whose reply was lost, released it -- unless, in the same moment, a forced release
+    (``force_release``, ``release_owner``, ``release_all``) or an adopt took it, which
+    this cannot tell apart (a release record would; it is written only when waiters
+    are queued)."""
+    if answer:
+        return True
+    return len(sends) > 1 and time.monotonic() < deadline
 
 
 def refusal_wait_ms(answer: Any) -> int:

@@ -110,6 +110,22 @@ def test_resent_release_changes_nothing(r: redis.Redis, lock: RedisLock) -> None
     assert snapshot(r, lock)[0] == state[0]
 
 
+def test_a_release_without_record_answers_its_resend_with_0(
+    r: redis.Redis, lock: RedisLock
+) -> None:
+    # ARGV[2] "0" (a caller that judges re-sends itself): no record when nobody waits,
+    # so a re-send finds the lease gone; with a waiter queued the record is written.
+    keys, _ = release_call(lock, "a" * 32)
+    acquire(r, lock, "a" * 32)
+    assert lock_module.RELEASE(r, keys, ["a" * 32, "0"]) == 1
+    assert not r.exists(keys[5]) and lock_module.RELEASE(r, keys, ["a" * 32, "0"]) == 0
+    keys, _ = release_call(lock, "b" * 32)
+    acquire(r, lock, "b" * 32)
+    acquire(r, lock, "c" * 32, wait="1")
+    assert lock_module.RELEASE(r, keys, ["b" * 32, "0"]) == 1
+    assert r.exists(keys[5]) and lock_module.RELEASE(r, keys, ["b" * 32, "0"]) == 1
+
+
 def test_resent_extend_is_harmless(r: redis.Redis, lock: RedisLock) -> None:
     token = "a" * 32
     acquire(r, lock, token, ttl_ms=1000)

@@ -7,6 +7,7 @@ new connection, so the script runs twice. The caller must see the first answer.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -66,6 +67,48 @@ def test_lock_release(r: redis.Redis, proxied: redis.Redis, fault_proxy: FaultPr
     drop_next(fault_proxy, lock_module.RELEASE)
     again = lock.acquire(blocking=False)
     assert again is not None and again.release() is True and not again.lost
+
+
+def test_lock_release_handing_the_lock_on(
+    r: redis.Redis, proxied: redis.Redis, fault_proxy: FaultProxy
+) -> None:
+    # A waiter is queued: the release grants it the lock at once (a new fence), and its
+    # re-send is answered from the release's record.
+    lock = RedisLock(proxied, "job")
+    lease = lock.acquire()
+    assert lease is not None
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(RedisLock(r, "job").acquire(timeout=10)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while not r.exists(lock.keys.queue) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    drop_next(fault_proxy, lock_module.RELEASE)
+    assert lease.release() is True and not lease.lost
+    waiter.join(10)
+    assert fault_proxy.dropped == 1 and got and got[0] is not None
+    assert got[0].fence > lease.fence  # type: ignore[attr-defined]
+    assert got[0].release()  # type: ignore[attr-defined]
+
+
+def test_lock_release_leaves_no_record_when_uncontended(
+    r: redis.Redis, proxied: redis.Redis
+) -> None:
+    # The common release writes nothing but its DEL: a re-send (a lost reply) is judged
+    # by the lease's local deadline (see release_reply), not by a record in Redis.
+    lease = RedisLock(proxied, "job").acquire()
+    assert lease is not None and lease.release() is True
+    assert r.dbsize() == 1 and r.exists(lease.holder.keys.fence)  # type: ignore[attr-defined]
+
+
+def test_a_resent_release_judged_by_the_lease_deadline() -> None:
+    later, earlier = time.monotonic() + 30, time.monotonic() - 1
+    assert lock_scripts.release_reply(1, [None], earlier)  # released by this send
+    assert not lock_scripts.release_reply(0, [None], later)  # sent once: not ours
+    # Sent again and found gone: the first send released it -- unless the lease's
+    # deadline had passed, when it may have expired before the first send arrived.
+    assert lock_scripts.release_reply(0, [None, None], later)
+    assert not lock_scripts.release_reply(0, [None, None], earlier)
 
 
 def test_lock_extend(r: redis.Redis, proxied: redis.Redis, fault_proxy: FaultProxy) -> None:

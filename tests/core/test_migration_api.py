@@ -116,17 +116,17 @@ def test_held_is_one_read_only_round_trip(r: redis.Redis) -> None:
     assert lease is not None
     before = r.hgetall(lock.keys.holders), r.pttl(lock.keys.holders)
     calls: list[tuple[Any, ...]] = []
-    original = Connection.send_command  # what every command sent goes through
+    original = Connection.send_packed_command  # what every command sent goes through
 
     def counting(self: Connection, *args: Any, **options: Any) -> Any:
         calls.append(args)
         return original(self, *args, **options)
 
-    Connection.send_command = counting  # type: ignore[method-assign]
+    Connection.send_packed_command = counting  # type: ignore[method-assign]
     try:
         assert lease.held()
     finally:
-        Connection.send_command = original  # type: ignore[method-assign]
+        Connection.send_packed_command = original  # type: ignore[method-assign]
     assert len(calls) == 1
     assert r.hgetall(lock.keys.holders) == before[0]
     assert r.pttl(lock.keys.holders) <= before[1]

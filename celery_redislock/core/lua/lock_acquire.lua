@@ -69,9 +69,9 @@ if floor and floor > now_us then fence_us = floor end
 -- runs before the other helpers are defined: a run that returns here never makes
 -- their closures.
 if redis.call('EXISTS', holders, queue) == 0 then
-  local fence = next_fence(fence_key, fence_us)
+  local fence, n = next_fence(fence_key, fence_us)
   grant_lock(holders, token, owner, ttl, now, fence)
-  return {STAMP, tonumber(fence)}
+  return {STAMP, n}
 end
 
 --!include lib_lock.lua
@@ -81,10 +81,11 @@ local wait = ARGV[4] == '1'
 
 -- Another lease of the holding owner (re-entry).
 local function reenter()
-  local fence, expiry = next_fence(fence_key, fence_us), string.format('%d', now + ttl)
+  local fence, n = next_fence(fence_key, fence_us)
+  local expiry = string.format('%d', now + ttl)
   redis.call('HSET', holders, 'fence', fence, 't:' .. token, expiry, 'f:' .. token, fence)
   if redis.call('PTTL', holders) < ttl then redis.call('PEXPIREAT', holders, expiry) end
-  return tonumber(fence)
+  return n
 end
 
 local function refuse(wait_ms, holder)
@@ -122,6 +123,6 @@ if redis.call('EXISTS', queue) == 1 then
   end
   if head then dequeue_waiter(queue, alive, asks, token) end
 end
-local fence = next_fence(fence_key, fence_us)
+local fence, n = next_fence(fence_key, fence_us)
 grant_lock(holders, token, owner, ttl, now, fence)
-return {STAMP, tonumber(fence)}
+return {STAMP, n}

@@ -10,6 +10,11 @@
 --                   is released, kept RELEASE_MEMORY_MS, so a re-sent release (its
 --                   reply lost) answers 1 as the first execution did.
 -- ARGV[1]  token    the lease's token.
+-- ARGV[2]  record   optional, default "1": write KEYS[6] on every release; "0": only
+--                   when waiters are queued -- for a caller that sees its own re-sends
+--                   and judges a lease found gone by its local deadline (RedisLock on
+--                   a plain client, see lock.py): the common release then writes
+--                   nothing but the DEL.
 -- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua):
 -- messages to a waiter whose token ends in ".<tag>" go to `channel:<tag>` (its
 -- process's own channel), by SPUBLISH when the tag starts with "s" (waiter_channel).
@@ -25,9 +30,10 @@
 -- Returns {stamp, reply}: stamp is 'r' and the first 8 characters of ARGV[1]
 -- (see LuaScript in scripts.py: a reply is never taken for another call's).
 -- reply is 1 when the lease was live and is now released (also to a re-send of that
--- release: see KEYS[6]), 0 when it was not ours (unknown, expired, released by
--- someone else): a re-sent release changes nothing (it may only repeat the wake-up
--- message).
+-- release when its record was written: see KEYS[6] and ARGV[2]), 0 when it was not
+-- ours (unknown, expired, released by someone else -- or by this very request, its
+-- record not written, for the caller to judge): a re-sent release changes nothing
+-- (it may only repeat the wake-up message).
 
 local holders, queue, token, done = KEYS[1], KEYS[2], ARGV[1], KEYS[6]
 local STAMP = 'r' .. string.sub(ARGV[1], 1, 8)
@@ -42,8 +48,11 @@ local expiry = redis.call('HGET', holders, 't:' .. token)
 local only = expiry and redis.call('HLEN', holders) <= 5
 if only then
   redis.call('DEL', holders)
-  redis.call('SET', done, '1', 'PX', {{RELEASE_MEMORY_MS}})
-  if redis.call('EXISTS', queue) == 0 then return {STAMP, 1} end
+  local queued = redis.call('EXISTS', queue) == 1
+  if queued or ARGV[2] ~= '0' then
+    redis.call('SET', done, '1', 'PX', {{RELEASE_MEMORY_MS}})
+  end
+  if not queued then return {STAMP, 1} end
 end
 
 --!include lib_lock.lua

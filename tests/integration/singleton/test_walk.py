@@ -18,7 +18,7 @@ from celery import Celery
 from celery_redislock import SingletonTask
 
 _PACKAGE = "celery_redislock"
-_SENDS = ("execute_command", "send_command")  # a client's command, a connection's
+_SENDS = ("execute_command", "send_command", "send_packed_command")  # client, connection
 
 
 def _module(frame: FrameType | None) -> str | None:
