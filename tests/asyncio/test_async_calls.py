@@ -5,15 +5,18 @@ uncontended acquire leaves alone."""
 from __future__ import annotations
 
 import asyncio
+import time
 
+import pytest
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from celery_redislock.asyncio import AsyncRedisLock, calls, renewal
-from celery_redislock.asyncio.calls import SPARE_MIN_POOL
+from celery_redislock.asyncio import AsyncRedisLock, renewal, wire
 from celery_redislock.asyncio.notifier import AsyncNotifier
+from celery_redislock.asyncio.wire import SPARE_MIN_POOL
+from tests.faults import FaultProxy
 
 
 async def cycles(client: aioredis.Redis, count: int) -> None:
@@ -81,7 +84,7 @@ def test_a_kept_connection_the_server_closed_is_not_used(r: redis.Redis, redis_u
         try:
             await cycles(client, 1)
             loop = asyncio.get_running_loop()
-            (spare,) = [s for s in calls._SPARES.values() if s.loop() is loop]
+            (spare,) = [s for s in wire._SPARES.values() if s.loop() is loop]
             host, port = spare.conn()._writer.get_extra_info("sockname")[:2]
             address = f"{host}:{port}"
             assert r.client_kill_filter(addr=address) == 1
@@ -108,3 +111,29 @@ def test_an_uncontended_acquire_makes_no_subscriber_and_no_renewer(
             await client.aclose()
 
     asyncio.run(main())
+
+
+def test_a_read_past_the_socket_timeout_raises_and_closes(fault_proxy: FaultProxy) -> None:
+    async def main() -> float:
+        client = aioredis.Redis.from_url(fault_proxy.url, socket_timeout=0.3,
+                                         retry=Retry(NoBackoff(), 0))  # fmt: skip
+        try:
+            lease = await AsyncRedisLock(client, "calls:slow").acquire(blocking=False)
+            assert lease is not None and await lease.release()  # connected, kept
+            fault_proxy.pause()  # Redis stops answering
+            started = time.monotonic()
+            try:
+                with pytest.raises(redis.TimeoutError):
+                    await AsyncRedisLock(client, "calls:slow").acquire(blocking=False)
+            finally:
+                elapsed = time.monotonic() - started
+                fault_proxy.resume()
+            # The timed-out connection was closed: the next call gets its own reply.
+            lease = await AsyncRedisLock(client, "calls:after").acquire(blocking=False)
+            assert lease is not None and await lease.release()
+            return elapsed
+        finally:
+            await client.aclose()
+
+    elapsed = asyncio.run(main())
+    assert elapsed < 0.3 + 1.0 + 1.0, elapsed  # the read, then the clean-up's grace

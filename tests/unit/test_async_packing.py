@@ -8,7 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection
 
-from celery_redislock.asyncio.calls import pack_evalsha
+from celery_redislock.asyncio.wire import pack_evalsha
 from celery_redislock.core.lock_scripts import ACQUIRE, RELEASE
 from celery_redislock.core.scripts import key_encoder
 

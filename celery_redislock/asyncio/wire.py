@@ -1,0 +1,202 @@
+"""The async calls' connection-level I/O (used by :mod:`.calls`): the loop's kept
+connection of a pool, the EVALSHA packed here, and writes and reads on a
+``redis.asyncio`` connection without the machinery redis-py puts around each
+command. Every shortcut falls back to redis-py's own method where its condition
+does not hold (a connection not connected, a health check configured).
+
+**Packing** (:func:`pack_evalsha`): what redis-py's ``pack_command`` sends, without
+its per-argument encoder calls.
+
+**Writing** (:func:`send`): the packed command goes straight to the connection's
+stream. redis-py's ``send_packed_command`` wraps every write in
+``asyncio.wait_for`` -- a task and two more turns of the loop per command -- though a
+small write on an idle connection never waits; it only does when the transport's
+buffer is full, and then it is awaited with the socket timeout, as redis-py does.
+
+**Reading** (:func:`read`): the reply from redis-py's own parser (pushes, errors and
+every type as it reads them), under the socket timeout kept by one timer that
+aborts the connection, where redis-py's ``read_response`` enters an
+``asyncio.timeout`` per read (a task-cancelling context several times dearer).
+A read that times out raises redis' ``TimeoutError`` and one that fails its
+``ConnectionError``, the connection closed, as redis-py's read does.
+
+**The kept connection** (:func:`take`, :func:`put_back`): each event loop keeps one
+connection of a client's pool for its script calls: taken from the pool by a call
+and kept when it ends, where redis.asyncio's pool would take and give back its lock
+and record both moves for its metrics, for every command. One connection per loop
+and pool at most (a call that finds it in use takes another from the pool, and
+gives that one back); a pool of fewer than ``SPARE_MIN_POOL`` connections keeps
+them all for its user. Only a call that ended cleanly keeps its connection; one
+that failed or was interrupted (its connection closed, see :func:`.calls.call`)
+gives it back to the pool. Closing the client (``aclose``) closes the kept
+connection with the pool's others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..core.scripts import LuaScript
+
+__all__ = ["SPARE_MIN_POOL", "closed", "pack_evalsha", "put_back", "read", "send", "take"]
+
+SPARE_MIN_POOL = 10
+"""A pool allowing fewer connections than this gets no kept connection (see the
+module docs)."""
+
+_HEADS: dict[str, bytes] = {}  # a script's sha -> "EVALSHA <sha>" as two bulk strings
+
+
+def pack_evalsha(script: LuaScript, keys: list[Any], args: list[Any],
+                 encode: Callable[[Any], bytes]) -> bytes:  # fmt: skip
+    """``EVALSHA <sha> <numkeys> *keys *args`` in the Redis protocol, as redis-py packs
+    it (``encode``: the client's encoder for a str or another type, see
+    :func:`~celery_redislock.core.scripts.key_encoder`; bytes go as they are, an int as
+    its digits)."""
+    head = _HEADS.get(script.sha)
+    if head is None:
+        head = _HEADS[script.sha] = b"$7\r\nEVALSHA\r\n$40\r\n%b\r\n" % script.sha.encode()
+    count = b"%d" % len(keys)
+    parts = [b"*%d\r\n%b$%d\r\n%b\r\n" % (3 + len(keys) + len(args), head, len(count), count)]
+    append = parts.append
+    for value in (*keys, *args):
+        if value.__class__ is not bytes:
+            value = b"%d" % value if value.__class__ is int else encode(value)
+        append(b"$%d\r\n%b\r\n" % (len(value), value))
+    return b"".join(parts)
+
+
+class _Spare:
+    """The connection a loop keeps of a pool between its script calls (None while a
+    call uses it) and that loop. Both weakly: the pool holds the connection (as one in
+    use), and a connection may hold its pool, which must die when its user drops it."""
+
+    __slots__ = ("conn", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.conn: Callable[[], Any] = _none
+        self.loop = weakref.ref(loop)
+
+
+def _none() -> None:
+    return None
+
+
+_SPARES: dict[int, _Spare] = {}  # id(pool) -> its spare (dropped with the pool)
+
+
+def take(pool: Any, loop: asyncio.AbstractEventLoop) -> Any:
+    """The loop's spare connection of ``pool``, now in use; None when it has none free."""
+    spare = _SPARES.get(id(pool))
+    if spare is None or spare.loop() is not loop:
+        return None
+    conn, spare.conn = spare.conn(), _none
+    return conn
+
+
+def closed(conn: Any) -> bool:
+    """True when the server closed ``conn`` while it was idle (a restart, ``CLIENT
+    KILL``, the server's idle ``timeout``) and the loop saw it: a call must not spend
+    a retry on it (or fail, with retries off). The pool's own check before handing a
+    connection out is off in redis-py 8 with ``maint_notifications`` on "auto", its
+    default, and the kept connection does not pass through it."""
+    reader, writer = getattr(conn, "_reader", None), getattr(conn, "_writer", None)
+    if reader is None or writer is None:
+        return False  # not connected: its send connects it
+    return bool(reader.at_eof() or reader.exception() is not None
+                or writer.transport.is_closing())  # fmt: skip
+
+
+async def put_back(pool: Any, conn: Any, loop: asyncio.AbstractEventLoop) -> None:
+    """Keep ``conn`` as the loop's spare of ``pool`` if it has none, else give it back."""
+    spare = _SPARES.get(id(pool))
+    if spare is None:
+        if getattr(pool, "max_connections", 0) < SPARE_MIN_POOL:
+            await pool.release(conn)
+            return
+        spare = _SPARES[id(pool)] = _Spare(loop)
+        weakref.finalize(pool, _SPARES.pop, id(pool), None)
+    owner = spare.loop()
+    if owner is not loop:
+        if owner is not None and not owner.is_closed():
+            await pool.release(conn)  # another loop's pool (a client used by two threads)
+            return
+        # The pool outlived the loop that kept the spare: that connection goes back
+        # (the pool's idle ones of that loop are in the same state) and ours stays.
+        old, spare.conn, spare.loop = spare.conn(), _none, weakref.ref(loop)
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await pool.release(old)
+    if spare.conn() is None:
+        spare.conn = weakref.ref(conn)
+    else:
+        await pool.release(conn)
+
+
+async def read(conn: Any) -> Any:
+    """``conn.read_response()`` (see the module docs): the next reply, an error reply
+    raised, under the connection's socket timeout."""
+    parser, writer = getattr(conn, "_parser", None), getattr(conn, "_writer", None)
+    if parser is None or writer is None or conn.health_check_interval:
+        return await conn.read_response()
+    timeout = conn.socket_timeout
+    loop = asyncio.get_running_loop()
+    timer = None
+    if timeout is not None:
+        expires = loop.time() + timeout
+        timer = loop.call_at(expires, writer.transport.abort)  # the read then fails
+    try:
+        reply = await parser.read_response()
+    except BaseException as exc:
+        await conn.disconnect(nowait=True)  # as redis-py's read: never read it again
+        if timer is not None and loop.time() >= expires and isinstance(exc, Exception):
+            raise RedisTimeoutError(f"Timeout reading from {_where(conn)}") from None
+        if isinstance(exc, OSError):
+            raise RedisConnectionError(f"Error while reading from {_where(conn)}: {exc!r}") from exc
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+    if isinstance(reply, ResponseError):
+        raise reply from None
+    return reply
+
+
+def _where(conn: Any) -> str:
+    host_error = getattr(conn, "_host_error", None)
+    return str(host_error()) if host_error is not None else repr(conn)
+
+
+async def send(conn: Any, packed: bytes) -> None:
+    """``conn.send_packed_command(packed)`` without its ``wait_for`` when the write
+    cannot wait: a connected connection with no health check due (redis-py's own
+    send otherwise), the same errors raised, the connection closed on any."""
+    writer = getattr(conn, "_writer", None)
+    if writer is None or conn.health_check_interval:
+        await conn.send_packed_command(packed)
+        return
+    try:
+        writer.write(packed)
+        transport = writer.transport
+        if transport.is_closing() or transport.get_write_buffer_size():
+            # Not all written (or the connection is going): as redis-py's send.
+            await asyncio.wait_for(writer.drain(), conn.socket_timeout)
+    except asyncio.TimeoutError:
+        await conn.disconnect(nowait=True)
+        raise RedisTimeoutError("Timeout writing to socket") from None
+    except OSError as exc:
+        await conn.disconnect(nowait=True)
+        raise RedisConnectionError(f"Error while writing to socket: {exc!r}") from exc
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        raise
+
+
