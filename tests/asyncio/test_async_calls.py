@@ -16,6 +16,7 @@ from redis.backoff import NoBackoff
 from celery_redislock.asyncio import AsyncRedisLock, renewal, wire
 from celery_redislock.asyncio.notifier import AsyncNotifier
 from celery_redislock.asyncio.wire import SPARE_MIN_POOL
+from celery_redislock.core.lock_scripts import ACQUIRE, RELEASE
 from tests.faults import FaultProxy
 
 
@@ -137,3 +138,28 @@ def test_a_read_past_the_socket_timeout_raises_and_closes(fault_proxy: FaultProx
 
     elapsed = asyncio.run(main())
     assert elapsed < 0.3 + 1.0 + 1.0, elapsed  # the read, then the clean-up's grace
+
+
+def test_a_lost_reply_is_sent_again_and_answered_as_the_first(
+    r: redis.Redis, fault_proxy: FaultProxy
+) -> None:
+    for script in (ACQUIRE, RELEASE):
+        r.script_load(script.text)  # the dropped reply is the script's, not NOSCRIPT
+
+    async def main() -> None:
+        # One retry (redis.asyncio's connections make none by default): it re-sends
+        # the call on a new connection; the script runs twice.
+        client = aioredis.Redis.from_url(fault_proxy.url, retry=Retry(NoBackoff(), 1))
+        lock = AsyncRedisLock(client, "calls:lost")
+        try:
+            for script in (ACQUIRE, RELEASE):
+                fault_proxy.drop_reply(match=script.sha.encode())
+                async with lock as lease:  # exit raises LockNotOwned if not released
+                    assert len([f for f in r.hkeys(lock.keys.holders) if f[:2] == b"t:"]) == 1
+                assert lease.released and not lease.lost
+                assert not r.exists(lock.keys.holders)
+            assert fault_proxy.dropped == 2
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
