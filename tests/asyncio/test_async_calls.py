@@ -163,3 +163,21 @@ def test_a_lost_reply_is_sent_again_and_answered_as_the_first(
             await client.aclose()
 
     asyncio.run(main())
+
+
+def test_a_client_used_by_one_loop_after_another_gives_each_kept_connection_back(
+    r: redis.Redis, redis_url: str
+) -> None:
+    # A module-level client, closed (its pool's connections closed) at the end of each
+    # asyncio.run(): every loop keeps a connection, and the next loop gives the dead
+    # loop's back to the pool (else the pool runs out after max_connections loops).
+    client = aioredis.Redis.from_url(redis_url, max_connections=SPARE_MIN_POOL)
+
+    async def job() -> None:
+        try:
+            await cycles(client, 2)
+        finally:
+            await client.aclose()
+
+    for _ in range(SPARE_MIN_POOL + 5):
+        asyncio.run(job())
