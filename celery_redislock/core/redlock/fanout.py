@@ -71,7 +71,8 @@ def fan_out(masters: Sequence[Master], make_call: MakeCall, timeout: float,
     conns: list[Any] = [None] * count
     calls: list[Any] = [None] * count
     pending: dict[int, int] = {}  # socket's fd -> master index
-    now = time.monotonic()
+    expires = time.monotonic() + timeout
+    all_raw = True
     for index, master in enumerate(masters):
         conn = conns[index] = master.take()
         try:
@@ -81,18 +82,20 @@ def fan_out(masters: Sequence[Master], make_call: MakeCall, timeout: float,
             if due:
                 _catch_up(conn, master.label)
             call = calls[index] = make_call(index, conn.redlock_run_id)
-            _send(conn, call.packed)
+            if conn.redlock_raw:
+                wire.write(conn, call.packed)
+            else:
+                all_raw = False
+                conn.send_packed_command([call.packed], check_health=False)
         except (RedisError, OSError) as exc:
             results[index] = _failed(conn, exc)
             conns[index] = None
             continue
-        due.append((call, now + timeout))
-        pending[conn._sock.fileno()] = index
+        due.append((call, expires))
+        pending[conn.redlock_fd] = index
     # A round may end early only when every connection is read here (see wire.py):
     # one read by redis-py is never left with a reply due.
-    need, counts = enough if enough is not None else (count + 1, None)
-    if not all(wire.is_raw(conns[index]) for index in pending.values()):
-        need = count + 1
+    need, counts = enough if enough is not None and all_raw else (count + 1, None)
     good = 0
     deadline = time.monotonic() + timeout
     while pending and good < need:
@@ -130,7 +133,7 @@ def _receive(conn: Any, call: Call | None) -> tuple[bool, Any]:
     """Read what ``conn`` has: ``(True, reply)`` once the reply to ``call`` is in
     (its payload, or the error it answered with), else ``(False, None)``. Replies due
     before it are checked and dropped; ``StaleReply`` for one that is not its call's."""
-    if wire.is_raw(conn):
+    if conn.redlock_raw:
         replies = wire.read_replies(conn)
         if replies is None:
             return False, None

@@ -5,16 +5,18 @@ Each operation runs the single-server lock's script on every master at once (see
 within its validity (TTL - time taken - drift allowance); otherwise what was
 granted is given back on every master that granted or did not answer.
 
-Fences: each master proposes max(its last fence + 1, its µs clock, the client's µs
-clock + 1 s); the lease's fence is the largest, and before ``acquire`` returns every
-granting master whose own fence was lower has its counter raised to it
-(``redlock_floor.lua``), so a majority stores the fence. Any later majority shares a
-master with it, which grants only higher fences, so fences strictly increase as
-long as no master of that majority lost its data. A master that restarted without
-its data refuses grants for ``max_ttl`` after its start (its boot marker, a key
-named after its run id, is missing), so no lease it forgot can still be live when it
-grants again; fences then stay ordered by the clocks, which have moved on by
-``max_ttl`` (assumed: masters' clocks differ by less than that).
+Fences: each master proposes max(its last fence + 1, its µs clock, the client's
+proposal: its µs clock + 1 s, or the fence a release handed this waiter when that is
+higher); the lease's fence is the largest, and before ``acquire`` returns it is stored
+on a majority: the granting masters whose own fence was lower have their counters
+raised to it (``redlock_floor.lua``), waited for only as far as a majority needs.
+Any later majority shares a master with it, which grants only higher fences, so
+fences strictly increase as long as no master of that majority lost its data. A
+master that restarted without its data refuses grants for ``max_ttl`` after its
+start (its boot marker, a key named after its run id, is missing), so no lease it
+forgot can still be live when it grants again; fences then stay ordered by the
+clocks, which have moved on by ``max_ttl`` (assumed: masters' clocks differ by less
+than that).
 """
 
 from __future__ import annotations
@@ -226,13 +228,15 @@ class RedlockLock(RedlockOperations, Primitive):
         return ttl_ms * self._drift / 1000 + 0.002
 
     def _try(self, token: str, owner: str | None, ttl_ms: int,
-             ticket: int = 0, give_back: bool = True,
+             ticket: int = 0, give_back: bool = True, floor: int = 0,
              ) -> tuple[RedlockLease | None, rounds.Round]:  # fmt: skip
         """One round; the lease when a majority granted in time, else everything
         granted (or possibly granted) given back (unless ``give_back`` is False: the
         next round asks with the same token, and finds them). With a ``ticket`` (µs),
         a refused attempt queues with that place on every master."""
-        floor = time.time_ns() // 1000 + FENCE_LEAD_US
+        now_us = time.time_ns() // 1000
+        if floor <= now_us:  # no fence handed over, or one behind this clock
+            floor = now_us + FENCE_LEAD_US
         args = [token, ttl_ms, owner or "", b"1" if ticket else b"0", floor, self._max_ttl_ms]
         if ticket:
             args.append(ticket)

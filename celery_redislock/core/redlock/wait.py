@@ -45,7 +45,8 @@ class Waiting(Protocol):
     _jitter: float
 
     def _try(self, token: str, owner: str | None, ttl_ms: int, ticket: int = 0,
-             give_back: bool = True) -> tuple[RedlockLease | None, rounds.Round]: ...  # fmt: skip
+             give_back: bool = True, floor: int = 0,
+             ) -> tuple[RedlockLease | None, rounds.Round]: ...  # fmt: skip
 
     def _unavailable(self, outcome: rounds.Round) -> RedlockUnavailable: ...
 
@@ -73,7 +74,12 @@ def wait_for_lease(lock: Waiting, token: str, tag: str, owner: str | None, ttl_m
                 # its way to the other masters: ask again at once, keeping what
                 # was granted, before giving it back and backing off with jitter.
                 keep = splits < SPLIT_RETRIES
-                lease, outcome = lock._try(token, owner, ttl_ms, ticket, keep)
+                # Handed a lease by a release (its fence in the wake-up): propose that
+                # fence, which the other masters (whose counters stand at the last
+                # holder's fence) grant too while it is ahead of their clocks -- one
+                # fence everywhere, no floor to raise.
+                floor = waiter.fence if waiter is not None else 0
+                lease, outcome = lock._try(token, owner, ttl_ms, ticket, keep, floor)
                 if lease is not None:
                     granted = True
                     return lease

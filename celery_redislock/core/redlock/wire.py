@@ -45,9 +45,7 @@ class Call:
         self.args = [_bytes(arg) for arg in args]
         self.packed = packed if packed is not None else _resp(
             [b"EVALSHA", script.sha.encode(), b"%d" % len(keys), *keys, *self.args])
-        # The stamp a stamped script's reply carries (see LuaScript.checked).
-        self.stamp = (script._code + (self.args[0][:8] if self.args else b"")
-                      if script.code else None)  # fmt: skip
+        self.stamp = _stamp(script, self.args)
 
     @classmethod
     def family(cls, script: LuaScript, keys: Sequence[bytes],
@@ -59,10 +57,14 @@ class Call:
         head = b"*%d\r\n" % count + _resp(
             [b"EVALSHA", script.sha.encode(), b"%d" % (len(keys) + 1), *keys], header=False)
         tail = _resp(encoded, header=False)
+        stamp = _stamp(script, encoded)
+        new = cls.__new__
 
         def make(last: bytes) -> Call:
-            return cls(script, [*keys, last], encoded,
-                       head + b"$%d\r\n%s\r\n" % (len(last), last) + tail)  # fmt: skip
+            call = new(cls)
+            call.script, call.keys, call.args, call.stamp = script, [*keys, last], encoded, stamp
+            call.packed = head + b"$%d\r\n%s\r\n" % (len(last), last) + tail
+            return call
 
         return make
 
@@ -83,6 +85,12 @@ class Call:
             if stamp == self.stamp:
                 return reply[1]
         raise StaleReply(f"{self.script.name}: the reply is not this call's: {reply!r:.200}")
+
+
+def _stamp(script: LuaScript, args: list[bytes]) -> bytes | None:
+    # The stamp a stamped script's reply carries (see LuaScript.checked): its code and
+    # the first 8 bytes of the first argument as sent.
+    return script._code + (args[0][:8] if args else b"") if script.code else None
 
 
 def _resp(parts: Sequence[bytes], header: bool = True) -> bytes:
@@ -108,6 +116,7 @@ def reset(conn: Any) -> None:
     conn.redlock_due = []  # [(Call, sent at)], oldest first
     conn.redlock_buffer = b""
     sock = conn._sock
+    conn.redlock_fd = sock.fileno()
     conn.redlock_raw = type(sock) is socket.socket
 
 
@@ -119,13 +128,12 @@ def is_raw(conn: Any) -> bool:
 def write(conn: Any, data: bytes) -> None:
     """Send ``data`` on a raw connection: one ``write`` (the socket is non-blocking:
     redis-py gives it a timeout); the rest, if any, with the socket's own timeout."""
-    sock = conn._sock
     try:
-        sent = os.write(sock.fileno(), data)
+        sent = os.write(conn.redlock_fd, data)
     except BlockingIOError:
         sent = 0
     if sent < len(data):
-        sock.sendall(data[sent:])
+        conn._sock.sendall(data[sent:])
 
 
 def read_replies(conn: Any) -> list[Any] | None:
@@ -133,7 +141,7 @@ def read_replies(conn: Any) -> list[Any] | None:
     a reply is awaited), or None when nothing could be read (a spurious wake-up).
     Raises ``ConnectionError`` when the server closed it."""
     try:
-        data = os.read(conn._sock.fileno(), _READ_SIZE)
+        data = os.read(conn.redlock_fd, _READ_SIZE)
     except BlockingIOError:
         return None
     if not data:
