@@ -2,7 +2,10 @@
 connection of a pool, the EVALSHA packed here, and writes and reads on a
 ``redis.asyncio`` connection without the machinery redis-py puts around each
 command. Every shortcut falls back to redis-py's own method where its condition
-does not hold (a connection not connected, a health check configured).
+does not hold (a connection not connected, a health check configured), and is
+taken only on redis-py's own connection classes (:func:`plain`): a subclass that
+overrides the read or the send (Sentinel's, which turns a demoted master's
+``READONLY`` into a reconnect) keeps its own.
 
 **Packing** (:func:`pack_evalsha`): what redis-py's ``pack_command`` sends, without
 its per-argument encoder calls.
@@ -40,13 +43,15 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.scripts import LuaScript
 
-__all__ = ["SPARE_MIN_POOL", "closed", "pack_evalsha", "put_back", "read", "send", "take"]
+__all__ = ["SPARE_MIN_POOL", "closed", "pack_evalsha", "plain", "put_back", "read", "send",
+           "take"]  # fmt: skip
 
 SPARE_MIN_POOL = 10
 """A pool allowing fewer connections than this gets no kept connection (see the
@@ -141,11 +146,26 @@ async def put_back(pool: Any, conn: Any, loop: asyncio.AbstractEventLoop) -> Non
         await pool.release(conn)
 
 
+_PLAIN: dict[type, bool] = {}  # connection class -> plain(class)
+
+
+def plain(cls: type) -> bool:
+    """True when connections of class ``cls`` read and send as redis-py's own
+    (``AbstractConnection``'s methods, not overridden): the shortcuts apply."""
+    known = _PLAIN.get(cls)
+    if known is None:
+        known = _PLAIN[cls] = all(
+            getattr(cls, method, None) is getattr(AbstractConnection, method)
+            for method in ("read_response", "send_packed_command")
+        )
+    return known
+
+
 async def read(conn: Any) -> Any:
     """``conn.read_response()`` (see the module docs): the next reply, an error reply
     raised, under the connection's socket timeout."""
     parser, writer = getattr(conn, "_parser", None), getattr(conn, "_writer", None)
-    if parser is None or writer is None or conn.health_check_interval:
+    if parser is None or writer is None or conn.health_check_interval or not plain(conn.__class__):
         return await conn.read_response()
     timeout = conn.socket_timeout
     loop = asyncio.get_running_loop()
@@ -180,7 +200,7 @@ async def send(conn: Any, packed: bytes) -> None:
     cannot wait: a connected connection with no health check due (redis-py's own
     send otherwise), the same errors raised, the connection closed on any."""
     writer = getattr(conn, "_writer", None)
-    if writer is None or conn.health_check_interval:
+    if writer is None or conn.health_check_interval or not plain(conn.__class__):
         await conn.send_packed_command(packed)
         return
     try:

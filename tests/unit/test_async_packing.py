@@ -1,4 +1,5 @@
-"""The async calls pack EVALSHA themselves: byte for byte what redis-py would send."""
+"""The async calls pack EVALSHA themselves, byte for byte what redis-py would send, and
+write and read past redis-py only on its own connection classes."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from redis.asyncio.connection import Connection
+from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
+from redis.asyncio.sentinel import SentinelManagedConnection
 
-from celery_redislock.asyncio.wire import pack_evalsha
+from celery_redislock.asyncio.wire import pack_evalsha, plain
 from celery_redislock.core.lock_scripts import ACQUIRE, RELEASE
 from celery_redislock.core.scripts import key_encoder
 
@@ -29,3 +31,9 @@ def test_pack_evalsha_is_what_redis_py_sends(keys: list[Any], args: list[Any]) -
         mine = pack_evalsha(script, keys, args, key_encoder(client))
         theirs = b"".join(conn.pack_command("EVALSHA", script.sha, len(keys), *keys, *args))
         assert mine == theirs
+
+
+def test_the_shortcuts_are_taken_on_redis_py_s_own_connections_only() -> None:
+    assert plain(Connection) and plain(SSLConnection) and plain(UnixDomainSocketConnection)
+    # Sentinel's reads turn a demoted master's READONLY into a reconnect: kept.
+    assert not plain(SentinelManagedConnection)
