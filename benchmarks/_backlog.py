@@ -6,14 +6,16 @@ interleaved round by round on the same workers, differ only in ``concurrency_par
 
 * **parked** (the default): a refused run is parked in Redis; the release that frees
   a permit publishes the oldest one;
+* **parked in child**: the same, with the worker's request class of before (no parking
+  at intake: every refused run goes through a pool process, see bounded/intake.py);
 * **parked+standby** (``concurrency_standby=limit``): the same, with that many parked
   runs published ahead to wait in place, so a release hands over the permit at once;
 * **re-publish** (``concurrency_park=False``): a refused run is sent back to the
   broker with a countdown (0.2 s + up to 0.3 s of jitter) and tried again.
 
 Per run: the drain time (first send to last end) over the ideal (count x seconds /
-limit), re-publishes per task (messages the workers received / count, minus the one
-each task was sent as) and deliveries per task, the workers'
+limit), re-publishes per task (messages published, the broker's ``LPUSH`` calls / count,
+minus the one each task was sent as) and deliveries per task, the workers'
 CPU seconds per task (main processes and pool children, from /proc, over the whole
 batch) and per parked task beyond an unbounded batch of the same tasks, the log
 lines per task, the peak concurrency (interval sweep), and the wait before each run
@@ -59,6 +61,12 @@ def _body(label, i, sent, seconds):
 
 @bounded_task(app=app, name="bench.parked", concurrency_limit={limit}, concurrency_key="parked")
 def parked(label, i, sent, seconds):
+    _body(label, i, sent, seconds)
+
+
+@bounded_task(app=app, name="bench.inchild", concurrency_limit={limit},
+              concurrency_key="inchild", Request="celery_redislock.celery.logs:QuietRequest")
+def inchild(label, i, sent, seconds):
     _body(label, i, sent, seconds)
 
 
@@ -108,10 +116,15 @@ def _lines(directory: str, text: str = "") -> int:
     return count
 
 
+def _pushes(client: redis.Redis) -> int:
+    """Messages published so far: the broker's LPUSH calls (kombu's Redis transport)."""
+    return int(client.info("commandstats").get("cmdstat_lpush", {}).get("calls", 0))
+
+
 def _batch(task: Any, records: redis.Redis, directory: str, pids: list[int], count: int,
            seconds: float, limit: int) -> dict[str, float]:  # fmt: skip
     label = f"runs-{uuid.uuid4().hex[:8]}"
-    lines, received, cpu = _lines(directory), _lines(directory, " received"), _cpu(pids)
+    lines, received, cpu = _lines(directory), _pushes(records), _cpu(pids)
     first = time.time()
     for i in range(count):
         task.apply_async((label, i, time.time(), seconds), queue="bounded")
@@ -129,7 +142,7 @@ def _batch(task: Any, records: redis.Redis, directory: str, pids: list[int], cou
 
     return {
         "drain": last - first,
-        "publishes": (_lines(directory, " received") - received) / count,
+        "publishes": (_pushes(records) - received) / count,
         "cpu": (_cpu(pids) - cpu) / count,
         "log lines": (_lines(directory) - lines) / count,
         "peak": peak([(start, end) for _, _, start, end in rows]),
@@ -153,12 +166,15 @@ def run_backlog(count: int, seconds: float, limit: int, rounds: int) -> None:
         tasks = __import__(module)
         records = redis.Redis.from_url(f"{base}/3")
         pids = [stack.enter_context(worker(directory, module, "bounded", 4)) for _ in range(2)]
-        for task in (tasks.plain, tasks.parked, tasks.standby, tasks.republish):  # warm-up
+        for task in (tasks.plain, tasks.parked, tasks.inchild, tasks.standby,
+                     tasks.republish):  # warm-up
             _batch(task, records, directory, pids, 16, 0.01, limit)
         results: dict[str, list[dict[str, float]]] = {
-            "unbounded": [], "parked": [], "parked+standby": [], "re-publish": []}  # fmt: skip
+            "unbounded": [], "parked": [], "parked in child": [], "parked+standby": [],
+            "re-publish": []}  # fmt: skip
         for _ in range(rounds):
             for label, task in (("unbounded", tasks.plain), ("parked", tasks.parked),
+                                ("parked in child", tasks.inchild),
                                 ("parked+standby", tasks.standby),
                                 ("re-publish", tasks.republish)):  # fmt: skip
                 results[label].append(_batch(task, records, directory, pids, count, seconds,
@@ -168,7 +184,7 @@ def run_backlog(count: int, seconds: float, limit: int, rounds: int) -> None:
     ideal = count * seconds / limit
     plain_cpu = statistics.median(r["cpu"] for r in results["unbounded"])
     rows = []
-    for label in ("parked", "parked+standby", "re-publish", "unbounded"):
+    for label in ("parked", "parked in child", "parked+standby", "re-publish", "unbounded"):
         for i, r in enumerate(results[label]):
             parked_share = max(1.0, count - limit)  # runs refused at least once
             extra = (r["cpu"] - plain_cpu) * count / parked_share * 1000

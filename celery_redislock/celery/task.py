@@ -119,9 +119,11 @@ class RedisLockTask(Task[_P, _R]):
     permit frees (``redislock_concurrency_park``, True); False: re-publish it with a
     countdown (polling)."""
 
-    Request = "celery_redislock.celery.logs:QuietRequest"
+    Request = "celery_redislock.celery.bounded.intake:BoundedRequest"
     """The worker's request class: Celery's, noting copies this package re-sent so
-    their receipt is not logged twice (see :mod:`.logs`)."""
+    their receipt is not logged twice (see :mod:`.logs`), and parking a bounded run
+    that would be refused a permit from the worker's main process (see
+    :mod:`.bounded.intake`)."""
 
     redislock_guards: ClassVar[tuple[Guard, ...]] = (SINGLETON, CONCURRENCY)
     """What each run holds, entered in this order and given back in reverse: the

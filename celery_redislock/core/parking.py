@@ -44,6 +44,7 @@ from .validate import ttl_to_ms
 
 __all__ = [
     "DEAD_LETTERS",
+    "NOT_PARKED",
     "PARKING_CONSTANTS",
     "TAKEN_MEMORY_MS",
     "OnClaimed",
@@ -62,8 +63,14 @@ arriving later than this would run again)."""
 DEAD_LETTERS: Final = 1000
 """Dead-lettered entries kept per pool (the oldest are dropped first)."""
 
+SENT_WINDOW_US: Final = 60_000_000
+"""A run parked with its sending time (``park(sent=...)``) is placed by that time, but
+never more than this long (µs) before its parking: a sender whose clock runs behind
+gets ahead of at most a minute of others' runs."""
+
 PARKING_CONSTANTS: Final = {
     **SCRIPT_CONSTANTS, "TAKEN_MEMORY_MS": TAKEN_MEMORY_MS, "DEAD_LETTERS": DEAD_LETTERS,
+    "SENT_WINDOW_US": SENT_WINDOW_US,
 }  # fmt: skip
 """The ``{{NAME}}`` constants of the parking scripts."""
 
@@ -72,6 +79,9 @@ _RELEASE = LuaScript("park_release.lua", PARKING_CONSTANTS)
 _TAKE = LuaScript("park_take.lua", PARKING_CONSTANTS)
 _RETURN = LuaScript("park_return.lua", PARKING_CONSTANTS)
 _INFO = LuaScript("park_info.lua", PARKING_CONSTANTS)
+
+NOT_PARKED: Final = -1
+"""``park(intake=True)``'s answer when the run need not park (see :meth:`ParkingSemaphore.park`)."""
 
 TAKEN: Final = "granted"
 REFUSED: Final = "refused"
@@ -88,7 +98,9 @@ class ParkingSemaphore(RedisSemaphore):
 
     Args (besides the semaphore's):
         reserve_ttl: seconds a permit stays reserved for a claimed entry whose run has
-            not started (default: ``ttl``); then it goes back to the queue.
+            not started (default: ``ttl``); then it goes back to the queue. A park
+            stores it with the pool: releases and pumps through any object (a
+            sweeper's) reserve what the latest park asked for.
         keep: seconds the parking keys outlive the latest park (payloads included).
         on_claimed: publishes the entries an operation claimed (see :data:`OnClaimed`);
             without it claimed entries wait for their reservation to lapse.
@@ -138,8 +150,16 @@ class ParkingSemaphore(RedisSemaphore):
 
     # -- parking -------------------------------------------------------------------
 
-    def park(self, entry_id: str, payload: bytes, owner: str = "") -> int:
-        """Queue ``payload`` under ``entry_id`` (see :func:`new_entry_id`) at the tail.
+    def park(self, entry_id: str, payload: bytes, owner: str = "", *, intake: bool = False,
+             sent: float | None = None) -> int:  # fmt: skip
+        """Queue ``payload`` under ``entry_id`` (see :func:`new_entry_id`) at the tail
+        (``sent``: when the run was sent, epoch seconds by the sender's clock: it goes
+        to its place by sending time instead, at most :data:`SENT_WINDOW_US` before now).
+
+        ``intake``: park only if the run would be refused a permit now -- runs are
+        parked already (FIFO: it goes behind them) or none is free -- else change
+        nothing and return :data:`NOT_PARKED`: the caller starts the run, which takes
+        a permit as usual (and parks after all if another took it meanwhile).
 
         Returns its 1-based place in the queue, 0 when it was claimed at once (a
         permit was free: :attr:`on_claimed` publishes it, like every entry claimed
@@ -155,8 +175,11 @@ class ParkingSemaphore(RedisSemaphore):
                        self.payloads_key, self.claimed_key, self.taken_key,
                        k.done(entry_id)],
                       [entry_id, payload, owner, self.limit, self._reserve_ms,
-                       self._keep_ms, self.standby])  # fmt: skip
+                       self._keep_ms, self.standby, b"1" if intake else b"0",
+                       b"" if sent is None else b"%d" % int(sent * 1e6)])  # fmt: skip
         position = int(reply[0])
+        if position == NOT_PARKED:
+            return NOT_PARKED
         if position <= 1:
             # After the script, by whoever finds the queue empty (or claims at once): a
             # sweeper drops a pool from the set only after finding it empty, and adds

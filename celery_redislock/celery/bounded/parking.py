@@ -31,19 +31,24 @@ from kombu import serialization
 from ...core.parking import Parked, ParkingSemaphore, new_entry_id
 from ..client import get_redis, replica_options
 from ..execution import AnyTask, RunState
+from ..logs import mark_resent_by
 from ..signals import permit_parked
 from ..tokens import HEADERS
 from .journal import forget, record
 
 __all__ = [
+    "ATTEMPT",
     "PARK_HEADER",
+    "SENT_HEADER",
     "decode_message",
     "encode_message",
+    "encode_request",
     "park_attempt",
     "park_run",
     "park_state",
     "parking_for",
     "publish_claimed",
+    "sent_at",
 ]
 
 logger = logging.getLogger(__name__)
@@ -51,12 +56,20 @@ logger = logging.getLogger(__name__)
 PARK_HEADER: Final = "redislock_park"
 """Header of a parked run's message: ``"<park token> <retries> <first refusal, epoch
 s>"``. ``retry()`` copies headers; the retries count in it tells a stale copy apart."""
+mark_resent_by(PARK_HEADER)  # released from the queue: logged here, not received again
+
+SENT_HEADER: Final = "redislock_sent"
+"""Header of a bounded task's message: when ``apply_async`` sent it (epoch seconds,
+the sender's clock; its ETA if later). A parked run takes its place in the queue by
+it, so runs park in the order they were sent, whichever worker or process parks them
+first (see :meth:`~celery_redislock.core.parking.ParkingSemaphore.park`)."""
 
 DEFAULT_KEEP: Final = 86400.0
 """Seconds the parked runs of a pool are kept after the latest park (a day)."""
 
 _MAGIC: Final = b"RLP1"
-_ATTEMPT: Final = "_redislock_park_attempt"
+ATTEMPT: Final = "_redislock_park_attempt"
+"""Request attribute (and request-dict key): the park token of an earlier attempt."""
 _KEPT: Final = 1024
 _semaphores: OrderedDict[tuple[Any, ...], ParkingSemaphore] = OrderedDict()
 _semaphores_guard = threading.Lock()
@@ -179,8 +192,16 @@ def _quiet(task_id: str) -> None:
 
 def park_attempt(request: Any) -> str | None:
     """The park token of an earlier attempt to park this request, if any."""
-    value = getattr(request, _ATTEMPT, None)
+    value = getattr(request, ATTEMPT, None)
     return value if isinstance(value, str) else None
+
+
+def sent_at(raw: Any) -> float | None:
+    """The sending time in a :data:`SENT_HEADER` value, None if there is none."""
+    try:
+        return float(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def park_state(request: Any) -> tuple[str, float] | None:
@@ -196,6 +217,27 @@ def park_state(request: Any) -> tuple[str, float] | None:
     return None
 
 
+def encode_request(task: AnyTask, request: Any, entry_id: str, since: float) -> bytes:
+    """The parked message of a worker's ``request`` (in the main process, before a pool
+    process ran it), as :func:`park_run` encodes a running one."""
+    return _payload(task, request._context, entry_id, since, ())
+
+
+def _payload(task: AnyTask, context: Any, entry_id: str, since: float,
+             holds: Any) -> bytes:  # fmt: skip
+    sig = task.signature_from_request(context)
+    options = dict(sig.options)
+    # Not ours (they name this delivery), nor the intake's park token (a request key,
+    # which Celery hands to the run as a header: the parked copy must not inherit it).
+    headers = {k: v for k, v in (options.get("headers") or {}).items()
+               if k not in HEADERS and k != PARK_HEADER and k != ATTEMPT}  # fmt: skip
+    headers[PARK_HEADER] = f"{entry_id} {context.retries or 0} {since:.3f}"
+    for hold in holds:
+        hold.on_park(headers)
+    options["headers"] = headers
+    return encode_message(task, sig.args, sig.kwargs, options)
+
+
 def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
              limit: int) -> int:  # fmt: skip
     """Park the current request of ``task`` in ``sem``; its 1-based place in the queue
@@ -205,23 +247,16 @@ def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
     as to a retry; if parking fails they are kept by this run, which may try again.
     """
     request = task.request
-    sig = task.signature_from_request(request)
-    options = dict(sig.options)
-    headers = {k: v for k, v in (options.get("headers") or {}).items()
-               if k not in HEADERS and k != PARK_HEADER}  # fmt: skip
     entry_id = park_attempt(request) or new_entry_id()
     # Kept on the request: a park whose reply was lost to an outage is tried again
     # under the same id (see outage.py), which never parks the run twice.
-    setattr(request, _ATTEMPT, entry_id)
-    headers[PARK_HEADER] = f"{entry_id} {request.retries or 0} {since:.3f}"
-    for hold in run.holds:
-        hold.on_park(headers)
-    options["headers"] = headers
-    payload = encode_message(task, sig.args, sig.kwargs, options)
+    setattr(request, ATTEMPT, entry_id)
+    payload = _payload(task, request, entry_id, since, run.holds)
     try:
         record(task.app, entry_id, payload, pool=sem.name, limit=limit, ttl=sem.ttl,
                prefix=sem.keys.prefix, owner=run.task_id)  # survives the lock Redis
-        position = sem.park(entry_id, payload, owner=run.task_id)
+        position = sem.park(entry_id, payload, owner=run.task_id,
+                            sent=sent_at((request.headers or {}).get(SENT_HEADER)))  # fmt: skip
     except BaseException:
         for hold in run.holds:
             hold.on_park_failed()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -28,6 +29,7 @@ from celery.result import AsyncResult
 from celery.utils import uuid
 
 from ...core import Lease
+from ..bounded.parking import SENT_HEADER
 from ..execution import AnyTask, RunState, current_run
 from ..options import options_of
 from ..signals import singleton_acquired, singleton_released
@@ -90,6 +92,8 @@ def apply_async(
         memo = opts.call_keys if opts.remember_keys else None
         key = call_key(task, args, kwargs, options, memo, opts)
     delay = delay_of(task, options)
+    if every.bounded.enabled:  # a parked run takes its place in the queue by it
+        headers[SENT_HEADER] = f"{time.time() + delay:.6f}"
     if not task_id:  # a new call: never a retry, which reuses the running id
         task_id = uuid()
     else:

@@ -19,7 +19,8 @@
 --   taken     the run started and consumed the id (park_take.lua): its payload is
 --             gone and the id is remembered in the taken zset for TAKEN_MEMORY_MS,
 --             so a second message of the same entry is known as a duplicate.
--- Constants (written into the text at load): {{TAKEN_MEMORY_MS}}.
+-- Constants (written into the text at load): {{TAKEN_MEMORY_MS}}; park.lua also
+-- SENT_WINDOW_US (how far before its parking a sender's clock may place a run).
 
 -- The parking keys of a script, by name.
 local function parking_keys(holders, leases, fence, meta, parked, payloads, claimed)
@@ -101,6 +102,11 @@ local function claim_standbys(k, queue, standby, now, reserve)
       out[#out + 1] = row[2] or ''
       ahead = ahead + 1
     end
+  end
+  if #out > 0 then  -- the claimed zset lives as long as the payloads it points to
+    local keep = redis.call('PTTL', k.payloads)
+    if keep < reserve + 1000 then keep = reserve + 1000 end
+    redis.call('PEXPIRE', k.claimed, keep)
   end
   return out
 end

@@ -5,7 +5,8 @@
 -- KEYS[1]  holders   zset: live leases' tokens scored by expiry (server ms).
 -- KEYS[2]  leases    hash: fence, owner and grant time of each lease in holders.
 -- KEYS[3]  fence     string: last fence granted.
--- KEYS[4]  meta      hash: "limit", the limit the latest acquire enforced.
+-- KEYS[4]  meta      hash: "limit", the limit the latest acquire enforced; "reserve",
+--                    the latest park's ARGV[5] (what releases and sweeps reserve).
 -- KEYS[5]  queue     zset: runs waiting in place (semaphore waiters), read only.
 -- KEYS[6]  parked    zset: parked entry ids scored by ticket (server µs).
 -- KEYS[7]  payloads  hash: "p:<id>" payload, "o:<id>" owner, "t:<id>" ticket.
@@ -23,9 +24,18 @@
 -- ARGV[6]  keep      milliseconds the parking keys outlive the latest park.
 -- ARGV[7]  standby   optional, default 0: runs to keep waiting in place ahead of the
 --                    next release (see claim_standbys in lib_parking.lua).
--- Constants (see lib_lock.lua): FENCE_MEMORY_MS, RELEASE_MEMORY_MS.
+-- ARGV[8]  intake    optional, default "0"; "1": park only when the run would be
+--                    refused -- runs are parked already, or no permit is free for it
+--                    -- else change nothing and answer {-1} (the caller lets the run
+--                    start and take a permit as usual).
+-- ARGV[9]  sent      optional: when the run was sent, µs since the epoch (the
+--                    sender's clock); its ticket then orders it by sending, not by
+--                    parking, clamped to [now - SENT_WINDOW_US, now]. Empty: now.
+-- Constants (see lib_lock.lua, lib_parking.lua): FENCE_MEMORY_MS, RELEASE_MEMORY_MS,
+-- SENT_WINDOW_US.
 --
--- Returns {position, id, payload, ...}: the entry's 1-based place in the queue (0
+-- Returns {stamp, reply} (stamp: 'pk' and the first 8 characters of ARGV[1]); reply
+-- is {position, id, payload, ...}: the entry's 1-based place in the queue (0
 -- when it was claimed at once), then {id, payload, owner} of each entry claimed, to
 -- be published by the caller. When `id` is known already (parked, claimed or taken:
 -- a re-sent park, which must never queue a run that started) nothing changes and the
@@ -36,9 +46,11 @@
 --!include lib_semaphore.lua
 --!include lib_parking.lua
 
+local STAMP = 'pk' .. string.sub(ARGV[1], 1, 8)
 local k = parking_keys(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8])
 local id, payload, owner = ARGV[1], ARGV[2], ARGV[3]
 local reserve, keep = tonumber(ARGV[5]), tonumber(ARGV[6])
+local limit = tonumber(ARGV[4])
 local now, now_us = server_clock()
 
 if redis.call('HEXISTS', k.payloads, 'p:' .. id) == 1 or redis.call('ZSCORE', KEYS[9], id) then
@@ -52,20 +64,28 @@ if redis.call('HEXISTS', k.payloads, 'p:' .. id) == 1 or redis.call('ZSCORE', KE
       reply[#reply + 1] = row[2] or ''
     end
   end
-  return reply
+  return {STAMP, reply}
 end
-local tail = redis.call('ZRANGE', k.parked, -1, -1, 'WITHSCORES')
-local ticket = now_us
-if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end
+unclaim_lapsed(k, now)
+if ARGV[8] == '1' and redis.call('EXISTS', k.parked) == 0
+    and free_for_parked(k, KEYS[5], limit, now) > 0 then
+  return {STAMP, {-1}}
+end
+local ticket = tonumber(ARGV[9] or '')
+if ticket then
+  ticket = math.max(math.min(ticket, now_us), now_us - {{SENT_WINDOW_US}})
+else
+  local tail = redis.call('ZRANGE', k.parked, -1, -1, 'WITHSCORES')
+  ticket = now_us
+  if tail[2] and tonumber(tail[2]) >= ticket then ticket = tonumber(tail[2]) + 1 end
+end
 ticket = string.format('%d', ticket)
 redis.call('ZADD', k.parked, ticket, id)
 redis.call('HSET', k.payloads, 'p:' .. id, payload, 'o:' .. id, owner, 't:' .. id, ticket)
 for _, key in ipairs({k.parked, k.payloads}) do redis.call('PEXPIRE', key, keep) end
 
-redis.call('HSET', k.meta, 'limit', ARGV[4])
+redis.call('HSET', k.meta, 'limit', ARGV[4], 'reserve', ARGV[5])
 redis.call('PEXPIRE', k.meta, {{FENCE_MEMORY_MS}})
-unclaim_lapsed(k, now)
-local limit = tonumber(ARGV[4])
 local claimed = claim_heads(k, free_for_parked(k, KEYS[5], limit, now), now, now_us, reserve)
 local ahead = claim_standbys(k, KEYS[5], tonumber(ARGV[7] or '0'), now, reserve)
 local position = redis.call('ZRANK', k.parked, id)
@@ -78,4 +98,4 @@ if #reply > 1 then
   for i = 2, #reply, 3 do ids[#ids + 1] = reply[i] end
   redis.call('SET', KEYS[10], table.concat(ids, ' '), 'PX', {{RELEASE_MEMORY_MS}})
 end
-return reply
+return {STAMP, reply}

@@ -20,14 +20,16 @@
 -- ARGV[1]  token     the lease's token; "" releases nothing (a pump).
 -- ARGV[2]  limit     the caller's limit, used when meta holds none (integer >= 1).
 -- ARGV[3]  fair      "1": only the queue's head may take a permit (strict FIFO).
--- ARGV[4]  reserve   milliseconds a claimed entry's permit is reserved for it.
+-- ARGV[4]  reserve   milliseconds a claimed entry's permit is reserved for it, when
+--                    meta holds no "reserve" (the latest park's: the parked task's).
 -- ARGV[5]  standby   optional, default 0: runs to keep waiting in place ahead of the
 --                    next release (claimed without a permit: see claim_standbys).
 -- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS,
 -- RELEASE_MEMORY_MS.
 --
--- Returns {released, parked, id, payload, ...}: released is 1 when the lease was
+-- Returns {stamp, reply} (stamp: 'pr' and the first 8 characters of ARGV[1]);
+-- reply {released, parked, id, payload, ...}: released is 1 when the lease was
 -- live and is now released, else 0; parked the entries still queued; then {id,
 -- payload, owner} of each entry claimed (with a reserved permit, then standbys), in
 -- queue order, to be published by the caller. A re-sent release changes nothing
@@ -35,6 +37,7 @@
 -- obeyed: only permits free under the stored limit are handed on.
 
 local holders, leases, queue, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local STAMP = 'pr' .. string.sub(ARGV[1], 1, 8)
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
@@ -67,7 +70,7 @@ if token ~= '' then
           reply[#reply + 1] = row[2] or ''
         end
       end
-      return reply
+      return {STAMP, reply}
     end
   end
 end
@@ -77,7 +80,7 @@ local head = redis.call('ZRANGE', queue, 0, 0)[1]
 if not head and redis.call('EXISTS', KEYS[8], KEYS[10]) == 0 then
   reap_holders(holders, leases, now)
   remember({})
-  return {released, 0}
+  return {STAMP, {released, 0}}
 end
 
 --!include lib_lock.lua
@@ -99,7 +102,7 @@ if head then
   local free = hand_over_permits(k, limit - live, now, now_us, channel, head, stale)
   wake_new(channel, before, eligible(queue, free, fair), '')
 end
-local reserve = tonumber(ARGV[4])
+local reserve = tonumber(redis.call('HGET', KEYS[5], 'reserve')) or tonumber(ARGV[4])
 local claimed = claim_heads(k, free_for_parked(k, queue, limit, now), now, now_us, reserve)
 local ahead = claim_standbys(k, queue, tonumber(ARGV[5] or '0'), now, reserve)
 local reply = {released, redis.call('ZCARD', k.parked)}
@@ -108,4 +111,4 @@ for _, v in ipairs(ahead) do reply[#reply + 1] = v end
 local rest = {}
 for i = 3, #reply do rest[#rest + 1] = reply[i] end
 remember(rest)
-return reply
+return {STAMP, reply}

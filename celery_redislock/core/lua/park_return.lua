@@ -18,20 +18,22 @@
 -- ARGV[4]  keep      milliseconds the dead-letter list is kept after this write.
 -- Constants (see lib_parking.lua, lib_lock.lua): DEAD_LETTERS, RELEASE_MEMORY_MS.
 --
--- Returns 1 when the entry was claimed and is now returned, 0 when it was not (a
+-- Returns {stamp, reply} (stamp: 'pb' and the first 8 characters of ARGV[1]);
+-- reply 1 when the entry was claimed and is now returned, 0 when it was not (a
 -- run took it meanwhile).
 
 local holders, leases, parked, payloads = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[1]
+local STAMP = 'pb' .. string.sub(ARGV[1], 1, 8)
 
-if redis.call('ZREM', KEYS[5], id) == 0 then return redis.call('EXISTS', KEYS[7]) end
+if redis.call('ZREM', KEYS[5], id) == 0 then return {STAMP, redis.call('EXISTS', KEYS[7])} end
 redis.call('SET', KEYS[7], '1', 'PX', {{RELEASE_MEMORY_MS}})
 redis.call('ZREM', holders, id)
 redis.call('HDEL', leases, 'f:' .. id, 'o:' .. id, 's:' .. id)
 if ARGV[2] == 'park' then
   local ticket = redis.call('HGET', payloads, 't:' .. id)
   if ticket then redis.call('ZADD', parked, ticket, id) end
-  return 1
+  return {STAMP, 1}
 end
 local t = redis.call('TIME')
 local payload = redis.call('HGET', payloads, 'p:' .. id) or ''
@@ -40,4 +42,4 @@ redis.call('RPUSH', KEYS[6], id .. ' ' .. t[1] .. string.format('%03d', math.flo
   .. ' ' .. ARGV[3] .. '\n' .. payload)
 redis.call('LTRIM', KEYS[6], -{{DEAD_LETTERS}}, -1)
 redis.call('PEXPIRE', KEYS[6], ARGV[4])
-return 1
+return {STAMP, 1}

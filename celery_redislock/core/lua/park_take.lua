@@ -17,7 +17,8 @@
 -- ARGV[4]  limit     the caller's limit (integer >= 1), used when meta holds none.
 -- Constants (see lib_lock.lua, lib_parking.lua): FENCE_MEMORY_MS, TAKEN_MEMORY_MS.
 --
--- Returns {1, fence, ttl}: the permit is the run's, its lease token is `id` (the
+-- Returns {stamp, reply} (stamp: 'pt' and the first 8 characters of ARGV[1]);
+-- reply {1, fence, ttl}: the permit is the run's, its lease token is `id` (the
 -- reserved one, or a free one when the reservation lapsed or Redis lost the entry);
 -- {0}: the id is consumed but no permit is free (the caller parks the run again);
 -- {-1}: the id was consumed before: this message is a duplicate and must not run.
@@ -29,6 +30,7 @@
 --!include lib_semaphore.lua
 --!include lib_parking.lua
 
+local STAMP = 'pt' .. string.sub(ARGV[1], 1, 8)
 local k = parking_keys(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8])
 local taken, id, ttl, owner = KEYS[9], ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now, now_us = server_clock()
@@ -37,10 +39,10 @@ if redis.call('ZSCORE', taken, id) then
   local expiry = redis.call('ZSCORE', k.holders, id)
   if expiry and tonumber(expiry) > now and owner ~= ''
       and redis.call('HGET', k.leases, 'o:' .. id) == owner then
-    return {1, tonumber(redis.call('HGET', k.leases, 'f:' .. id)), tonumber(expiry) - now}
+    return {STAMP, {1, tonumber(redis.call('HGET', k.leases, 'f:' .. id)), tonumber(expiry) - now}}
   end
-  if owner ~= '' and redis.call('HGET', k.payloads, 'r:' .. id) == owner then return {0} end
-  return {-1}
+  if owner ~= '' and redis.call('HGET', k.payloads, 'r:' .. id) == owner then return {STAMP, {0}} end
+  return {STAMP, {-1}}
 end
 redis.call('ZREMRANGEBYSCORE', taken, '-inf', string.format('%d', now))
 redis.call('ZADD', taken, string.format('%d', now + {{TAKEN_MEMORY_MS}}), id)
@@ -54,7 +56,7 @@ if expiry and tonumber(expiry) > now then  -- the reserved permit becomes the ru
   redis.call('ZADD', k.holders, string.format('%d', now + ttl), id)
   redis.call('HSET', k.leases, 'o:' .. id, owner)
   keep_keys(k.holders, k.leases, ttl, now)
-  return {1, tonumber(redis.call('HGET', k.leases, 'f:' .. id)), ttl}
+  return {STAMP, {1, tonumber(redis.call('HGET', k.leases, 'f:' .. id)), ttl}}
 end
 if expiry then
   redis.call('ZREM', k.holders, id)
@@ -66,8 +68,8 @@ local limit = stored_limit(k.meta, tonumber(ARGV[4]))
 if redis.call('ZCARD', k.parked) > 0 or free_for_parked(k, KEYS[5], limit, now) <= 0 then
   -- Remembered (rare: a reservation lapsed), so a re-sent take is refused again.
   if owner ~= '' then redis.call('HSET', k.payloads, 'r:' .. id, owner) end
-  return {0}
+  return {STAMP, {0}}
 end
 local fence = next_fence(k.fence, now_us)
 grant_permit(k.holders, k.leases, id, owner, ttl, now, fence)
-return {1, tonumber(fence), ttl}
+return {STAMP, {1, tonumber(fence), ttl}}

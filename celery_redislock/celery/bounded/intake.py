@@ -1,0 +1,118 @@
+"""Parking at intake: a run that would be refused a permit is parked by the worker's
+main process, before a pool process ever sees its message.
+
+A fresh message of a bounded task (not a singleton, ``concurrency_park`` on, no
+``concurrency_wait``) is looked at once, when Celery first asks the request whether it
+was revoked -- in the main process, just before it would be sent to a pool process. One
+script call (``park.lua`` in intake mode) parks it if the pool has parked runs already
+(FIFO: it goes behind them) or no permit is free, and answers "go" otherwise. A parked
+message is acknowledged there and the request ends as a revoked one does, silently: no
+pool process, no pipe round trip, no trace, no result write, no Celery "ignored" line.
+A message allowed to go starts as before; its run takes a permit in ``before_start``
+(and parks there after all if another run took the permit meanwhile).
+
+Anything unexpected (Redis unreachable, a ``concurrency_key`` that raises) falls back to
+that normal path. The park token is handed on in the request (:data:`.parking` keeps
+it as an attempt), so a park whose reply was lost is re-sent by the run under the same
+token and never parks it twice.
+
+May import the bounded feature's modules and the shared glue.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from celery.worker.state import task_ready
+
+from ...core.parking import NOT_PARKED, new_entry_id
+from ..logs import QuietRequest
+from ..options import options_of
+from ..signals import permit_parked
+from ..tokens import KEY_HEADER, TOKEN_HEADER
+from .guard import CONCURRENCY, semaphore_for
+from .journal import forget, record
+from .parking import ATTEMPT, PARK_HEADER, SENT_HEADER, encode_request, sent_at
+
+__all__ = ["BoundedRequest", "park_at_intake"]
+
+logger = logging.getLogger("celery_redislock.celery.bounded.parking")
+
+
+class BoundedRequest(QuietRequest):
+    """The worker's request of a ``RedisLockTask``: a bounded run that would be refused
+    a permit is parked from the main process (see the module docs)."""
+
+    _redislock_looked = False
+
+    def revoked(self) -> bool:
+        """Celery's check, first; then, once, parking at intake (a parked request
+        answers True: Celery then drops it without running it)."""
+        if super().revoked():
+            return True
+        if self._redislock_looked:
+            return False
+        self._redislock_looked = True
+        return park_at_intake(self)
+
+
+def park_at_intake(request: Any) -> bool:
+    """Park ``request`` (a worker's request, in the main process) if its run would be
+    refused a permit; True when it was parked and acknowledged."""
+    task = request.task
+    message = request.request_dict
+    guards = getattr(task, "redislock_guards", ())
+    if (CONCURRENCY not in guards or PARK_HEADER in message or TOKEN_HEADER in message
+            or KEY_HEADER in message or _not_due(request.eta)):  # fmt: skip
+        return False
+    try:
+        resolved = options_of(task)
+        options = resolved.bounded
+        lock = resolved.singleton
+        if (not options.enabled or not options.park or options.wait > 0 or lock.enabled
+                or len(guards) > 2):  # fmt: skip
+            return False
+        pool = options.pool(task, request.args, request.kwargs)
+        limit = options.limit_of(pool)
+        sem = semaphore_for(task, pool, limit, lock.lock_ttl, lock.prefix, lock.replicas,
+                            options.standby)  # fmt: skip
+        since = time.time()
+        entry_id = new_entry_id()
+        payload = encode_request(task, request, entry_id, since)
+    except Exception as exc:
+        logger.debug("celery_redislock: %s[%s] not looked at on intake (%s: %s)", task.name,
+                     request.id, type(exc).__name__, exc)  # fmt: skip
+        return False
+    # From here the park may have gone through: the run re-sends it under this token.
+    message[ATTEMPT] = entry_id
+    try:
+        record(task.app, entry_id, payload, pool=pool, limit=limit, ttl=sem.ttl,
+               prefix=sem.keys.prefix, owner=request.id)  # survives the lock Redis
+        position = sem.park(entry_id, payload, owner=request.id, intake=True,
+                            sent=sent_at(message.get(SENT_HEADER)))  # fmt: skip
+    except Exception as exc:
+        logger.debug("celery_redislock: %s[%s] could not park on intake (%s: %s); its run "
+                     "tries again", task.name, request.id, type(exc).__name__, exc)  # fmt: skip
+        return False
+    if position == NOT_PARKED:
+        del message[ATTEMPT]
+        forget(task.app, entry_id)  # journaled in case it parked: it did not
+        return False
+    request.acknowledge()
+    task_ready(request)
+    logger.debug("celery_redislock: %s[%s] over the limit of pool %r (%d): parked at place "
+                 "%d on intake", task.name, request.id, pool, limit, position)  # fmt: skip
+    permit_parked.send(sender=task, task_id=request.id, key=pool, limit=limit,
+                       position=position, waited=0.0)  # fmt: skip
+    return True
+
+
+def _not_due(eta: datetime | None) -> bool:
+    """True for a message whose ETA is still ahead (the timer holds it until then)."""
+    if eta is None:
+        return False
+    now = datetime.now(timezone.utc) if eta.tzinfo is not None else datetime.now()
+    return eta > now

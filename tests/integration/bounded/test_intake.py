@@ -1,0 +1,94 @@
+"""Parking at intake (bounded/intake.py): a run that would be refused a permit is parked
+by the worker's main process and never reaches a pool process; one that may go, and
+every run that intake leaves alone (singleton, concurrency_wait), starts as before."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.signals import task_prerun
+
+from celery_redislock import bounded_task
+from celery_redislock.celery.bounded.guard import semaphore_for
+from celery_redislock.celery.bounded.parking import SENT_HEADER
+from celery_redislock.celery.signals import permit_acquired, permit_parked
+from celery_redislock.core.parking import ParkingSemaphore
+
+from ..helpers import wait_until
+from .helpers import holders
+
+
+def _lot(app: Celery) -> ParkingSemaphore:
+    task = next(app.tasks[n] for n in app.tasks if n.endswith(".call"))
+    return semaphore_for(task, "api", 1, 30.0, "redislock", {})
+
+
+def test_a_run_refused_at_intake_never_reaches_a_pool_process(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any, caplog: Any
+) -> None:
+    caplog.set_level(logging.INFO, logger="celery")
+    prerun, parked = capture(task_prerun), capture(permit_parked)
+    proceed = threading.Event()
+    sent: list[float] = []
+
+    @bounded_task(app=app, bind=True, concurrency_limit=1, concurrency_key="api")
+    def call(self: Any, n: int) -> int:
+        sent.append(float(self.request.headers[SENT_HEADER]))
+        if n == 0:
+            proceed.wait(10)
+        return n
+
+    worker(app, concurrency=2)
+    first = call.delay(0)
+    wait_until(lambda: holders(locks, "api"), what="the first run's permit")
+    others = [call.delay(n) for n in range(1, 4)]
+    wait_until(lambda: len(parked) == 3, what="three runs parked")
+    started = {p["task_id"] for p in prerun if p["sender"].name == call.name}
+    assert started <= {first.id}  # no parked run went to a pool process
+    assert [p["position"] for p in parked] == [1, 2, 3]
+    proceed.set()
+    assert [r.get(timeout=15) for r in [first, *others]] == [0, 1, 2, 3]
+    assert sent == sorted(sent)  # FIFO, by sending time
+    for result in others:  # Celery logs no "ignored" line, and one "received" line
+        lines = [r.getMessage() for r in caplog.records if result.id in r.getMessage()]
+        assert not [line for line in lines if "ignored" in line]
+
+
+def test_an_intake_park_whose_reply_was_lost_parks_the_run_once(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any, monkeypatch: Any
+) -> None:
+    acquired = capture(permit_acquired)
+    proceed = threading.Event()
+    real_park = ParkingSemaphore.park
+
+    def reply_lost(self: ParkingSemaphore, *args: Any, **kwargs: Any) -> int:
+        position = real_park(self, *args, **kwargs)
+        if kwargs.get("intake"):
+            raise redis.ConnectionError("the reply was lost")
+        return position
+
+    monkeypatch.setattr(ParkingSemaphore, "park", reply_lost)
+    runs: list[int] = []
+
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api")
+    def call(n: int) -> int:
+        runs.append(n)
+        if n == 0:
+            proceed.wait(10)
+        return n
+
+    worker(app, concurrency=2)
+    first = call.delay(0)
+    wait_until(lambda: holders(locks, "api"), what="the first run's permit")
+    second = call.delay(1)  # parked on intake; the run re-sends the same park
+    wait_until(lambda: _lot(app).parking_info().parked == 1, what="the run parked")
+    proceed.set()
+    assert first.get(timeout=10) == 0 and second.get(timeout=10) == 1
+    time.sleep(0.5)
+    assert runs == [0, 1] and len(acquired) == 2  # once each, not parked round and round
+    assert _lot(app).parking_info().parked == 0 and _lot(app).parking_info().claimed == 0
