@@ -11,11 +11,11 @@ calls go through ``execute_command``, which routes them by their keys.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.scripts import _DEADLINE, _LAST_LOOK, DeadlinePassed, LuaScript, StaleReply, key_encoder
 from . import wire
@@ -35,6 +35,14 @@ async def call(script: LuaScript, client: Any, keys: list[Any], args: list[Any])
     if deadline is None:
         return await _call(script, client, keys, args, None)
     budget = max(_LAST_LOOK, deadline - time.monotonic()) + _LAST_LOOK
+    if sys.version_info >= (3, 11):  # a scope in this task (wait_for makes a task per call)
+        try:
+            async with asyncio.timeout(budget) as scope:
+                return await _call(script, client, keys, args, deadline)
+        except TimeoutError as exc:
+            if not scope.expired():
+                raise
+            raise DeadlinePassed(f"{script.name}: no answer before the deadline") from exc
     try:
         return await asyncio.wait_for(_call(script, client, keys, args, deadline), budget)
     except asyncio.TimeoutError as exc:
@@ -103,11 +111,7 @@ async def _read(conn: Any, deadline: float | None) -> Any:
     socket_timeout = getattr(conn, "socket_timeout", None)
     if socket_timeout is not None:
         timeout = min(timeout, socket_timeout)
-    reply = await conn.read_response(timeout=timeout)
-    if reply is None:  # redis.asyncio answers a caller's read timeout with None
-        await conn.disconnect()  # the reply may still come: never read it as another's
-        raise RedisTimeoutError(f"no reply within {timeout:.3f} s")
-    return reply
+    return await wire.read(conn, timeout)
 
 
 async def _via_client(script: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:

@@ -161,13 +161,22 @@ def plain(cls: type) -> bool:
     return known
 
 
-async def read(conn: Any) -> Any:
+async def read(conn: Any, timeout: float | None = None) -> Any:
     """``conn.read_response()`` (see the module docs): the next reply, an error reply
-    raised, under the connection's socket timeout."""
+    raised, under the connection's socket timeout, or ``timeout`` seconds when given
+    (then the connection is closed when it passes and redis' ``TimeoutError`` raised,
+    as for the socket timeout)."""
     parser, writer = getattr(conn, "_parser", None), getattr(conn, "_writer", None)
     if parser is None or writer is None or conn.health_check_interval or not plain(conn.__class__):
-        return await conn.read_response()
-    timeout = conn.socket_timeout
+        if timeout is None:
+            return await conn.read_response()
+        reply = await conn.read_response(timeout=timeout)
+        if reply is None:  # redis.asyncio answers a caller's read timeout with None
+            await conn.disconnect()  # the reply may still come: never read it as another's
+            raise RedisTimeoutError(f"no reply within {timeout:.3f} s")
+        return reply
+    if timeout is None:
+        timeout = conn.socket_timeout
     loop = asyncio.get_running_loop()
     timer = None
     if timeout is not None:

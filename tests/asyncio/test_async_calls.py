@@ -181,3 +181,26 @@ def test_a_client_used_by_one_loop_after_another_gives_each_kept_connection_back
 
     for _ in range(SPARE_MIN_POOL + 5):
         asyncio.run(job())
+
+
+def test_a_call_waiting_for_a_pool_connection_ends_by_its_deadline(
+    r: redis.Redis, redis_url: str
+) -> None:
+    async def main() -> float:
+        pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=1, timeout=10)
+        client = aioredis.Redis(connection_pool=pool)
+        try:
+            busy = asyncio.ensure_future(client.blpop(["calls:none"], 3))  # the only one
+            await asyncio.sleep(0.1)
+            started = time.monotonic()
+            with pytest.raises(redis.TimeoutError):  # DeadlinePassed
+                await AsyncRedisLock(client, "calls:pool").acquire(timeout=0.3)
+            elapsed = time.monotonic() - started
+            assert await busy is None
+            return elapsed
+        finally:
+            await client.aclose()
+            await pool.aclose()
+
+    elapsed = asyncio.run(main())
+    assert elapsed < 0.3 + 2 * 0.6 + 0.8, elapsed  # the deadline, the clean-up's grace
