@@ -39,6 +39,7 @@ from ..core.semaphore_scripts import (
 from ..core.validate import acquire_deadline, check_bool, check_positive_int
 from ..core.waiting import Grant, poll_slice
 from ..errors import ConfigurationError
+from .batch import batched_call
 from .calls import call
 from .lease import AsyncLease, AsyncOnLost
 from .notifier import AsyncNotifier
@@ -181,7 +182,8 @@ class AsyncRedisSemaphore(AsyncPrimitive):
                        wait: bool) -> tuple[int, int, int, int]:  # fmt: skip
         scripts = self._scripts
         args = scripts.acquire_args(token, owner, ttl_ms, wait)
-        reply = acquire_reply(await call(ACQUIRE, self._client, scripts.acquire_keys, args))
+        reply = acquire_reply(await batched_call(ACQUIRE, self._client, scripts.acquire_keys,
+                                                 args))  # fmt: skip
         if reply[2] and not self._warned_limit:
             self._warned_limit = True
             log.warning(

@@ -1,0 +1,76 @@
+"""A burst of acquire attempts of one loop goes out in one write per turn (asyncio/
+batch.py): every attempt gets its own reply, a NOSCRIPT sends them again alone, and a
+caller cancelled before the write is left out."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from celery_redislock.asyncio import AsyncRedisSemaphore, batch
+
+
+def test_a_burst_of_attempts_is_one_write_with_each_reply_its_own(
+    r: redis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes: list[int] = []
+    send = batch._send
+
+    async def counted(script: Any, client: Any, items: list[Any]) -> None:
+        sizes.append(len(items))
+        await send(script, client, items)
+
+    monkeypatch.setattr(batch, "_send", counted)
+
+    async def main() -> list[Any]:
+        client = aioredis.Redis.from_url(redis_url)  # a pool of 100 connections at most
+        sem = AsyncRedisSemaphore(client, "burst", limit=7, ttl=10)
+        leases = await asyncio.gather(*(sem.acquire(blocking=False) for _ in range(150)))
+        for lease in leases:
+            if lease is not None:
+                assert await lease.release()
+        await client.aclose()
+        return leases
+
+    granted = [lease for lease in asyncio.run(main()) if lease is not None]
+    assert len(granted) == 7  # each reply went to its own call: 7 grants, 143 refusals
+    assert len({lease.fence for lease in granted}) == 7
+    assert sizes == [batch.MAX_BATCH, 150 - batch.MAX_BATCH]  # 150 calls, 2 writes
+    assert r.zcard("redislock:semaphore:{burst}:holders") == 0
+
+
+def test_noscript_in_a_burst_sends_each_attempt_again_alone(r: redis.Redis, redis_url: str) -> None:
+    async def main() -> int:
+        client = aioredis.Redis.from_url(redis_url)
+        sem = AsyncRedisSemaphore(client, "flushed", limit=3, ttl=10)
+        await sem.acquire(blocking=False)  # scripts loaded...
+        r.script_flush()  # ...and gone
+        leases = await asyncio.gather(*(sem.acquire(blocking=False) for _ in range(20)))
+        await client.aclose()
+        return sum(lease is not None for lease in leases)
+
+    assert asyncio.run(main()) == 2  # the first lease holds one of 3
+
+
+def test_a_caller_cancelled_before_the_write_is_left_out(r: redis.Redis, redis_url: str) -> None:
+    async def main() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        sem = AsyncRedisSemaphore(client, "left-out", limit=50, ttl=10)
+        tasks = [asyncio.ensure_future(sem.acquire(blocking=False)) for _ in range(20)]
+        await asyncio.sleep(0)  # each task queued its attempt for this turn's write
+        for task in tasks[::2]:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        kept = [lease for lease in results if not isinstance(lease, BaseException)]
+        assert len(kept) == 10 and all(kept)
+        for lease in kept:
+            assert lease is not None and await lease.release()  # type: ignore[union-attr]
+        await asyncio.sleep(0.5)  # the cancelled ones' clean-ups (and late ones) ran
+        assert await client.zcard(sem.keys.holders) == 0
+        await client.aclose()
+
+    asyncio.run(main())
