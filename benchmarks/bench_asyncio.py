@@ -21,9 +21,13 @@ It starts a private ``redis-server`` and measures, all through ``redis.asyncio``
    10, each holding 5 ms once: throughput against the ideal (limit / hold), each
    task's wait p50 / p99, tasks that never got a permit, at most ``limit`` in at
    once, and Redis commands per section (``INFO commandstats``, counting those run
-   inside scripts) beside client round trips per section. Throughput is taken over
-   the steady part (from the first permit granted to the last section ended) and
-   over the whole run (from the moment the 1,000 tasks were started).
+   inside scripts) beside client round trips per section, and the CPU the client
+   process and redis-server spent per section. Throughput is taken over the steady
+   part (from the first permit granted to the last section ended) and over the whole
+   run (from the moment the 1,000 tasks were started). Each run is beside a run of
+   the same sections through an ``asyncio.Semaphore`` (no Redis): what the loop and
+   the machine's load allow at best, so "ours / asyncio" compares within one run.
+   ``--api-cap`` runs this part only (``--runs N``: 5 by default).
 
 The figures depend on the machine (the load average is printed at the end).
 """
@@ -205,7 +209,7 @@ def contended(url: str, duration: float) -> list[list[object]]:
 # -- the API cap ------------------------------------------------------------------
 
 
-async def api_cap(url: str, tasks: int, limit: int, hold: float) -> list[list[object]]:
+async def api_cap(url: str, tasks: int, limit: int, hold: float) -> dict[str, float]:
     pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=64)
     client = aioredis.Redis(connection_pool=pool)
     sem = AsyncRedisSemaphore(client, f"bench:cap:{secrets.token_hex(4)}", limit=limit, ttl=30)
@@ -240,22 +244,82 @@ async def api_cap(url: str, tasks: int, limit: int, hold: float) -> list[list[ob
         round_trips += 1
         await lease.release()
 
-    before = command_calls(sync)
-    started = time.monotonic()
+    before, server_cpu = command_calls(sync), redis_cpu(sync)
+    started, cpu = time.monotonic(), time.process_time()
     await asyncio.gather(*(task() for _ in range(tasks)))
+    cpu = time.process_time() - cpu
+    server_cpu = redis_cpu(sync) - server_cpu
     commands = command_calls(sync) - before - 1
-    ideal = limit / hold
-    steady = len(ended) / (max(ended) - min(granted))
-    whole = len(ended) / (max(ended) - started)
     await client.aclose()
     await pool.aclose()
     sync.close()
-    return [[
-        f"{tasks} tasks, limit {limit}, {hold * 1000:g} ms",
-        f"{steady:.0f}/s ({steady / ideal:.1%})", f"{whole:.0f}/s ({whole / ideal:.1%})",
-        f"{median(waits) * 1000:.0f}", f"{percentile(waits, 99) * 1000:.0f}",
-        tasks - len(ended), peak, f"{commands / len(ended):.1f}", f"{round_trips / len(ended):.2f}",
-    ]]  # fmt: skip
+    done = len(ended)
+    return {
+        "steady": done / (max(ended) - min(granted)) / (limit / hold),
+        "whole": done / (max(ended) - started) / (limit / hold),
+        "wait p50": median(waits) * 1000, "wait p99": percentile(waits, 99) * 1000,
+        "starved": tasks - done, "peak": peak, "commands": commands / done,
+        "round trips": round_trips / done, "cpu": cpu / done * 1000,
+        "server cpu": server_cpu / done * 1000,
+    }  # fmt: skip
+
+
+def redis_cpu(client: redis.Redis) -> float:
+    """redis-server's CPU seconds so far (user + system)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+async def local_cap(tasks: int, limit: int, hold: float) -> dict[str, float]:
+    """The same sections through an ``asyncio.Semaphore`` (no Redis): what this loop
+    and this machine's load allow at best."""
+    sem = asyncio.Semaphore(limit)
+    granted: list[float] = []
+    ended: list[float] = []
+
+    async def task() -> None:
+        async with sem:
+            granted.append(time.monotonic())
+            await asyncio.sleep(hold)
+            ended.append(time.monotonic())
+
+    started, cpu = time.monotonic(), time.process_time()
+    await asyncio.gather(*(task() for _ in range(tasks)))
+    return {
+        "steady": len(ended) / (max(ended) - min(granted)) / (limit / hold),
+        "whole": len(ended) / (max(ended) - started) / (limit / hold),
+        "cpu": (time.process_time() - cpu) / len(ended) * 1000,
+    }
+
+
+def api_caps(url: str, runs: int, tasks: int = 1000, limit: int = 10,
+             hold: float = 0.005) -> list[list[object]]:  # fmt: skip
+    """``runs`` runs of the API cap, each beside a run of ``local_cap`` (alternating
+    which goes first), one row each."""
+    rows: list[list[object]] = []
+    for run in range(runs):
+        if run % 2:
+            local = asyncio.run(local_cap(tasks, limit, hold))
+        ours = asyncio.run(api_cap(url, tasks, limit, hold))
+        if not run % 2:
+            local = asyncio.run(local_cap(tasks, limit, hold))
+        rows.append([
+            run + 1, f"{ours['steady']:.1%}", f"{ours['whole']:.1%}",
+            f"{local['steady']:.1%}", f"{ours['steady'] / local['steady']:.2f}",
+            f"{ours['wait p50']:.0f}", f"{ours['wait p99']:.0f}", int(ours["starved"]),
+            int(ours["peak"]), f"{ours['commands']:.1f}", f"{ours['round trips']:.2f}",
+            f"{ours['cpu']:.3f}", f"{ours['server cpu']:.3f}",
+        ])  # fmt: skip
+    return rows
+
+
+def print_api_cap(url: str, runs: int) -> None:
+    print("\nAPI cap, AsyncRedisSemaphore, one loop: 1,000 tasks, limit 10, 5 ms holds "
+          "(ideal 2,000 sections/s), each run beside asyncio.Semaphore(10) (no Redis):")
+    print_table(["run", "steady (of ideal)", "whole run", "asyncio.Semaphore steady",
+                 "ours / asyncio", "wait p50 ms", "wait p99 ms", "starved", "max inside",
+                 "cmds/section", "round trips/section", "client CPU ms/section",
+                 "redis CPU ms/section"], api_caps(url, runs))  # fmt: skip
 
 
 def main() -> None:
@@ -264,6 +328,8 @@ def main() -> None:
     parser.add_argument("--uncontended", action="store_true",
                         help="the uncontended cycle only")  # fmt: skip
     parser.add_argument("--rounds", type=int, help="rounds of the uncontended cycle")
+    parser.add_argument("--api-cap", action="store_true", help="the API cap only")
+    parser.add_argument("--runs", type=int, help="runs of the API cap")
     options = parser.parse_args()
     rounds, cycles, duration = (2, 200, 1.0) if options.quick else (5, 500, 2.0)
     rounds = options.rounds or rounds
@@ -273,6 +339,11 @@ def main() -> None:
         version = redis.Redis.from_url(server.url).info("server")["redis_version"]
         print(f"redis-server {version}, redis-py {redis.__version__}, Python "
               f"{platform.python_version()}, {os.cpu_count()} CPUs\n")  # fmt: skip
+        if options.api_cap:
+            print_api_cap(server.url, options.runs or 5)
+            print(f"\nload average (1 min) {load_before:.2f} before, "
+                  f"{os.getloadavg()[0]:.2f} after")  # fmt: skip
+            return
         print(f"Uncontended acquire + release, {rounds} rounds x {cycles} cycles (µs):")
         print_table(["implementation", "p50", "p99", "p50 / floor", "range"],
                     asyncio.run(uncontended(server.url, rounds, cycles)))  # fmt: skip
@@ -283,11 +354,7 @@ def main() -> None:
         print(f"\nHand-off, AsyncRedisLock, 1 ms hold, {duration:g} s per run (µs):")
         print_table(["workers", "sections", "hand-off p50", "p99"],
                     contended(server.url, duration))  # fmt: skip
-        print("\nAPI cap, AsyncRedisSemaphore, one loop:")
-        print_table(["case", "steady throughput (of ideal)", "whole run", "wait p50 ms",
-                     "wait p99 ms", "starved", "max inside", "cmds/section",
-                     "round trips/section"],
-                    asyncio.run(api_cap(server.url, 1000, 10, 0.005)))  # fmt: skip
+        print_api_cap(server.url, options.runs or (2 if options.quick else 5))
     print(f"\ntotal time {time.monotonic() - began:.1f} s; load average (1 min) "
           f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after")  # fmt: skip
 
