@@ -17,9 +17,10 @@ small write on an idle connection never waits; it only does when the transport's
 buffer is full, and then it is awaited with the socket timeout, as redis-py does.
 
 **Reading** (:func:`read`): the reply from redis-py's own parser (pushes, errors and
-every type as it reads them), under the socket timeout kept by one timer that
-aborts the connection, where redis-py's ``read_response`` enters an
-``asyncio.timeout`` per read (a task-cancelling context several times dearer).
+every type as it reads them), under the socket timeout kept by one timer per
+connection that aborts it (:class:`_Watch`), where redis-py's ``read_response``
+enters an ``asyncio.timeout`` per read (a task-cancelling context and a timer
+pushed onto and popped off the loop's heap, for every command).
 A read that times out raises redis' ``TimeoutError`` and one that fails its
 ``ConnectionError``, the connection closed, as redis-py's read does.
 
@@ -178,25 +179,77 @@ async def read(conn: Any, timeout: float | None = None) -> Any:
     if timeout is None:
         timeout = conn.socket_timeout
     loop = asyncio.get_running_loop()
-    timer = None
+    watch = None
     if timeout is not None:
-        expires = loop.time() + timeout
-        timer = loop.call_at(expires, writer.transport.abort)  # the read then fails
+        watch = _watch(conn)
+        watch.start(loop, loop.time() + timeout, writer.transport.abort)
     try:
         reply = await parser.read_response()
     except BaseException as exc:
         await conn.disconnect(nowait=True)  # as redis-py's read: never read it again
-        if timer is not None and loop.time() >= expires and isinstance(exc, Exception):
+        if watch is not None and loop.time() >= watch.expires and isinstance(exc, Exception):
             raise RedisTimeoutError(f"Timeout reading from {_where(conn)}") from None
         if isinstance(exc, OSError):
             raise RedisConnectionError(f"Error while reading from {_where(conn)}: {exc!r}") from exc
         raise
     finally:
-        if timer is not None:
-            timer.cancel()
+        if watch is not None:
+            watch.abort = None
     if isinstance(reply, ResponseError):
         raise reply from None
     return reply
+
+
+class _Watch:
+    """One connection's read timeout: a read sets when it expires and how to abort it;
+    one timer serves many reads. When it fires it aborts the read in progress if that
+    one expired, waits on for a later one, and ends when none is in progress; so a
+    busy connection schedules about one timer per socket timeout, not one per read
+    (a timer costs the loop's heap a push, a cancel and a clean-up)."""
+
+    __slots__ = ("abort", "expires", "loop", "timer")
+
+    def __init__(self) -> None:
+        self.abort: Callable[[], None] | None = None  # set while a read is in progress
+        self.expires = 0.0
+        # The pending timer, weakly: the loop's heap holds it (and a closed loop drops
+        # it); the watch, kept as long as its connection, never keeps a loop alive.
+        self.timer: Callable[[], asyncio.TimerHandle | None] = _none
+        self.loop: Callable[[], asyncio.AbstractEventLoop | None] = _none  # the timer's
+
+    def start(self, loop: asyncio.AbstractEventLoop, expires: float,
+              abort: Callable[[], None]) -> None:  # fmt: skip
+        """A read begins: abort it at ``expires`` (loop time) unless it ended."""
+        self.expires, self.abort = expires, abort
+        timer = self.timer()
+        if timer is not None:
+            if timer.when() <= expires and self.loop() is loop:
+                return  # the pending timer comes first and looks again
+            timer.cancel()
+        self.timer = weakref.ref(loop.call_at(expires, self._fire))
+        self.loop = weakref.ref(loop)
+
+    def _fire(self) -> None:
+        self.timer = _none
+        abort = self.abort
+        if abort is None:
+            return  # no read in progress: the next one schedules again
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self.expires:
+            self.abort = None
+            abort()  # the read then fails (read() raises the timeout)
+        else:
+            self.timer = weakref.ref(loop.call_at(self.expires, self._fire))
+
+
+_WATCHES: weakref.WeakKeyDictionary[Any, _Watch] = weakref.WeakKeyDictionary()
+
+
+def _watch(conn: Any) -> _Watch:
+    watch = _WATCHES.get(conn)
+    if watch is None:
+        watch = _WATCHES[conn] = _Watch()
+    return watch
 
 
 def _where(conn: Any) -> str:
