@@ -10,13 +10,15 @@ Without pottery its rows are left out. It starts five private ``redis-server``s 
 measures, interleaved round by round so a busy machine hits every side alike:
 
 1. **Uncontended** acquire (non-blocking) + release, p50 / p99 per round, medians over
-   rounds; the ratio to ``RedisLock`` is the median of the per-round p50 ratios.
+   rounds; the ratio to ``RedisLock`` is the median of the per-round p50 ratios; CPU
+   per cycle of this client and of all the servers (INFO cpu), where the time goes.
 2. **Contended hand-off**, 8 processes looping blocking acquire -> hold 1 ms ->
    release for a few seconds: the gap between one section's release and the next
    section's acquire returning (one clock: same machine), p50, and sections done.
 3. **Fan-out choices** for the record: the lock scripts sent to 5 masters through a
    thread pool, through redis-py's connection pool, and as ``RedlockLock`` sends them
-   (its own connections, one packed request, replies read as they arrive).
+   (its own connections, one packed request written on the raw socket, replies read
+   as they arrive, a round ended once a majority answered).
 """
 
 from __future__ import annotations
@@ -86,29 +88,46 @@ def cycles(ports: list[int], n: int) -> dict[str, Callable[[], None]]:
     return out
 
 
+def server_cpu(clients: list[redis.Redis]) -> float:
+    """Seconds of CPU the servers used so far (user + system, INFO cpu)."""
+    total = 0.0
+    for client in clients:
+        info = client.info("cpu")
+        total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return total
+
+
 def uncontended(ports: list[int], n: int, rounds_: int, per_round: int) -> None:
     fns = cycles(ports, n)
+    servers = [redis.Redis(port=port) for port in ports]
     samples: dict[str, list[list[float]]] = {name: [] for name in fns}
+    cpu = {name: [0.0, 0.0] for name in fns}  # client, servers (s)
     for fn in fns.values():  # warm: connections, scripts
         for _ in range(200):
             fn()
     for _ in range(rounds_):
         for name, fn in fns.items():
             times = []
+            client0, server0 = time.process_time(), server_cpu(servers)
             for _ in range(per_round):
                 start = time.perf_counter()
                 fn()
                 times.append(time.perf_counter() - start)
+            cpu[name][0] += time.process_time() - client0
+            cpu[name][1] += server_cpu(servers) - server0
             samples[name].append(times)
     base = "RedisLock (1 master)"
     rows = []
+    count = rounds_ * per_round
     for name, per in samples.items():
         p50 = median([median(times) for times in per])
         p99 = median([percentile(times, 99) for times in per])
         ratio = median([median(t) / median(b) for t, b in zip(per, samples[base], strict=True)])
-        rows.append([name, f"{p50 * 1e6:.0f}", f"{p99 * 1e6:.0f}", f"{ratio:.2f}x"])
+        rows.append([name, f"{p50 * 1e6:.0f}", f"{p99 * 1e6:.0f}", f"{ratio:.2f}x",
+                     f"{cpu[name][0] / count * 1e6:.0f}", f"{cpu[name][1] / count * 1e6:.0f}"])
     print(f"\nUncontended acquire + release, {n} masters ({rounds_} rounds x {per_round})")
-    print_table(["lock", "p50 µs", "p99 µs", "vs RedisLock"], rows)
+    print_table(["lock", "p50 µs", "p99 µs", "vs RedisLock", "client CPU µs", "servers' CPU µs"],
+                rows)
 
 
 def _worker(kind: str, ports: list[int], n: int, seconds: float, out: Any) -> None:
