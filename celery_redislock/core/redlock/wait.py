@@ -4,7 +4,7 @@ The waiter queues on every master with one ticket (its place is the same in ever
 master's queue, so they all name the same head) and listens on the first master that
 answered: a release there wakes it (or hands it that master's lease), and it asks
 every master again. A split round (grants on a minority, most often a release still
-on its way to the others) is asked again at once, keeping the grants, up to
+on its way to the others) is asked again soon, keeping the grants, up to
 :data:`SPLIT_RETRIES` times; then they are given back and the waiter backs off a
 random while (``retry_jitter``). It also polls, never later than the holder's TTL or
 TTL/3, so a lost message costs latency only.
@@ -28,9 +28,11 @@ from .masters import Master
 
 __all__ = ["SPLIT_RETRIES", "Waiting", "wait_for_lease"]
 
-SPLIT_RETRIES = 2
-"""Rounds a waiter asks again at once, keeping a minority's grants, before it gives
-them back and waits a random while (see the module docs)."""
+SPLIT_RETRIES = 4
+"""Rounds a waiter asks again after a split, keeping a minority's grants (the first
+at once, then after 1, 2, 4 ms: a release whose sender was preempted between two
+masters reaches the others a scheduler slice later), before it gives them back and
+waits a random while (see the module docs)."""
 
 
 class Waiting(Protocol):
@@ -71,20 +73,25 @@ def wait_for_lease(lock: Waiting, token: str, tag: str, owner: str | None, ttl_m
                 if waiter is not None:
                     waiter.notified = False
                 # A split (grants on a minority) is most often a release still on
-                # its way to the other masters: ask again at once, keeping what
-                # was granted, before giving it back and backing off with jitter.
+                # its way to the other masters: ask again soon, keeping what was
+                # granted, before giving it back and backing off with jitter. (Given
+                # back, a grant goes to that master's next waiter while this one is
+                # still first on the others: both split until one backs off.)
                 keep = splits < SPLIT_RETRIES
                 # Handed a lease by a release (its fence in the wake-up): propose that
                 # fence, which the other masters (whose counters stand at the last
                 # holder's fence) grant too while it is ahead of their clocks -- one
                 # fence everywhere, no floor to raise.
                 floor = waiter.fence if waiter is not None else 0
-                lease, outcome = lock._try(token, owner, ttl_ms, ticket, keep, floor)
+                lease, outcome = lock._try(token, owner, ttl_ms, ticket, not keep, floor)
                 if lease is not None:
                     granted = True
                     return lease
                 splits = splits + 1 if outcome.grants and splits < SPLIT_RETRIES else 0
                 if splits:
+                    if splits > 1:
+                        time.sleep(min(0.001 * 2 ** (splits - 2),
+                                       max(0.0, deadline - time.monotonic())))  # fmt: skip
                     continue
                 if waiter is None and outcome.answered:
                     first = min([*outcome.grants, *outcome.refused])
