@@ -23,34 +23,37 @@ from . import wire
 __all__ = ["call"]
 
 
-async def call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:
+async def call(script: LuaScript, client: Any, keys: list[Any], args: list[Any],
+               sends: list[None] | None = None) -> Any:  # fmt: skip
     """``script(client, keys, args)`` through a ``redis.asyncio`` client: the same call
     and the same stamp check, awaited, on one connection held for the call (see the
     module docs). A call interrupted between sending and reading (a cancellation)
     closes its connection: its reply is never left for another call. Under
     :func:`~celery_redislock.core.scripts.reply_deadline` the whole call (a reconnect
     included: redis.asyncio's connect has no timeout by default) ends by that
-    deadline with ``DeadlinePassed``."""
+    deadline with ``DeadlinePassed``. ``sends``: as for the sync call (see
+    :func:`~celery_redislock.core.scripts.sees_resends`), one item appended per send
+    on a plain client; more than one: the call may have run before."""
     deadline = _DEADLINE.get()
     if deadline is None:
-        return await _call(script, client, keys, args, None)
+        return await _call(script, client, keys, args, None, sends)
     budget = max(_LAST_LOOK, deadline - time.monotonic()) + _LAST_LOOK
     if sys.version_info >= (3, 11):  # a scope in this task (wait_for makes a task per call)
         try:
             async with asyncio.timeout(budget) as scope:
-                return await _call(script, client, keys, args, deadline)
+                return await _call(script, client, keys, args, deadline, sends)
         except TimeoutError as exc:
             if not scope.expired():
                 raise
             raise DeadlinePassed(f"{script.name}: no answer before the deadline") from exc
     try:
-        return await asyncio.wait_for(_call(script, client, keys, args, deadline), budget)
+        return await asyncio.wait_for(_call(script, client, keys, args, deadline, sends), budget)
     except asyncio.TimeoutError as exc:
         raise DeadlinePassed(f"{script.name}: Redis did not answer before the deadline") from exc
 
 
 async def _call(script: LuaScript, client: Any, keys: list[Any], args: list[Any],
-                deadline: float | None) -> Any:  # fmt: skip
+                deadline: float | None, sends: list[None] | None) -> Any:  # fmt: skip
     pool = getattr(client, "connection_pool", None)
     if pool is None or getattr(client, "connection", None) is not None:
         return await _via_client(script, client, keys, args)  # cluster, single
@@ -70,7 +73,7 @@ async def _call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]
     clean = False
     try:
         reply = await conn.retry.call_with_retry(
-            lambda: _on(script, conn, packed, keys, args, deadline), failed
+            lambda: _on(script, conn, packed, keys, args, deadline, sends), failed
         )
         clean = True
         return reply
@@ -86,8 +89,10 @@ async def _call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]
 
 
 async def _on(script: LuaScript, conn: Any, packed: bytes, keys: list[Any], args: list[Any],
-              deadline: float | None) -> Any:  # fmt: skip
+              deadline: float | None, sends: list[None] | None) -> Any:  # fmt: skip
     for attempt in (1, 2):
+        if sends is not None:
+            sends.append(None)
         try:
             await wire.send(conn, packed)
             reply = await _read(conn, deadline)

@@ -41,6 +41,8 @@ class AsyncLeaseHolder(Protocol):
 
     async def _release_token(self, token: str) -> bool: ...
 
+    async def _release_lease(self, token: str, deadline: float) -> bool: ...
+
     async def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool: ...
 
     async def _held_token(self, token: str) -> int: ...
@@ -113,7 +115,7 @@ class AsyncLease(LeaseState):
         self._end_renewal()
         self._released = True
         try:
-            ok = await self._holder._release_token(self.token)
+            ok = await self._holder._release_lease(self.token, self._deadline)
         except BaseException:
             self._holder._release_later(self.token)
             raise

@@ -26,6 +26,7 @@ from ..core.lock_scripts import (
     HELD,
     INFO,
     LEAVE,
+    NO_RECORD,
     RELEASE,
     RELEASE_OWNER,
     RENEW,
@@ -36,10 +37,11 @@ from ..core.lock_scripts import (
     leave_reply,
     refusal_holder,
     refusal_wait_ms,
+    release_reply,
 )
 from ..core.primitive import fresh_token
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
-from ..core.scripts import reply_deadline
+from ..core.scripts import reply_deadline, sees_resends
 from ..core.validate import acquire_deadline
 from ..core.waiting import Grant, poll_slice
 from ..errors import ConfigurationError
@@ -245,6 +247,17 @@ class AsyncRedisLock(AsyncPrimitive):
     async def _release_token(self, token: str) -> bool:
         keys = self._scripts.release_call(token)
         return bool(await call(RELEASE, self._client, keys, [token]))
+
+    async def _release_lease(self, token: str, deadline: float) -> bool:
+        # As the sync lock's: on a plain client the common release writes no record
+        # for a re-send, which judges a lease found gone by its deadline instead.
+        client = self._client
+        if not sees_resends(client):
+            return await self._release_token(token)  # re-sent by redis-py, unseen
+        sends: list[None] = []
+        keys = self._scripts.release_call(token)
+        answer = await call(RELEASE, client, keys, [token, NO_RECORD], sends)
+        return release_reply(answer, sends, deadline)
 
     async def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
         args = LockScripts.extend_args(token, ttl_ms, gen)

@@ -150,6 +150,11 @@ class AsyncPrimitive(PrimitiveBase):
         """Give up ``token`` in one round trip; False when it was no longer held."""
         raise NotImplementedError
 
+    async def _release_lease(self, token: str, deadline: float) -> bool:
+        """A lease's release (``deadline``: its local one, for a holder that judges a
+        re-sent release by it, as the lock does); by the token alone here."""
+        return await self._release_token(token)
+
     async def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
         """Set ``token``'s TTL in one round trip; False when it was no longer held."""
         raise NotImplementedError
