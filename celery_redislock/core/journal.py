@@ -21,6 +21,7 @@ value), ``...:due`` (zset: id by when it is forgotten, server µs -- also park o
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -78,14 +79,10 @@ class ParkJournal:
     def learn(self, mark: str) -> None:
         """Remember that recovery for ``mark`` was done (the newest few are kept)."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.zadd(self.marks_key, {mark: _now_ms(self.client)}, nx=True)
+        pipe.zadd(self.marks_key, {mark: time.time()}, nx=True)  # the newest kept
         pipe.zremrangebyrank(self.marks_key, 0, -MARKS_KEPT - 1)
         pipe.execute()
 
     def __repr__(self) -> str:
         return f"<ParkJournal {self.entries_key!r}>"
 
-
-def _now_ms(client: Any) -> int:
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000

@@ -14,6 +14,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from celery_redislock import RedisLock, RedisSemaphore
+from celery_redislock.core.journal import ParkJournal
 from celery_redislock.core.parking import (
     DUPLICATE,
     TAKEN,
@@ -138,10 +139,24 @@ def test_parking_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
     assert ran >= {name for name in SCRIPTS if name.startswith("park")}
 
 
+def test_journal_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
+    journal = ParkJournal(rc, name)  # its keys share the hash tag {parked}
+    first, second = new_entry_id(), new_entry_id()
+    journal.put(first, b"run 1", 60.0)
+    journal.put(second, b"run 2", 60.0)
+    journal.put(first, b"run 1", 60.0)  # re-sent: keeps its place
+    assert list(journal.entries()) == [(first, b"run 1"), (second, b"run 2")]
+    assert journal.drop(first) and not journal.drop(first) and len(journal) == 1
+    assert not journal.knows("m1")
+    journal.learn("m1")
+    assert journal.knows("m1")
+    assert ran >= {name for name in SCRIPTS if name.startswith("journal_")}
+
+
 def test_every_script_is_covered() -> None:
     """The tests above check every script of the core ran: a script named otherwise
     must be added to one of them. Redlock's scripts run on independent masters, not
     on a cluster (tests/topologies/redlock)."""
-    prefixes = ("lock_", "semaphore_", "park", "redlock_")
+    prefixes = ("lock_", "semaphore_", "park", "redlock_", "journal_")
     assert {name for name in SCRIPTS if not name.startswith(prefixes)} == {"queue_leave.lua"}
     assert len(SCRIPTS) >= 14
