@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
 import redis
 
-from celery_redislock import RedlockLock
+from celery_redislock import RedisLock, RedlockLock
+from celery_redislock.core.redlock.wait import SPLIT_RETRIES
 from celery_redislock.testing import RedisServer
 from tests.topologies.redlock.conftest import GRACE
 
@@ -67,3 +69,23 @@ def test_scripts_flushed_between_rounds_are_sent_again(clients: list[redis.Redis
         fences.append(lease.fence)
     assert fences == sorted(set(fences))
     wait_free(clients)
+
+
+def test_a_split_keeps_its_grants_while_it_asks_again(clients: list[redis.Redis]) -> None:
+    # Four masters held by a stranger, the first free: every round grants on the first
+    # master only. The waiter keeps that grant for SPLIT_RETRIES rounds (a release on
+    # its way to the others would make them a majority), then gives it back.
+    strangers = [RedisLock(client, "job", ttl=5).acquire(blocking=False) for client in clients[1:]]
+    assert all(strangers)
+    lock = make(clients)
+    give_backs: list[bool] = []
+    attempt = lock._try
+
+    def recorded(*args: Any) -> Any:
+        give_backs.append(args[4])
+        return attempt(*args)
+
+    lock._try = recorded  # type: ignore[method-assign]
+    assert lock.acquire(timeout=0.3) is None
+    assert give_backs[:SPLIT_RETRIES + 1] == [False] * SPLIT_RETRIES + [True], give_backs
+    assert not clients[0].exists(HOLDERS)  # given back when the wait ended
