@@ -35,6 +35,7 @@ from ...core.keys import DEFAULT_PREFIX, encode_name
 from ...core.parking import parking_pools, pools_key
 from ...core.scripts import as_text
 from ..client import get_redis
+from ..outage import OUTAGE_ERRORS
 from .parking import parking_for
 from .recovery import recover
 
@@ -88,13 +89,24 @@ class Sweeper(threading.Thread):
         self.app, self.interval = app, interval
         self._stop_event, self._poked = threading.Event(), threading.Event()
         self._epoch: str | None = None
+        self._journal_failing = False
         self._waiting = 0
 
     def tick(self) -> None:
         """One sweep; first, when the lock Redis lost its data since the last one, its
         parked runs are parked again from the journal (or an ERROR says they are lost)."""
         mark = epoch(self.app)
-        restored = recover(self.app, mark)
+        try:
+            restored = recover(self.app, mark)
+        except OUTAGE_ERRORS as exc:  # the journal's Redis is down: sweep all the same
+            if not self._journal_failing:
+                logger.warning("celery_redislock: the park journal cannot be read (%s: %s); "
+                               "tried again at every sweep", type(exc).__name__,
+                               exc)  # fmt: skip
+            self._journal_failing = True
+            restored, mark = 0, self._epoch or mark  # a new mark is seen again next time
+        else:
+            self._journal_failing = False
         if self._epoch is not None and mark != self._epoch:
             if restored is not None:
                 logger.warning(

@@ -188,8 +188,10 @@ def test_the_journal_redis_down_neither_blocks_parking_nor_forgets_a_drop(
         caplog.set_level(logging.WARNING, logger="celery_redislock")
         _park(app, call, sem, 1)  # parks without the journal
         forget(app, kept)  # its run starts: the drop waits for the journal's Redis
+        Sweeper(app, 1.0).tick()  # cannot read the journal: sweeps all the same
         assert sem.parking_info().parked == 2
         assert len([r for r in caplog.records if "unreachable" in r.getMessage()]) == 2
+        assert [r for r in caplog.records if "journal cannot be read" in r.getMessage()]
         journal_server.start()  # empty here; the kept drop is sent before the next call
         journal.put(kept, b"x", 60.0)  # as if the data had survived
         _park(app, call, sem, 2)
