@@ -12,8 +12,9 @@ It starts a private ``redis-server`` and measures, all through ``redis.asyncio``
    correct token lock can do), redis.asyncio's ``Lock`` and ``AsyncRedisLock`` (one
    lock object, and one built per acquire by ``async with``), interleaved cycle by
    cycle in several rounds; the ratio to the floor is the median of the per-round
-   ratios of p50, so drift of the machine's speed cancels. ``--uncontended`` runs
-   this part only (``--rounds N``: more rounds).
+   ratios of p50, so drift of the machine's speed cancels; then, in blocks of cycles,
+   the client's and redis-server's CPU per cycle (``INFO cpu``), where a cycle's time
+   goes. ``--uncontended`` runs this part only (``--rounds N``: more rounds).
 2. **Hand-off**: 8 tasks in one loop, then 8 processes (one task each), looping
    acquire -> hold 1 ms -> release; the gap between one section's release and the
    next section's acquire returning, p50 / p99 (``time.time()``, one clock).
@@ -136,6 +137,7 @@ async def uncontended(url: str, rounds: int, cycles: int) -> list[list[object]]:
                 samples[name].append(time.perf_counter() - started)
         for name in names:
             per_round[name].append(samples[name])
+    cpu = await cpu_per_cycle(url, impls, rounds, cycles)
     await client.aclose()
     floor = names[0]
     rows: list[list[object]] = []
@@ -145,8 +147,30 @@ async def uncontended(url: str, rounds: int, cycles: int) -> list[list[object]]:
             median(per_round[name][i]) / median(per_round[floor][i]) for i in range(rounds)
         ]
         rows.append([name, us(median(every)), us(percentile(every, 99)),
-                     f"{median(ratios):.3f}x", f"{min(ratios):.3f}-{max(ratios):.3f}"])  # fmt: skip
+                     f"{median(ratios):.3f}x", f"{min(ratios):.3f}-{max(ratios):.3f}",
+                     us(cpu[name][0]), us(cpu[name][1])])  # fmt: skip
     return rows
+
+
+async def cpu_per_cycle(url: str, impls: dict[str, Cycle], rounds: int,
+                        cycles: int) -> dict[str, tuple[float, float]]:  # fmt: skip
+    """Each implementation's client CPU and redis-server CPU per cycle (seconds, the
+    median of ``rounds`` blocks of ``cycles`` cycles, the order rotated per round):
+    where a cycle's time goes."""
+    sync = redis.Redis.from_url(url)
+    names = list(impls)
+    blocks: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    for round_no in range(rounds):
+        shift = round_no % len(names)
+        for name in names[shift:] + names[:shift]:
+            client_cpu, server_cpu = time.process_time(), redis_cpu(sync)
+            for _ in range(cycles):
+                await impls[name]()
+            blocks[name].append(((time.process_time() - client_cpu) / cycles,
+                                 (redis_cpu(sync) - server_cpu) / cycles))  # fmt: skip
+    sync.close()
+    return {name: (median([b[0] for b in blocks[name]]), median([b[1] for b in blocks[name]]))
+            for name in names}  # fmt: skip
 
 
 # -- hand-off ---------------------------------------------------------------------
@@ -345,7 +369,8 @@ def main() -> None:
                   f"{os.getloadavg()[0]:.2f} after")  # fmt: skip
             return
         print(f"Uncontended acquire + release, {rounds} rounds x {cycles} cycles (µs):")
-        print_table(["implementation", "p50", "p99", "p50 / floor", "range"],
+        print_table(["implementation", "p50", "p99", "p50 / floor", "range",
+                     "client CPU/cycle", "redis CPU/cycle"],
                     asyncio.run(uncontended(server.url, rounds, cycles)))  # fmt: skip
         if options.uncontended:
             print(f"\nload average (1 min) {load_before:.2f} before, "
