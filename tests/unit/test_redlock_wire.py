@@ -3,10 +3,13 @@ of every shape a script can give, errors as redis-py's exceptions."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 
-from celery_redislock.core.redlock.wire import parse
+from celery_redislock.core.lock_scripts import RELEASE
+from celery_redislock.core.redlock.wire import Call, parse, reply_of
 
 
 @pytest.mark.parametrize(("data", "value"), [
@@ -38,3 +41,21 @@ def test_errors_are_redis_py_exceptions() -> None:
 def test_an_unknown_type_is_a_protocol_error() -> None:
     with pytest.raises(InvalidResponse):
         parse(b">2\r\n$7\r\nmessage\r\n:1\r\n", 0)
+
+
+def test_the_commonest_reply_is_read_without_the_parser() -> None:
+    call = Call(RELEASE, [b"k"], ["41b23468ffff"])
+    conn = SimpleNamespace(redlock_buffer=b"")
+    assert reply_of(call, conn, b"*2\r\n$9\r\nr41b23468\r\n:1\r\n") == 1
+    fence = b"*2\r\n$9\r\nr41b23468\r\n:1795599415223395\r\n"
+    assert reply_of(call, conn, fence) == 1795599415223395
+    for other in (
+        b"*2\r\n$9\r\nr41b23468\r\n:1\r\n*2\r\n$9\r\nr41b23468\r\n:1\r\n",  # two replies
+        b"*2\r\n$9\r\nr41b23468\r\n*3\r\n:0\r\n:5\r\n$0\r\n\r\n",  # a refusal's array
+        b"*2\r\n$9\r\nrXXXXXXXX\r\n:1\r\n",  # another call's stamp
+        b"*2\r\n$9\r\nr41b23468\r\n:-1\r\n",
+        b"*2\r\n$9\r\nr41b23468\r\n:1",  # not all there
+    ):
+        assert reply_of(call, conn, other) is None, other
+    conn.redlock_buffer = b"*2\r\n"  # the rest of an earlier reply: the parser reads it
+    assert reply_of(call, conn, b"*2\r\n$9\r\nr41b23468\r\n:1\r\n") is None

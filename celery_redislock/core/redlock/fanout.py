@@ -133,13 +133,19 @@ def _receive(conn: Any, call: Call | None) -> tuple[bool, Any]:
     """Read what ``conn`` has: ``(True, reply)`` once the reply to ``call`` is in
     (its payload, or the error it answered with), else ``(False, None)``. Replies due
     before it are checked and dropped; ``StaleReply`` for one that is not its call's."""
+    due = conn.redlock_due
     if conn.redlock_raw:
-        replies = wire.read_replies(conn)
-        if replies is None:
+        data = wire.receive(conn)
+        if data is None:
             return False, None
+        if call is not None and due and due[0][0] is call:  # nothing due before it
+            value = wire.reply_of(call, conn, data)
+            if value is not None:
+                del due[0]
+                return True, value
+        replies = wire.replies_in(conn, data)
     else:
         replies = [_read_via_redis(conn)]
-    due = conn.redlock_due
     found: tuple[bool, Any] = (False, None)
     for reply in replies:
         if not due:

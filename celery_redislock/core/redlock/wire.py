@@ -27,7 +27,7 @@ from redis.exceptions import InvalidResponse
 
 from ..scripts import LuaScript, StaleReply
 
-__all__ = ["Call", "is_raw", "parse", "read_replies", "reset", "write"]
+__all__ = ["Call", "is_raw", "parse", "receive", "replies_in", "reply_of", "reset", "write"]
 
 _READ_SIZE = 16384
 
@@ -36,7 +36,7 @@ class Call:
     """One master's request: the script, its KEYS and its ARGV, packed once (the
     same bytes go to every master that gets the same request)."""
 
-    __slots__ = ("args", "keys", "packed", "script", "stamp")
+    __slots__ = ("args", "keys", "packed", "prefix", "script", "stamp")
 
     def __init__(self, script: LuaScript, keys: Sequence[bytes], args: Sequence[Any],
                  packed: bytes | None = None) -> None:  # fmt: skip
@@ -46,6 +46,7 @@ class Call:
         self.packed = packed if packed is not None else _resp(
             [b"EVALSHA", script.sha.encode(), b"%d" % len(keys), *keys, *self.args])
         self.stamp = _stamp(script, self.args)
+        self.prefix = _prefix(self.stamp)
 
     @classmethod
     def family(cls, script: LuaScript, keys: Sequence[bytes],
@@ -58,11 +59,13 @@ class Call:
             [b"EVALSHA", script.sha.encode(), b"%d" % (len(keys) + 1), *keys], header=False)
         tail = _resp(encoded, header=False)
         stamp = _stamp(script, encoded)
+        prefix = _prefix(stamp)
         new = cls.__new__
 
         def make(last: bytes) -> Call:
             call = new(cls)
             call.script, call.keys, call.args, call.stamp = script, [*keys, last], encoded, stamp
+            call.prefix = prefix
             call.packed = head + b"$%d\r\n%s\r\n" % (len(last), last) + tail
             return call
 
@@ -91,6 +94,11 @@ def _stamp(script: LuaScript, args: list[bytes]) -> bytes | None:
     # The stamp a stamped script's reply carries (see LuaScript.checked): its code and
     # the first 8 bytes of the first argument as sent.
     return script._code + (args[0][:8] if args else b"") if script.code else None
+
+
+def _prefix(stamp: bytes | None) -> bytes | None:
+    # The bytes before the integer of a stamped reply {stamp, integer}.
+    return None if stamp is None else b"*2\r\n$%d\r\n%s\r\n:" % (len(stamp), stamp)
 
 
 def _resp(parts: Sequence[bytes], header: bool = True) -> bytes:
@@ -136,9 +144,8 @@ def write(conn: Any, data: bytes) -> None:
         conn._sock.sendall(data[sent:])
 
 
-def read_replies(conn: Any) -> list[Any] | None:
-    """The complete replies readable on a raw connection now (maybe none: the rest of
-    a reply is awaited), or None when nothing could be read (a spurious wake-up).
+def receive(conn: Any) -> bytes | None:
+    """What a raw connection has to read now (None: nothing, a spurious wake-up).
     Raises ``ConnectionError`` when the server closed it."""
     try:
         data = os.read(conn.redlock_fd, _READ_SIZE)
@@ -146,6 +153,24 @@ def read_replies(conn: Any) -> list[Any] | None:
         return None
     if not data:
         raise RedisConnectionError("the master closed the connection")
+    return data
+
+
+def reply_of(call: Call, conn: Any, data: bytes) -> int | None:
+    """The payload of the commonest reply, ``{stamp, integer}`` (a fence, a 1), when
+    ``data`` is exactly that reply to ``call`` and nothing else is due before it or
+    buffered: read without the general parser. None: parse ``data`` in full."""
+    prefix = call.prefix
+    if prefix is None or conn.redlock_buffer or not data.startswith(prefix) or \
+            data[-2:] != b"\r\n":  # fmt: skip
+        return None
+    digits = data[len(prefix) : -2]
+    return int(digits) if digits.isdigit() else None
+
+
+def replies_in(conn: Any, data: bytes) -> list[Any]:
+    """The complete replies in what was buffered and ``data`` (maybe none: the rest
+    of a reply is awaited); a partial one stays buffered."""
     buffer = conn.redlock_buffer + data if conn.redlock_buffer else data
     replies = []
     pos = 0
