@@ -18,8 +18,10 @@ free loopback port and measures:
    interleaved cycle by cycle (the order rotating) in several rounds, medians over
    rounds reported. The ratio to the floor is the median of the per-round ratios
    of p50, so drift of the machine's speed cancels. "Redis CPU" is redis-server's
-   own CPU time per cycle (``INFO cpu``, one run of each after the rounds): the
-   part of a cycle the client cannot save (a loaded machine inflates it).
+   own CPU time per cycle (``INFO cpu``, the median of batches taken in turn after
+   the rounds, see :func:`server_costs`): the part of a cycle the client cannot save
+   (a loaded machine inflates it); "cmds" the Redis commands per cycle, those run
+   inside Lua included.
 
 2. **Contended hand-off**: 8 threads (one process, one shared client), then 8
    processes, each looping acquire -> hold 1 ms -> release. Every section records
@@ -166,20 +168,37 @@ def interleaved(cycles: dict[str, Callable[[], None]], n: int) -> dict[str, list
     return samples
 
 
-def server_cpu_per_cycle(client: redis.Redis, cycle: Callable[[], None], n: int) -> float:
-    """Seconds of redis-server CPU (user + system, ``INFO cpu``) per cycle, over ``n``
-    cycles run back to back: the part of a cycle's latency spent in Redis (Lua, the
-    commands, reading and writing the sockets), which the client cannot save. Includes
-    the two ``INFO`` calls themselves, alike for every implementation."""
+def server_costs(
+    client: redis.Redis, cycles: dict[str, Callable[[], None]], n: int, rounds: int
+) -> dict[str, tuple[float, float]]:
+    """Per implementation: redis-server CPU seconds per cycle (user + system, ``INFO
+    cpu``) and Redis commands per cycle (``INFO commandstats``, which counts the
+    commands run inside Lua too). Measured in ``rounds`` batches of ``n`` cycles, the
+    implementations in turn (the order rotating), the median batch reported: one
+    batch of each run after another lets the machine's load (and the done keys of
+    earlier cycles expiring) fall on whichever ran last. On a loaded machine a slower
+    cycle also costs Redis more kernel time per cycle (each request wakes it from
+    ``epoll_wait``), so the CPU column moves with the latency; the command count is
+    exact and tells whether an implementation sends more."""
 
     def used() -> float:
         info = client.info("cpu")
         return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
-    before = used()
-    for _ in range(n):
-        cycle()
-    return (used() - before) / n
+    names = list(cycles)
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    calls: dict[str, list[float]] = {name: [] for name in names}
+    for round_no in range(rounds):
+        shift = round_no % len(names)
+        for name in names[shift:] + names[:shift]:
+            cycle = cycles[name]
+            calls_before, before = command_calls(client), used()
+            for _ in range(n):
+                cycle()
+            after, calls_after = used(), command_calls(client)
+            cpu[name].append((after - before) / n)
+            calls[name].append((calls_after - calls_before - 3) / n)  # minus the 3 INFO
+    return {name: (median(cpu[name]), median(calls[name])) for name in names}
 
 
 def uncontended(url: str, rounds: int, n: int) -> tuple[list[list[str]], dict[str, float]]:
@@ -203,7 +222,7 @@ def uncontended(url: str, rounds: int, n: int) -> tuple[list[list[str]], dict[st
             p50s[name].append(percentile(samples[name], 50))
             p99s[name].append(percentile(samples[name], 99))
             means[name].append(sum(samples[name]) / n)
-    server = {name: server_cpu_per_cycle(client, cycles[name], n) for name in order}
+    server = server_costs(client, cycles, max(50, n // 4), rounds * 2)
     floor = order[0]
     rows = []
     ratio_of: dict[str, float] = {}
@@ -212,7 +231,8 @@ def uncontended(url: str, rounds: int, n: int) -> tuple[list[list[str]], dict[st
         ratio = ratio_of[name] = median(ratios)
         rows.append([
             name, us(median(p50s[name])), us(median(p99s[name])), us(median(means[name])),
-            f"{ratio:.3f}x", f"{min(ratios):.3f}-{max(ratios):.3f}", us(server[name]),
+            f"{ratio:.3f}x", f"{min(ratios):.3f}-{max(ratios):.3f}", us(server[name][0]),
+            f"{server[name][1]:.1f}",
         ])  # fmt: skip
     client.close()
     return rows, ratio_of
@@ -388,7 +408,8 @@ def main() -> None:
         print(f"\nUncontended acquire + release, {rounds} rounds x {n} cycles (µs):")
         rows, ratios = uncontended(server.url, rounds, n)
         print_table(
-            ["implementation", "p50", "p99", "mean", "p50 / floor", "range", "Redis CPU"],
+            ["implementation", "p50", "p99", "mean", "p50 / floor", "range", "Redis CPU",
+             "cmds"],
             rows,
         )
 

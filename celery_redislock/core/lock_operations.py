@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from ..errors import ConfigurationError
 from .info import PrimitiveInfo
+from .kept import sees_resends
 from .keys import KeySpace
 from .lock_scripts import (
     INFO,
@@ -19,7 +20,6 @@ from .lock_scripts import (
     info_reply,
     release_reply,
 )
-from .scripts import sees_resends
 
 __all__ = ["LockOperations"]
 

@@ -20,14 +20,16 @@ from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import RedisLockError
+from .kept import kept_connection
 from .lua_text import expand, fill
 
 __all__ = ["DeadlinePassed", "LuaScript", "StaleReply", "as_text", "discard_idle_connections",
-           "current_deadline", "expand", "key_encoder", "reply_deadline", "sees_resends"]
+           "current_deadline", "expand", "key_encoder", "reply_deadline"]
 
 _STAMP = re.compile(r"^local STAMP = '(\w+)' \.\. string\.sub\(ARGV\[1\], 1, 8\)$", re.M)
 
@@ -99,14 +101,14 @@ class LuaScript:
 
         ``with_text``: send EVAL with the script's text at once, for a caller that
         cannot afford the NOSCRIPT round trip (the renewer's first call of a script).
-        ``sends``: on a plain client (see :func:`sees_resends`), one item is appended
-        each time the call is sent; more than one means it was sent again after a
-        lost reply (or another command's), so it may have run before.
+        ``sends``: on a plain client (:func:`.kept.sees_resends`), one item per send; more than
+        one: it was sent again after a lost (or foreign) reply and may have run before.
 
-        On a plain client the call holds one pooled connection itself: a connection
-        interrupted mid-command (``KeyboardInterrupt``, an exception from a signal
-        handler) is closed, never returned to the pool with an unread reply (redis-py
-        guards only its own read, not the gap after sending), and a reply with the
+        On a plain client the call holds one connection itself (the thread's kept one,
+        see :mod:`.kept`, else one from the pool): a connection interrupted mid-command
+        (``KeyboardInterrupt``, an exception from a signal handler) is closed, never
+        used again with an unread reply (redis-py guards only its own read, not the
+        gap after sending), and a reply with the
         wrong stamp closes the connection and sends the call again (every script
         answers a re-send as its first execution). redis-py's ``Retry`` re-sends on
         ``ConnectionError``/``TimeoutError`` as for any command.
@@ -115,23 +117,33 @@ class LuaScript:
         if pool is None or getattr(client, "connection", None) is not None:
             return self._via_client(client, keys, args, with_text)  # cluster, one connection
         deadline = _DEADLINE.get()
-        conn = pool.get_connection()
+        kept = kept_connection(client, pool)
+        conn = pool.get_connection() if kept is None else kept.conn
 
         def failed(_error: BaseException) -> None:
             conn.disconnect()
             if deadline is not None and time.monotonic() >= deadline:
                 raise DeadlinePassed(f"{self.name}: Redis did not answer before the deadline")
 
+        def attempt() -> Any:
+            return self._on(conn, keys, args, deadline, with_text, sends)
+
         try:
-            return conn.retry.call_with_retry(
-                lambda: self._on(conn, keys, args, deadline, with_text, sends), failed
-            )
+            if kept is not None and conn._sock is not None:
+                try:
+                    return conn.retry.call_with_retry(attempt, failed)
+                except RedisConnectionError:  # closed while kept (a restart, CLIENT KILL):
+                    conn.disconnect()  # once more, as the pool reconnects before a send
+            return conn.retry.call_with_retry(attempt, failed)
         except BaseException as exc:
             if not isinstance(exc, RedisError):
                 conn.disconnect()  # interrupted: a reply may be left unread
             raise
         finally:
-            pool.release(conn)
+            if kept is None:
+                pool.release(conn)
+            else:
+                kept.used, kept.busy = time.monotonic(), False
 
     def _on(self, conn: Any, keys: list[Any], args: list[Any], deadline: float | None,
             with_text: bool = False, sends: list[None] | None = None) -> Any:  # fmt: skip
@@ -154,9 +166,8 @@ class LuaScript:
         raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
 
     def _packed(self, conn: Any, keys: list[Any], args: list[Any]) -> bytes:
-        """``EVALSHA sha numkeys *keys *args`` in RESP, as redis-py's packer would send
-        it, for a third of its cost: bytes go as they are, an int as its digits, a str
-        in the connection's encoding (anything else through its encoder)."""
+        """``EVALSHA`` of ``keys`` and ``args`` as redis-py's packer sends it, for a third
+        of its cost (a str in the connection's encoding, an int as its digits)."""
         count = len(keys)
         encoder = conn.encoder
         out = [b"*%d\r\n%s$%d\r\n%d\r\n" % (count + len(args) + 3, self._evalsha,
@@ -220,14 +231,6 @@ class LuaScript:
 
     def __repr__(self) -> str:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
-
-
-def sees_resends(client: Any) -> bool:
-    """True when a :class:`LuaScript` call on ``client`` sends (and re-sends) the
-    command itself and so can count its sends: a plain client. A cluster client (and
-    one bound to a single connection) re-sends inside redis-py, unseen."""
-    return (getattr(client, "connection_pool", None) is not None
-            and getattr(client, "connection", None) is None)  # fmt: skip
 
 
 def _read_reply(conn: Any, deadline: float | None) -> Any:
