@@ -25,11 +25,11 @@ from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import RedisLockError
-from .kept import kept_connection
+from .kept import kept_connection, sees_resends
 from .lua_text import expand, fill
 
 __all__ = ["DeadlinePassed", "LuaScript", "StaleReply", "as_text", "discard_idle_connections",
-           "current_deadline", "expand", "key_encoder", "reply_deadline"]
+           "current_deadline", "expand", "key_encoder", "reply_deadline", "sees_resends"]
 
 _STAMP = re.compile(r"^local STAMP = '(\w+)' \.\. string\.sub\(ARGV\[1\], 1, 8\)$", re.M)
 
