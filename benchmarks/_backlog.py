@@ -20,7 +20,9 @@ CPU seconds per task (main processes and pool children, from /proc, over the who
 batch) and per parked task beyond an unbounded batch of the same tasks, the log
 lines per task, the peak concurrency (interval sweep), and the wait before each run
 started: p50/p99, and p99 of its lateness against the ideal FIFO schedule (task i,
-sent i-th, starting at i // limit slots of ``seconds`` after the first send).
+sent i-th, starting at i // limit slots of ``seconds`` after the first send), which
+adds up every hand-off's delay; the hand-off itself: how long a freed permit stays
+idle (a run's start minus the latest end before it), p50/p99.
 """
 
 from __future__ import annotations
@@ -138,6 +140,9 @@ def _batch(task: Any, records: redis.Redis, directory: str, pids: list[int], cou
     last = max(end for _, _, _, end in rows)
     waits = [start - sent for _, sent, start, _ in rows]
     late = [start - (first + (int(i) // limit) * seconds) for i, _, start, _ in rows]
+    ends = sorted(end for _, _, _, end in rows)
+    idle = [start - max(e for e in ends if e <= start)  # the freed permit's idle time
+            for _, _, start, _ in rows if ends[0] <= start]  # fmt: skip
     from bench_bounded import peak
 
     return {
@@ -149,6 +154,8 @@ def _batch(task: Any, records: redis.Redis, directory: str, pids: list[int], cou
         "wait p50": statistics.median(waits),
         "wait p99": statistics.quantiles(waits, n=100)[98],
         "late p99": statistics.quantiles(late, n=100)[98],
+        "handoff p50": statistics.median(idle),
+        "handoff p99": statistics.quantiles(idle, n=100)[98],
     }
 
 
@@ -195,6 +202,8 @@ def run_backlog(count: int, seconds: float, limit: int, rounds: int) -> None:
                 f"{extra:.1f}" if label != "unbounded" else "-", f"{r['log lines']:.1f}",
                 int(r["peak"]), f"{r['wait p50']:.2f}", f"{r['wait p99']:.2f}",
                 f"{r['late p99'] * 1000:.0f}" if label != "unbounded" else "-",
+                f"{r['handoff p50'] * 1000:.1f} / {r['handoff p99'] * 1000:.1f}"
+                if label != "unbounded" else "-",
             ])  # fmt: skip
     print(f"backlog: {count} tasks of {seconds * 1000:g} ms sent at once, limit {limit}, "
           f"2 workers x 4 (prefork); ideal drain {ideal:.2f} s; unbounded = the same tasks "
@@ -202,6 +211,6 @@ def run_backlog(count: int, seconds: float, limit: int, rounds: int) -> None:
     print_table(["run", "drain s", "/ ideal", "re-publishes/task", "deliveries/task",
                  "worker CPU ms/task",
                  "CPU ms/parked task", "log lines/task", "peak", "wait p50 s", "wait p99 s",
-                 "late p99 ms (vs FIFO)"], rows)  # fmt: skip
+                 "late p99 ms (vs FIFO)", "hand-off p50/p99 ms"], rows)  # fmt: skip
     print(f"\npython {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.2f}")  # fmt: skip
