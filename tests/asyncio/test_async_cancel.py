@@ -78,8 +78,9 @@ def test_cancel_at_every_await_of_an_uncontended_and_a_queued_acquire(redis_url:
 
 
 def test_cancel_racing_a_release_that_grants_the_waiter(redis_url: str) -> None:
-    """The holder releases (granting the queued waiter by message) while the waiter
-    is cancelled, swept from 1 ms before to 1 ms after: the grant is given back."""
+    """The holder releases (granting the queued waiter, named in the release's reply: one
+    loop) while the waiter is cancelled, swept from 1 ms before to 1 ms after: the grant
+    is given back."""
 
     async def main() -> None:
         client = aioredis.Redis.from_url(redis_url)
