@@ -187,10 +187,10 @@ def release_reply(answer: Any, sends: list[None], deadline: float) -> bool:
     again (``sends``, see :class:`.LuaScript`) and the answer came before ``deadline``.
     Before it the lease cannot have expired on the server (the deadline counts from
     before the request that set it), so the lease was gone because the first send,
-    whose reply was lost, released it -- unless, in the same moment, a forced release
-    (``force_release``, ``release_owner``, ``release_all``) or an adopt took it, which
-    this cannot tell apart (a release record would; it is written only when waiters
-    are queued)."""
+    whose reply was lost, released it -- unless it had been taken away before (a
+    forced release: ``force_release``, ``release_owner``, ``release_all``; an adopt; a
+    failover to a replica that never had it), which this cannot tell apart (a release
+    record would; it is written only when waiters are queued)."""
     if answer:
         return True
     return len(sends) > 1 and time.monotonic() < deadline
