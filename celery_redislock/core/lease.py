@@ -135,10 +135,11 @@ class Lease(LeaseState):
         self._end_renewal()
         holder = self._holder
         # A lock on a plain client judges a re-sent release by the lease's deadline
-        # (RedisLock._release_lease); other holders answer by the token alone.
+        # (RedisLock._release_lease; none for a lease known lost already); other
+        # holders answer by the token alone.
         by_lease = getattr(holder, "_release_lease", None)
         ok = (holder._release_token(self.token) if by_lease is None
-              else by_lease(self.token, self._deadline))  # fmt: skip
+              else by_lease(self.token, 0.0 if self._lost else self._deadline))  # fmt: skip
         self._released = True
         if not ok:
             self._mark_lost("release found the lease no longer held")

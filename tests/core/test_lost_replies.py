@@ -101,6 +101,20 @@ def test_lock_release_leaves_no_record_when_uncontended(
     assert r.dbsize() == 1 and r.exists(lease.holder.keys.fence)  # type: ignore[attr-defined]
 
 
+def test_a_resent_release_of_a_lease_known_lost(
+    r: redis.Redis, proxied: redis.Redis, fault_proxy: FaultProxy
+) -> None:
+    # Known lost before the release (forced away, held() said so): a re-send finding it
+    # gone is not taken for the first send's release, however early.
+    lease = RedisLock(proxied, "job").acquire()
+    assert lease is not None
+    RedisLock(r, "job").force_release()
+    assert lease.held() is False and lease.lost
+    drop_next(fault_proxy, lock_module.RELEASE)
+    assert lease.release() is False
+    assert fault_proxy.dropped == 1
+
+
 def test_a_resent_release_judged_by_the_lease_deadline() -> None:
     later, earlier = time.monotonic() + 30, time.monotonic() - 1
     assert lock_scripts.release_reply(1, [None], earlier)  # released by this send
