@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import secrets
 import time
 import weakref
@@ -38,11 +39,14 @@ from ..core.primitive import fresh_token
 from ..core.scripts import as_text
 from .waiters import AsyncWaiter, Signal, _Channel
 
-__all__ = ["AsyncNotifier", "AsyncWaiter", "Signal"]
+__all__ = ["POLL_GRID", "AsyncNotifier", "AsyncWaiter", "Signal"]
 
 log = logging.getLogger(__name__)
 
 _READ_SLICE = 1.0  # longest single read, so idle channels are unsubscribed on time
+
+POLL_GRID = 0.05
+"""Seconds: a waiter's poll is due at a multiple of this on the loop's clock."""
 
 _numbers = itertools.count(1)  # tags the notifiers of a process apart
 
@@ -178,13 +182,20 @@ class AsyncNotifier:
                 entry.idle_since = time.monotonic()
 
     @staticmethod
-    async def wait(waiter: AsyncWaiter, timeout: float) -> None:
-        """Until a message names ``waiter`` or ``timeout`` seconds pass."""
+    async def wait(waiter: AsyncWaiter, timeout: float, deadline: float | None = None) -> None:
+        """Until a message names ``waiter`` or ``timeout`` seconds pass: rounded up to
+        the loop's next multiple of :data:`POLL_GRID` when that is not past
+        ``deadline`` (monotonic), so the waiters' polls of one loop fall in the same
+        turn and go out in one write (see :mod:`.batch`)."""
         if waiter.notified or timeout <= 0:
             return
         loop = asyncio.get_running_loop()
         future = waiter.future = loop.create_future()
-        timer = loop.call_later(timeout, waiter.wake)
+        now = loop.time()
+        at = math.ceil((now + timeout) / POLL_GRID) * POLL_GRID
+        if deadline is not None and at - now > deadline - time.monotonic():
+            at = now + timeout
+        timer = loop.call_at(at, waiter.wake)
         try:
             await future
         finally:

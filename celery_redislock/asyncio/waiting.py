@@ -58,7 +58,7 @@ async def wait_until_granted(
             sleep = clock.sleep_after(outcome)
             if sleep is None:
                 break
-            await notifier.wait(waiter, sleep)
+            await notifier.wait(waiter, sleep, deadline)
     finally:
         notifier.leave(channel, token)
     try:

@@ -55,3 +55,14 @@ def test_a_release_without_a_tag_answers_as_before(r: redis.Redis) -> None:
     assert RELEASE(r, keys, args) == 1  # re-sent
     unknown = sem._scripts.release_call("unknown")
     assert release_reply(RELEASE(r, unknown, ["unknown", *args[1:]])) == (False, [])
+
+
+def test_the_caller_s_own_waiter_is_granted_however_late_its_check_in(r: redis.Redis) -> None:
+    sem = RedisSemaphore(r, "s", limit=1)
+    lease = sem.acquire()
+    assert lease is not None
+    assert sem._attempt("a.loop1", "", 5000, True)[0] == 0
+    seconds, micros = r.time()
+    r.zadd(sem.keys.alive, {"a.loop1": seconds * 1000 + micros // 1000 + 1500})  # stale
+    released, grants = release_here(sem, lease.token, "loop1")
+    assert released and [token for token, _ in grants] == ["a.loop1"]

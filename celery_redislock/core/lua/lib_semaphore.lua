@@ -74,16 +74,19 @@ end
 -- make the release admit more than the waiters allow). Stops at the first waiter not
 -- granted so (it is woken, or reaped, as before). `here`, when not nil, is the
 -- caller's own waiter tag: a waiter of that tag (the caller's event loop, alive as it
--- calls) is granted without the listening check and without a message; "<token>
+-- calls) is granted without the freshness and listening checks and without a
+-- message; "<token>
 -- <fence>" is appended to the list `granted` instead, which the caller answers to
 -- that loop. Returns the permits left.
 local function hand_over_permits(keys, free, now, now_us, channel, head, stale, here, granted)
   local mine_suffix = here and ('.' .. here)
   while free > 0 and head do
-    local ttl, owner, limit = fresh_ask(keys.asks, head, stale)
+    local mine = mine_suffix and string.sub(head, -#mine_suffix) == mine_suffix
+    -- The caller's own waiter is there (its loop is calling) however late its last
+    -- check-in: no freshness asked of it.
+    local ttl, owner, limit = fresh_ask(keys.asks, head, mine and {} or stale)
     if not ttl then break end
     if limit and redis.call('ZCARD', keys.holders) >= limit then break end
-    local mine = mine_suffix and string.sub(head, -#mine_suffix) == mine_suffix
     if not mine and not listening(channel, head) then break end
     local fence = next_fence(keys.fence, now_us)
     dequeue_waiter(keys.queue, keys.alive, keys.asks, head)
