@@ -92,3 +92,33 @@ def test_an_intake_park_whose_reply_was_lost_parks_the_run_once(
     time.sleep(0.5)
     assert runs == [0, 1] and len(acquired) == 2  # once each, not parked round and round
     assert _lot(app).parking_info().parked == 0 and _lot(app).parking_info().claimed == 0
+
+
+def test_a_run_parked_at_intake_keeps_its_message(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
+    parked = capture(permit_parked)
+    proceed = threading.Event()
+    seen: list[tuple[Any, ...]] = []
+
+    @bounded_task(app=app, bind=True, concurrency_limit=1, concurrency_key="api")
+    def call(self: Any, n: int, *, word: str = "") -> int:
+        seen.append((n, word, self.request.headers.get("x-tenant"), self.request.retries))
+        if n == 0:
+            proceed.wait(10)
+        return n
+
+    @app.task
+    def after(result: int) -> None:
+        seen.append(("after", result))
+
+    worker(app, concurrency=2)
+    first = call.delay(0)
+    wait_until(lambda: holders(locks, "api"), what="the first run's permit")
+    second = call.apply_async((1,), {"word": "w"}, headers={"x-tenant": "t1"}, retries=2,
+                              link=after.s())  # fmt: skip
+    wait_until(lambda: len(parked) == 1, what="the run parked")
+    proceed.set()
+    assert first.get(timeout=10) == 0 and second.get(timeout=10) == 1
+    wait_until(lambda: ("after", 1) in seen, what="the link")
+    assert (1, "w", "t1", 2) in seen
