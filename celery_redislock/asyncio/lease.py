@@ -115,7 +115,10 @@ class AsyncLease(LeaseState):
         self._end_renewal()
         self._released = True
         try:
-            ok = await self._holder._release_lease(self.token, self._deadline)
+            # A lease known lost already is never judged released by a re-send that
+            # finds it gone (the lock judges by the deadline: none given here).
+            deadline = 0.0 if self._lost else self._deadline
+            ok = await self._holder._release_lease(self.token, deadline)
         except BaseException:
             self._holder._release_later(self.token)
             raise

@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from celery_redislock import RedisLock
 from celery_redislock.asyncio import AsyncRedisLock, renewal, wire
 from celery_redislock.asyncio.notifier import AsyncNotifier
 from celery_redislock.asyncio.wire import SPARE_MIN_POOL
@@ -213,3 +214,22 @@ def test_a_call_waiting_for_a_pool_connection_ends_by_its_deadline(
 
     elapsed = asyncio.run(main())
     assert elapsed < 0.3 + 2 * 0.6 + 0.8, elapsed  # the deadline, the clean-up's grace
+
+
+def test_a_resent_release_of_a_lease_known_lost(r: redis.Redis, fault_proxy: FaultProxy) -> None:
+    r.script_load(RELEASE.text)
+
+    async def main() -> None:
+        client = aioredis.Redis.from_url(fault_proxy.url, retry=Retry(NoBackoff(), 1))
+        try:
+            lease = await AsyncRedisLock(client, "calls:forced").acquire()
+            assert lease is not None
+            RedisLock(r, "calls:forced").force_release()
+            assert await lease.held() is False and lease.lost  # known lost
+            fault_proxy.drop_reply(match=RELEASE.sha.encode())
+            assert await lease.release() is False  # not taken for its own first send
+            assert fault_proxy.dropped == 1
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
