@@ -2,10 +2,13 @@
 
 Each worker's sweeper (:mod:`.sweeper`) reads the lock Redis's mark
 (``<prefix>:parking:epoch``, set once) at every sweep and calls :func:`recover` with
-it. The first sweeper to see a mark the journal (:mod:`.journal`) has not recovered
-for parks every journaled run again, oldest first, under its own park token and with
-its own pool, limit and owner; then the journal learns the mark. Several sweepers doing
-it at once, a sweeper dying half-way (the next one does it all again), or a run of a
+it; recovery is keyed by that mark *and* the server's ``run_id``, so it also runs after
+a restart that kept only part of the data (an AOF or RDB missing the last writes) and
+after a failover to a replica that lagged (the newest parks lost, the mark kept). The
+first sweeper to see a key the journal (:mod:`.journal`) has not recovered for parks
+every journaled run again, oldest first, under its own park token and with its own
+pool, limit and owner; then the journal learns the key. Several sweepers doing it at
+once, a sweeper dying half-way (the next one does it all again), or a run of a
 journaled entry starting meanwhile cannot run a task twice: a park of a token the
 lock Redis knows (parked, claimed or taken) changes nothing, and a run drops its
 journal entry before it consumes its token. A run parked in the new lock Redis before
@@ -18,9 +21,12 @@ May import the core and the shared glue, :mod:`.parking` and :mod:`.journal`.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import Celery
+from redis.cluster import RedisCluster
 
+from ..client import get_redis
 from ..identity import IdentityCache
 from .journal import journal_for, read_value
 from .parking import parking_for
@@ -39,6 +45,7 @@ def recover(app: Celery, mark: str) -> int | None:
     journal = journal_for(app)
     if journal is None:
         return None
+    mark = f"{mark}/{_run_id(get_redis(app))}"
     if _recovered.get(app) == mark or journal.knows(mark):
         _recovered.set(app, mark)
         return 0
@@ -56,3 +63,11 @@ def recover(app: Celery, mark: str) -> int | None:
     journal.learn(mark)
     _recovered.set(app, mark)
     return parked
+
+
+def _run_id(client: Any) -> str:
+    """The lock Redis server's ``run_id`` (new at every start and on every other
+    server); "" on a cluster, whose nodes each have their own."""
+    if isinstance(client, RedisCluster):
+        return ""
+    return str(client.info("server").get("run_id", ""))

@@ -122,6 +122,10 @@ class Sweeper(threading.Thread):
                     "yes), or keep the broker on another Redis, to keep parked runs",
                     self._waiting,
                 )  # fmt: skip
+        elif restored:
+            logger.info("celery_redislock: the lock Redis restarted or failed over: %d "
+                        "journaled parked run(s) parked again (those it kept are unchanged)",
+                        restored)  # fmt: skip
         self._epoch = mark
         _, self._waiting = sweep(self.app)
 

@@ -197,3 +197,25 @@ def test_the_journal_redis_down_neither_blocks_parking_nor_forgets_a_drop(
         _park(app, call, sem, 2)
         assert [entry_id for entry_id, _ in journal.entries()] != [] and kept not in dict(
             journal.entries())  # fmt: skip
+
+
+def test_a_restart_that_kept_part_of_the_data_gets_the_rest_back(
+    make_app: MakeApp, lock_server: RedisServer
+) -> None:
+    # A snapshot (or a lagging replica promoted) without the newest park: the mark is
+    # kept, but the server's run_id is new, so the journal is offered again.
+    app, call, prefix = _app(make_app, lock_server)
+    sem = parking_for(app, "api", 1, 30.0, prefix)
+    assert sem.acquire(blocking=False) is not None
+    ids = [_park(app, call, sem, n) for n in range(2)]
+    Sweeper(app, 1.0).tick()
+    locks = redis.Redis(port=lock_server.port)
+    locks.save()  # the snapshot holds runs 0 and 1
+    ids.append(_park(app, call, sem, 2))
+    assert lock_server.process is not None
+    lock_server.kill()
+    lock_server.start()  # loads the snapshot: run 2 is missing
+    assert sem.parking_info().parked == 2
+    Sweeper(app, 1.0).tick()
+    info = sem.parking_info(count=10)
+    assert [owner for _, _, owner in info.head] == ["run-0", "run-1", "run-2"]
