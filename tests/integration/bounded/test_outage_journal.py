@@ -2,7 +2,9 @@
 sweeper when the lock Redis (a server of its own) comes back without its data.
 
 In-process: the parks are made as ``park_run`` makes them (journal, then lock Redis);
-the sweeper's ticks are called directly. The workers' side is in test_outage.py.
+the sweeper's ticks are called directly. Also: a restart that kept part of the data,
+the journal's own Redis down, and a parked singleton whose handed lease lapsed (as a
+restart without data makes it). The workers' side is in test_outage.py.
 """
 
 from __future__ import annotations
