@@ -1,15 +1,18 @@
 """Script calls of one loop sent together: the calls a loop's tasks make in the same
-turn of the loop (a burst of acquires: 1,000 tasks started at once) go out as one
-write on one connection, their replies read in order, where each call alone would
-take a connection from the pool, write and wake Redis once.
+turn of the loop (a burst of acquires: 1,000 tasks started at once; waiters' polls,
+which fall on a grid, see :mod:`.notifier`) go out as one write on one connection,
+their replies read in order, where each call alone would take a connection from the
+pool, write and wake Redis once.
 
 Each call keeps the meaning of :func:`.calls.call`: the same script, the same stamp
-check; a NOSCRIPT reply, a connection error or a stale reply sends the calls not yet
-answered again one by one through :func:`.calls.call` (which retries, and loads the
-script). Only for calls that may be sent twice (an acquire attempt: a re-sent one
-finds its own queue place or lease). A caller cancelled (or past its deadline)
-before the write is left out; after it, its reply is dropped, as a cancelled call's
-would be (its acquire's clean-up runs, see :mod:`.primitive`).
+check. A call alone in its turn, and every call left unanswered by an error (a
+connection error, a stale reply, NOSCRIPT twice), is sent again by its own caller
+through :func:`.calls.call` (which retries, loads the script, and keeps the caller's
+deadline and cancellation). Only for calls that may be sent twice (an acquire
+attempt: a re-sent one finds its own queue place or lease). A caller cancelled (or
+past its deadline) before the write is left out; after it, its reply is dropped, as a
+cancelled call's would be (its acquire's clean-up runs, see :mod:`.primitive`). The
+write's replies are awaited until the latest deadline of its callers.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ __all__ = ["MAX_BATCH", "batched_call"]
 MAX_BATCH = 100
 """Most calls sent in one write."""
 
-_ALONE_AT_ONCE = 8  # calls sent alone (after an error) at the same time
+_ALONE = object()  # a future's result: send the call yourself (see the module docs)
 
-_Item = tuple[bytes, list[Any], list[Any], "asyncio.Future[Any]"]  # packed, keys, args
+_Item = tuple[bytes, list[Any], "asyncio.Future[Any]", float | None]  # packed, args, deadline
 
 _batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[int, str], _Batch]] = (
     weakref.WeakKeyDictionary()
@@ -52,16 +55,15 @@ class _Batch:
 
     def flush(self) -> None:
         items, self.items = self.items, []
-        items = [item for item in items if not item[3].done()]  # cancelled meanwhile
+        items = [item for item in items if not item[2].done()]  # cancelled meanwhile
         client = self.client()
         loop = asyncio.get_running_loop()
         for start in range(0, len(items), MAX_BATCH):
             part = items[start : start + MAX_BATCH]
-            if client is None:
-                for item in part:
-                    _fail(item[3], RuntimeError("the client was closed"))
-                continue
-            _spawn(loop, _send(self.script, client, part))
+            if client is None or len(part) == 1:
+                _alone(part)
+            else:
+                _spawn(loop, _send(self.script, client, part))
 
 
 _tasks: set[asyncio.Task[None]] = set()  # batches in flight (kept referenced)
@@ -91,96 +93,92 @@ async def batched_call(script: LuaScript, client: Any, keys: list[Any], args: li
     future: asyncio.Future[Any] = loop.create_future()
     if not batch.items:
         loop.call_soon(batch.flush)
-    batch.items.append((wire.pack_evalsha(script, keys, args, key_encoder(client)), keys, args,
-                        future))  # fmt: skip
     deadline = _DEADLINE.get()
+    packed = wire.pack_evalsha(script, keys, args, key_encoder(client))
+    batch.items.append((packed, args, future, deadline))
     if deadline is None:
-        return await future
-    budget = max(_LAST_LOOK, deadline - time.monotonic()) + _LAST_LOOK
-    try:
-        async with asyncio.timeout(budget) as scope:
-            return await future
-    except TimeoutError as exc:
-        if not scope.expired():
-            raise
-        raise DeadlinePassed(f"{script.name}: no answer before the deadline") from exc
+        reply = await future
+    else:
+        budget = max(_LAST_LOOK, deadline - time.monotonic()) + _LAST_LOOK
+        try:
+            async with asyncio.timeout(budget) as scope:
+                reply = await future
+        except TimeoutError as exc:
+            if not scope.expired():
+                raise
+            raise DeadlinePassed(f"{script.name}: no answer before the deadline") from exc
+    if reply is _ALONE:
+        return await call(script, client, keys, args)
+    return reply
 
 
 async def _send(script: LuaScript, client: Any, items: list[_Item]) -> None:
-    """Write ``items`` at once and hand each its reply; those left unanswered by an
-    error are sent again alone."""
-    if len(items) == 1:
-        await _alone(script, client, items)
-        return
+    """Write ``items`` at once and hand each its reply; those left unanswered are
+    sent again by their callers."""
     pool = client.connection_pool
     try:
         conn = await pool.get_connection()
-    except Exception:  # each call alone says what it is
-        await _alone(script, client, items)
+    except Exception:  # each caller's own call says what it is
+        _alone(items)
         return
-    again: list[_Item] = []
+    except BaseException:
+        _alone(items)
+        raise
+    deadlines = [item[3] for item in items]
+    last = None if None in deadlines else max(d for d in deadlines if d is not None)
     try:
-        missing = await _round(script, conn, items)
+        missing = await _round(script, conn, items, last)
         if missing:  # NOSCRIPT (a restart, SCRIPT FLUSH): load it, send those again
             await conn.send_command("SCRIPT", "LOAD", script.text)
-            await wire.read(conn)
-            again = await _round(script, conn, missing)
-    except (RedisError, OSError, _Stale):
-        await conn.disconnect(nowait=True)  # out of step, or gone: never read it again
-        again = [item for item in items if not item[3].done()]
-    except BaseException:
-        await conn.disconnect(nowait=True)  # replies may be left unread
-        for item in items:
-            item[3].cancel()
-        raise
+            await wire.read(conn, _timeout(conn, last))
+            _alone(await _round(script, conn, missing, last))
+    except BaseException as exc:
+        await conn.disconnect(nowait=True)  # out of step, gone, or replies left unread
+        _alone(items)
+        if not isinstance(exc, (RedisError, OSError, _Stale)):
+            raise
     finally:
         await pool.release(conn)
-    if again:
-        await _alone(script, client, again)
 
 
-async def _round(script: LuaScript, conn: Any, items: list[_Item]) -> list[_Item]:
+def _timeout(conn: Any, deadline: float | None) -> float | None:
+    """How long a read may wait: until ``deadline`` (a round trip's worth at least),
+    never past the socket timeout (as :func:`.calls._read`)."""
+    if deadline is None:
+        return None
+    timeout = max(_LAST_LOOK, deadline - time.monotonic())
+    socket_timeout = getattr(conn, "socket_timeout", None)
+    return timeout if socket_timeout is None else min(timeout, socket_timeout)
+
+
+async def _round(script: LuaScript, conn: Any, items: list[_Item],
+                 deadline: float | None) -> list[_Item]:  # fmt: skip
     """One write of ``items`` and their replies read; those answered NOSCRIPT."""
     await wire.send(conn, b"".join(item[0] for item in items))
     missing: list[_Item] = []
     for item in items:
         try:
-            reply = await wire.read(conn)
+            reply = await wire.read(conn, _timeout(conn, deadline))
         except NoScriptError:
             missing.append(item)
             continue
         except ResponseError as exc:  # an error reply to this call alone
-            _fail(item[3], exc)
+            _fail(item[2], exc)
             continue
         if script.code is not None:
-            if not script._stamped(reply, item[2]):
+            if not script._stamped(reply, item[1]):
                 raise _Stale
             reply = reply[1]
-        if not item[3].done():
-            item[3].set_result(reply)
+        if not item[2].done():
+            item[2].set_result(reply)
     return missing
 
 
-async def _alone(script: LuaScript, client: Any, items: list[_Item]) -> None:
-    """Send each call by itself, at once (see :func:`.calls.call`), its outcome to its
-    future."""
-
-    async def one(keys: list[Any], args: list[Any], future: asyncio.Future[Any]) -> None:
-        try:
-            reply = await call(script, client, keys, args)
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        except Exception as exc:  # handed to its caller
-            _fail(future, exc)
-        else:
-            if not future.done():
-                future.set_result(reply)
-
-    for start in range(0, len(items), _ALONE_AT_ONCE):  # not one connection each at once
-        await asyncio.gather(*(one(keys, args, future)
-                               for _, keys, args, future in items[start : start + _ALONE_AT_ONCE]
-                               if not future.done()))  # fmt: skip
+def _alone(items: list[_Item]) -> None:
+    """Tell each caller not answered yet to send its call itself."""
+    for item in items:
+        if not item[2].done():
+            item[2].set_result(_ALONE)
 
 
 class _Stale(Exception):

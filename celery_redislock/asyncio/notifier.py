@@ -160,12 +160,15 @@ class AsyncNotifier:
             client = self._client()
             assert client is not None  # a waiter's lock holds its client
             self._pubsub = client.pubsub()
-        if not entry.sent:
-            await self._subscribe(channel, entry)
-        if self._reader is None or self._reader.done():
-            self._reader = asyncio.get_running_loop().create_task(
-                self._read(), name="celery-redislock-subscriber"
+        if not entry.sent and entry.starting is None:
+            # In a task of its own: a Redis that does not answer (paused) holds the
+            # SUBSCRIBE, never the waiters past their deadline.
+            task = entry.starting = asyncio.get_running_loop().create_task(
+                self._start(channel, entry)
             )
+            task.add_done_callback(lambda _: setattr(entry, "starting", None))
+        elif entry.sent:
+            self._ensure_reader()
         wait = SUBSCRIBE_CONFIRM_TIMEOUT
         if deadline is not None:  # never past the caller's deadline
             wait = min(wait, deadline - time.monotonic())
@@ -201,6 +204,16 @@ class AsyncNotifier:
         finally:
             timer.cancel()
             waiter.future = None
+
+    async def _start(self, channel: str, entry: _Channel) -> None:
+        await self._subscribe(channel, entry)
+        self._ensure_reader()
+
+    def _ensure_reader(self) -> None:
+        if (self._reader is None or self._reader.done()) and self._channels:
+            self._reader = asyncio.get_running_loop().create_task(
+                self._read(), name="celery-redislock-subscriber"
+            )
 
     async def _subscribe(self, channel: str, entry: _Channel) -> None:
         while self._subscribing:

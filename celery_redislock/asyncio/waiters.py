@@ -75,10 +75,11 @@ class AsyncWaiter:
 
 
 class _Channel:
-    __slots__ = ("confirmed", "idle_since", "sent", "waiters")
+    __slots__ = ("confirmed", "idle_since", "sent", "starting", "waiters")
 
     def __init__(self) -> None:
         self.waiters: dict[str, AsyncWaiter] = {}
         self.confirmed = Signal()
         self.idle_since: float | None = None
         self.sent = False
+        self.starting: object = None  # the task subscribing it, while it runs

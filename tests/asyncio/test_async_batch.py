@@ -5,13 +5,16 @@ caller cancelled before the write is left out."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio as aioredis
 
+from celery_redislock import RedisSemaphore
 from celery_redislock.asyncio import AsyncRedisSemaphore, batch
+from tests.faults import FaultProxy
 
 
 def test_a_burst_of_attempts_is_one_write_with_each_reply_its_own(
@@ -74,3 +77,32 @@ def test_a_caller_cancelled_before_the_write_is_left_out(r: redis.Redis, redis_u
         await client.aclose()
 
     asyncio.run(main())
+
+
+def test_a_burst_keeps_each_deadline_while_redis_is_paused(
+    r: redis.Redis, fault_proxy: FaultProxy
+) -> None:
+    holder = RedisSemaphore(r, "paused", limit=1).acquire()
+    assert holder is not None
+
+    async def main() -> tuple[float, int]:
+        client = aioredis.Redis.from_url(fault_proxy.url)  # no socket timeout at all
+        sem = AsyncRedisSemaphore(client, "paused", limit=1)
+        try:
+            assert await sem.acquire(blocking=False) is None  # connected, script cached
+            fault_proxy.pause()
+            started = time.monotonic()
+            try:
+                outcomes = await asyncio.gather(*(sem.acquire(timeout=1.0) for _ in range(20)),
+                                                return_exceptions=True)  # fmt: skip
+            finally:
+                elapsed = time.monotonic() - started
+                fault_proxy.resume()
+            return elapsed, sum(isinstance(o, redis.TimeoutError) for o in outcomes)
+        finally:
+            await client.aclose()
+
+    elapsed, timed_out = asyncio.run(main())
+    assert timed_out == 20
+    assert elapsed < 1.5 + 1.0, elapsed  # the deadline, then the clean-up's grace
+    assert holder.release()
