@@ -38,6 +38,30 @@ def test_a_renewal_in_flight_does_not_cut_back_a_hand_over(
 
 
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_a_renewal_in_flight_does_not_cut_back_an_addition(
+    r: redis.Redis, fault_proxy: FaultProxy, kind: str
+) -> None:
+    client = fault_proxy.client()
+    primitive = (RedisLock(client, "job", ttl=1.5) if kind == "lock"
+                 else RedisSemaphore(client, "job", limit=1, ttl=1.5))  # fmt: skip
+    script = lock_scripts.RENEW if kind == "lock" else semaphore_scripts.RENEW
+    fault_proxy.hold(match=script.sha.encode())  # the renewal stalls on its way
+    lease = primitive.acquire(renew=True)
+    assert lease is not None
+    assert fault_proxy.wait_held(1, timeout=5)
+    assert lease.extend(10, add=True)  # about 11 s left now
+    fault_proxy.release_held()  # the stalled renewal (TTL 1.5 s) reaches Redis now
+    time.sleep(0.3)
+    ttl_left = (r.pttl(primitive.keys.holders) if kind == "lock"
+                else int(r.zscore(primitive.keys.holders, lease.token) or 0)
+                - int(r.time()[0]) * 1000)  # fmt: skip
+    # Without the addition's generation the renewal would cut it back to 1.5 s.
+    assert ttl_left > 5000, ttl_left
+    assert lease.release()
+    client.close()
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
 def test_a_shorter_explicit_ttl_is_renewed_on_its_own_schedule(
     r: redis.Redis, kind: str
 ) -> None:
