@@ -271,9 +271,12 @@ class RedlockLock(RedlockOperations, Primitive):
     # -- the lease's side --------------------------------------------------------------
 
     def _release_token(self, token: str) -> bool:
+        # No release record ("0"): a fan-out never sends a request twice (a master that
+        # fails counts as not answering), so no re-send needs the first one's answer.
         replies = rounds.run_each(self._masters, list(range(len(self._masters))),
-                                  rounds.RELEASE, self._release_call_keys(token), [token],
-                                  self._timeout, (self.quorum, rounds.confirmed))  # fmt: skip
+                                  rounds.RELEASE, self._release_call_keys(token),
+                                  [token, b"0"], self._timeout,
+                                  (self.quorum, rounds.confirmed))  # fmt: skip
         return sum(1 for reply in replies.values() if reply == 1) >= self.quorum
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
