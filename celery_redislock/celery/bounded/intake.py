@@ -12,9 +12,13 @@ A message allowed to go starts as before; its run takes a permit in ``before_sta
 (and parks there after all if another run took the permit meanwhile).
 
 Anything unexpected (Redis unreachable, a ``concurrency_key`` that raises) falls back to
-that normal path. The park token is handed on in the request (:data:`.parking` keeps
-it as an attempt), so a park whose reply was lost is re-sent by the run under the same
-token and never parks it twice.
+that normal path. The park call is the main process's: it waits at most
+:data:`INTAKE_BUDGET` for its reply, and after one that timed out intake rests for
+:data:`INTAKE_REST` (a lock Redis that stopped answering would otherwise hold every
+message of the worker behind each bounded one for the client's socket timeout). The
+park token is handed on in the request (:data:`.parking` keeps it as an attempt), so
+a park whose reply was lost is re-sent by the run under the same token and never
+parks it twice.
 
 May import the bounded feature's modules and the shared glue.
 """
@@ -23,12 +27,15 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from datetime import datetime, timezone
 from typing import Any
 
 from celery.worker.state import task_ready
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...core.parking import NOT_PARKED, new_entry_id
+from ...core.scripts import reply_deadline
 from ..logs import QuietRequest
 from ..options import options_of
 from ..signals import permit_parked
@@ -37,7 +44,15 @@ from .guard import CONCURRENCY, semaphore_for
 from .journal import forget, record
 from .parking import ATTEMPT, PARK_HEADER, SENT_HEADER, encode_request, sent_at
 
-__all__ = ["BoundedRequest", "park_at_intake"]
+__all__ = ["INTAKE_BUDGET", "INTAKE_REST", "BoundedRequest", "park_at_intake"]
+
+INTAKE_BUDGET = 1.0
+"""Seconds the worker's main process waits for an intake park's reply."""
+INTAKE_REST = 5.0
+"""Seconds an app's intake is skipped after a park call timed out (its runs park in
+their pool process, as before)."""
+
+_resting: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()  # app -> until
 
 logger = logging.getLogger("celery_redislock.celery.bounded.parking")
 
@@ -66,7 +81,8 @@ def park_at_intake(request: Any) -> bool:
     message = request.request_dict
     guards = getattr(task, "redislock_guards", ())
     if (CONCURRENCY not in guards or PARK_HEADER in message or TOKEN_HEADER in message
-            or KEY_HEADER in message or _not_due(request.eta)):  # fmt: skip
+            or KEY_HEADER in message or _not_due(request.eta)
+            or time.monotonic() < _resting.get(task.app, 0.0)):  # fmt: skip
         return False
     try:
         resolved = options_of(task)
@@ -91,9 +107,12 @@ def park_at_intake(request: Any) -> bool:
     try:
         record(task.app, entry_id, payload, pool=pool, limit=limit, ttl=sem.ttl,
                prefix=sem.keys.prefix, owner=request.id)  # survives the lock Redis
-        position = sem.park(entry_id, payload, owner=request.id, intake=True,
-                            sent=sent_at(message.get(SENT_HEADER)))  # fmt: skip
+        with reply_deadline(time.monotonic() + INTAKE_BUDGET):
+            position = sem.park(entry_id, payload, owner=request.id, intake=True,
+                                sent=sent_at(message.get(SENT_HEADER)))  # fmt: skip
     except Exception as exc:
+        if isinstance(exc, RedisTimeoutError):  # DeadlinePassed too: it stopped answering
+            _resting[task.app] = time.monotonic() + INTAKE_REST
         logger.debug("celery_redislock: %s[%s] could not park on intake (%s: %s); its run "
                      "tries again", task.name, request.id, type(exc).__name__, exc)  # fmt: skip
         return False

@@ -20,6 +20,7 @@ from celery_redislock.celery.signals import permit_acquired, permit_parked
 from celery_redislock.core.parking import ParkingSemaphore
 
 from ..helpers import wait_until
+from ..workers import LOCKS_DB, db_url
 from .helpers import holders
 
 
@@ -122,3 +123,33 @@ def test_a_run_parked_at_intake_keeps_its_message(
     assert first.get(timeout=10) == 0 and second.get(timeout=10) == 1
     wait_until(lambda: ("after", 1) in seen, what="the link")
     assert (1, "w", "t1", 2) in seen
+
+
+def test_a_lock_redis_that_stops_answering_stalls_the_worker_main_briefly(
+    make_app: Any, worker: Any, fault_proxy: Any
+) -> None:
+    """Intake runs in the worker's main process: a lock Redis that holds its replies
+    (a stopped server, a stalled network) must not hold every other message of the
+    worker behind each bounded one for the client's socket timeout (5 s)."""
+    app = make_app(redislock_url=db_url(fault_proxy.url, LOCKS_DB), worker_prefetch_multiplier=8)
+
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api")
+    def call(n: int) -> int:
+        return n
+
+    @app.task(shared=False)
+    def plain(n: int) -> int:
+        return n
+
+    worker(app, concurrency=4)
+    assert call.delay(0).get(timeout=10) == 0  # the main's lock connection is made
+    fault_proxy.pause()
+    try:
+        bounded = [call.delay(n) for n in range(3)]
+        started = time.monotonic()
+        assert plain.delay(7).get(timeout=30) == 7
+        stalled = time.monotonic() - started
+    finally:
+        fault_proxy.resume()
+    assert [r.get(timeout=30) for r in bounded] == [0, 1, 2]
+    assert stalled < 4.0, f"the worker's main was held {stalled:.1f} s behind three intakes"
