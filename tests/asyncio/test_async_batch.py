@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 
 from celery_redislock import RedisSemaphore
 from celery_redislock.asyncio import AsyncRedisSemaphore, batch
+from celery_redislock.core.semaphore_scripts import ACQUIRE
 from tests.faults import FaultProxy
 
 
@@ -106,3 +107,32 @@ def test_a_burst_keeps_each_deadline_while_redis_is_paused(
     assert timed_out == 20
     assert elapsed < 1.5 + 1.0, elapsed  # the deadline, then the clean-up's grace
     assert holder.release()
+
+
+def test_a_burst_sent_again_alone_keeps_each_callers_own_deadline(
+    r: redis.Redis, fault_proxy: FaultProxy
+) -> None:
+    """The batch's reply lost: each call is sent again alone under its own caller's
+    deadline -- a call with none must not fail by the deadline of the call that
+    happened to open the batch."""
+
+    async def main() -> Any:
+        client = aioredis.Redis(host="127.0.0.1", port=fault_proxy.port, db=fault_proxy.db)
+        sem = AsyncRedisSemaphore(client, "mixed", limit=5, ttl=10)
+        try:
+            lease = await sem.acquire(blocking=False)  # connected, script cached
+            assert lease is not None and await lease.release()
+            fault_proxy.delay = 0.15
+            fault_proxy.drop_reply(match=ACQUIRE.sha.encode())  # the batch's write
+            outcomes = await asyncio.gather(sem.acquire(timeout=0.2),  # opens the batch
+                                            sem.acquire(blocking=False),
+                                            return_exceptions=True)  # fmt: skip
+            assert fault_proxy.dropped == 1
+            return outcomes[1]
+        finally:
+            fault_proxy.delay = 0.0
+            await client.aclose()
+
+    second = asyncio.run(main())
+    assert not isinstance(second, BaseException), repr(second)
+    assert second is not None  # five permits free: the attempt without a deadline got one
