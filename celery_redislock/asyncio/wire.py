@@ -125,11 +125,15 @@ async def put_back(pool: Any, conn: Any, loop: asyncio.AbstractEventLoop) -> Non
     """Keep ``conn`` as the loop's spare of ``pool`` if it has none, else give it back."""
     spare = _SPARES.get(id(pool))
     if spare is None:
-        if getattr(pool, "max_connections", 0) < SPARE_MIN_POOL:
+        try:
+            if getattr(pool, "max_connections", 0) < SPARE_MIN_POOL:
+                raise TypeError("a small pool keeps its connections")
+            weakref.ref(conn)
+            weakref.finalize(pool, _SPARES.pop, id(pool), None)
+        except TypeError:  # small, or a pool or connection that takes no weak reference
             await pool.release(conn)
             return
         spare = _SPARES[id(pool)] = _Spare(loop)
-        weakref.finalize(pool, _SPARES.pop, id(pool), None)
     owner = spare.loop()
     if owner is not loop:
         if owner is not None and not owner.is_closed():
