@@ -271,8 +271,7 @@ class RedlockLock(RedlockOperations, Primitive):
     # -- the lease's side --------------------------------------------------------------
 
     def _release_token(self, token: str) -> bool:
-        # No release record ("0"): a fan-out never sends a request twice (a master that
-        # fails counts as not answering), so no re-send needs the first one's answer.
+        # No release record ("0"): a fan-out never re-sends, none needs the first answer.
         replies = rounds.run_each(self._masters, list(range(len(self._masters))),
                                   rounds.RELEASE, self._release_call_keys(token),
                                   [token, b"0"], self._timeout,
