@@ -68,7 +68,7 @@ class BoundedRequest(QuietRequest):
         answers True: Celery then drops it without running it)."""
         if super().revoked():
             return True
-        if self._redislock_looked:
+        if self._redislock_looked or _not_due(self.eta):  # the timer holds it till then
             return False
         self._redislock_looked = True
         return park_at_intake(self)
@@ -81,7 +81,7 @@ def park_at_intake(request: Any) -> bool:
     message = request.request_dict
     guards = getattr(task, "redislock_guards", ())
     if (CONCURRENCY not in guards or PARK_HEADER in message or TOKEN_HEADER in message
-            or KEY_HEADER in message or _not_due(request.eta)
+            or KEY_HEADER in message or _not_due(request.eta)  # called directly
             or time.monotonic() < _resting.get(task.app, 0.0)):  # fmt: skip
         return False
     try:

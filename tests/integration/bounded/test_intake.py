@@ -153,3 +153,28 @@ def test_a_lock_redis_that_stops_answering_stalls_the_worker_main_briefly(
         fault_proxy.resume()
     assert [r.get(timeout=30) for r in bounded] == [0, 1, 2]
     assert stalled < 4.0, f"the worker's main was held {stalled:.1f} s behind three intakes"
+
+
+def test_a_message_with_an_eta_is_looked_at_when_it_comes_due(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
+    parked, prerun = capture(permit_parked), capture(task_prerun)
+    proceed = threading.Event()
+
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api")
+    def call(n: int) -> int:
+        if n == 0:
+            proceed.wait(10)
+        return n
+
+    worker(app, concurrency=2)
+    first = call.delay(0)
+    wait_until(lambda: holders(locks, "api"), what="the first run's permit")
+    sent = time.monotonic()
+    # expires: Celery asks whether it was revoked on receipt too, long before it is due
+    later = call.apply_async((1,), countdown=1.0, expires=60)
+    wait_until(lambda: parked, what="the run parked when due")
+    assert time.monotonic() - sent >= 0.9
+    assert later.id not in {p["task_id"] for p in prerun}  # parked at intake
+    proceed.set()
+    assert first.get(timeout=10) == 0 and later.get(timeout=10) == 1
