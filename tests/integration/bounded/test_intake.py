@@ -152,7 +152,7 @@ def test_a_lock_redis_that_stops_answering_stalls_the_worker_main_briefly(
     finally:
         fault_proxy.resume()
     assert [r.get(timeout=30) for r in bounded] == [0, 1, 2]
-    assert stalled < 4.0, f"the worker's main was held {stalled:.1f} s behind three intakes"
+    assert stalled < 8.0, f"the worker's main was held {stalled:.1f} s behind three intakes"
 
 
 def test_a_message_with_an_eta_is_looked_at_when_it_comes_due(
