@@ -31,6 +31,15 @@ class Published:
         return [entry.payload for entry in self.entries]
 
 
+def _listening(r: redis.Redis, sem: ParkingSemaphore) -> bool:
+    """True once the first queued waiter's process listens on its wake-up channel."""
+    head = r.zrange(sem.keys.queue, 0, 0)
+    if not head:
+        return False
+    channel = f"{sem.keys.channel}:{head[0].decode().rsplit('.', 1)[1]}"
+    return bool(r.pubsub_numsub(channel)[0][1])
+
+
 def _pool(r: redis.Redis, limit: int = 1, **kwargs: float) -> tuple[ParkingSemaphore, Published]:
     published = Published()
     return ParkingSemaphore(r, "api", limit=limit, ttl=5, on_claimed=published,
@@ -224,7 +233,9 @@ def test_standbys_are_claimed_ahead_without_a_permit(r: redis.Redis) -> None:
     waiter = threading.Thread(target=lambda: got.append(sem.acquire(timeout=5, owner="t1")))
     waiter.start()
     deadline = time.monotonic() + 5
-    while not r.zcard(sem.keys.queue) and time.monotonic() < deadline:
+    # Listening, not only queued: a blocking semaphore acquire queues with its first
+    # attempt, before it subscribes; a release before that only wakes it (no hand-off).
+    while not _listening(r, sem) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert held.release()  # hands the permit to the standby, tops the standbys up
     waiter.join(5)
