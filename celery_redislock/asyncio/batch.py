@@ -25,7 +25,8 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from ..core.scripts import _DEADLINE, _LAST_LOOK, DeadlinePassed, LuaScript, key_encoder
+from ..core.resp import key_encoder, pack_evalsha
+from ..core.scripts import _DEADLINE, _LAST_LOOK, DeadlinePassed, LuaScript
 from . import wire
 from .calls import call
 
@@ -94,7 +95,7 @@ async def batched_call(script: LuaScript, client: Any, keys: list[Any], args: li
     if not batch.items:
         loop.call_soon(batch.flush)
     deadline = _DEADLINE.get()
-    packed = wire.pack_evalsha(script, keys, args, key_encoder(client))
+    packed = pack_evalsha(script.head, keys, args, key_encoder(client))
     batch.items.append((packed, args, future, deadline))
     if deadline is None:
         reply = await future

@@ -17,7 +17,8 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError
 
-from ..core.scripts import _DEADLINE, _LAST_LOOK, DeadlinePassed, LuaScript, StaleReply, key_encoder
+from ..core.resp import key_encoder, pack_evalsha
+from ..core.scripts import _DEADLINE, _LAST_LOOK, DeadlinePassed, LuaScript, StaleReply
 from . import wire
 
 __all__ = ["call"]
@@ -57,7 +58,7 @@ async def _call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]
     pool = getattr(client, "connection_pool", None)
     if pool is None or getattr(client, "connection", None) is not None:
         return await _via_client(script, client, keys, args)  # cluster, single
-    packed = wire.pack_evalsha(script, keys, args, key_encoder(client))
+    packed = pack_evalsha(script.head, keys, args, key_encoder(client))
     loop = asyncio.get_running_loop()
     conn = wire.take(pool, loop)
     if conn is None:

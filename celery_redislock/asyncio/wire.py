@@ -7,8 +7,8 @@ taken only on redis-py's own connection classes (:func:`plain`): a subclass that
 overrides the read or the send (Sentinel's, which turns a demoted master's
 ``READONLY`` into a reconnect) keeps its own.
 
-**Packing** (:func:`pack_evalsha`): what redis-py's ``pack_command`` sends, without
-its per-argument encoder calls.
+**Packing**: the EVALSHA is packed by :func:`celery_redislock.core.resp.pack_evalsha`,
+the sync calls' packer.
 
 **Writing** (:func:`send`): the packed command goes straight to the connection's
 stream. redis-py's ``send_packed_command`` wraps every write in
@@ -49,35 +49,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..core.scripts import LuaScript
-
-__all__ = ["SPARE_MIN_POOL", "closed", "pack_evalsha", "plain", "put_back", "read", "send",
-           "take"]  # fmt: skip
+__all__ = ["SPARE_MIN_POOL", "closed", "plain", "put_back", "read", "send", "take"]
 
 SPARE_MIN_POOL = 10
 """A pool allowing fewer connections than this gets no kept connection (see the
 module docs)."""
-
-_HEADS: dict[str, bytes] = {}  # a script's sha -> "EVALSHA <sha>" as two bulk strings
-
-
-def pack_evalsha(script: LuaScript, keys: list[Any], args: list[Any],
-                 encode: Callable[[Any], bytes]) -> bytes:  # fmt: skip
-    """``EVALSHA <sha> <numkeys> *keys *args`` in the Redis protocol, as redis-py packs
-    it (``encode``: the client's encoder for a str or another type, see
-    :func:`~celery_redislock.core.scripts.key_encoder`; bytes go as they are, an int as
-    its digits)."""
-    head = _HEADS.get(script.sha)
-    if head is None:
-        head = _HEADS[script.sha] = b"$7\r\nEVALSHA\r\n$40\r\n%b\r\n" % script.sha.encode()
-    count = b"%d" % len(keys)
-    parts = [b"*%d\r\n%b$%d\r\n%b\r\n" % (3 + len(keys) + len(args), head, len(count), count)]
-    append = parts.append
-    for value in (*keys, *args):
-        if value.__class__ is not bytes:
-            value = b"%d" % value if value.__class__ is int else encode(value)
-        append(b"$%d\r\n%b\r\n" % (len(value), value))
-    return b"".join(parts)
 
 
 class _Spare:

@@ -15,8 +15,7 @@ import contextlib
 import hashlib
 import re
 import time
-import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -27,6 +26,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import RedisLockError
 from .kept import kept_connection, sees_resends
 from .lua_text import expand, fill
+from .resp import evalsha_head, key_encoder, pack_evalsha
 
 __all__ = ["DeadlinePassed", "LuaScript", "StaleReply", "as_text", "discard_idle_connections",
            "current_deadline", "expand", "key_encoder", "reply_deadline", "sees_resends"]
@@ -82,7 +82,7 @@ class LuaScript:
     taken for this one's -- a bare 1 from anything is not a grant.
     """
 
-    __slots__ = ("_code", "_evalsha", "code", "name", "sha", "text")
+    __slots__ = ("_code", "code", "head", "name", "sha", "text")
 
     def __init__(self, filename: str, constants: Mapping[str, int] | None = None) -> None:
         self.name = filename
@@ -91,7 +91,7 @@ class LuaScript:
         match = _STAMP.search(self.text)
         self.code = match[1] if match else None
         self._code = self.code.encode() if self.code else b""
-        self._evalsha = b"$7\r\nEVALSHA\r\n$40\r\n" + self.sha.encode() + b"\r\n"
+        self.head = evalsha_head(self.sha)  # see .resp.pack_evalsha
 
     def __call__(
         self, client: Any, keys: list[Any], args: list[Any], *, with_text: bool = False,
@@ -125,8 +125,10 @@ class LuaScript:
             if deadline is not None and time.monotonic() >= deadline:
                 raise DeadlinePassed(f"{self.name}: Redis did not answer before the deadline")
 
+        packed = pack_evalsha(self.head, keys, args, key_encoder(client))
+
         def attempt() -> Any:
-            return self._on(conn, keys, args, deadline, with_text, sends)
+            return self._on(conn, packed, keys, args, deadline, with_text, sends)
 
         try:
             if kept is not None and conn._sock is not None:
@@ -145,15 +147,16 @@ class LuaScript:
             else:
                 kept.used, kept.busy = time.monotonic(), False
 
-    def _on(self, conn: Any, keys: list[Any], args: list[Any], deadline: float | None,
-            with_text: bool = False, sends: list[None] | None = None) -> Any:  # fmt: skip
+    def _on(self, conn: Any, packed: bytes, keys: list[Any], args: list[Any],
+            deadline: float | None, with_text: bool = False,
+            sends: list[None] | None = None) -> Any:  # fmt: skip
         for attempt in (1, 2):
             if sends is not None:
                 sends.append(None)
             try:
                 if with_text:
                     raise NoScriptError("EVAL at once")  # the EVAL branch below
-                conn.send_packed_command([self._packed(conn, keys, args)])
+                conn.send_packed_command([packed])
                 reply = _read_reply(conn, deadline)
             except NoScriptError:
                 conn.send_command("EVAL", self.text, len(keys), *keys, *args)
@@ -164,28 +167,6 @@ class LuaScript:
             if attempt == 2:
                 break
         raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
-
-    def _packed(self, conn: Any, keys: list[Any], args: list[Any]) -> bytes:
-        """``EVALSHA`` of ``keys`` and ``args`` as redis-py's packer sends it, for a third
-        of its cost (a str in the connection's encoding, an int as its digits)."""
-        count = len(keys)
-        encoder = conn.encoder
-        out = [b"*%d\r\n%s$%d\r\n%d\r\n" % (count + len(args) + 3, self._evalsha,
-                                              len(str(count)), count)]  # fmt: skip
-        for value in keys:
-            if value.__class__ is not bytes:
-                value = encoder.encode(value)
-            out.append(b"$%d\r\n%s\r\n" % (len(value), value))
-        for value in args:
-            kind = value.__class__
-            if kind is str:
-                value = value.encode(encoder.encoding, encoder.encoding_errors)
-            elif kind is int:
-                value = b"%d" % value
-            elif kind is not bytes:
-                value = encoder.encode(value)
-            out.append(b"$%d\r\n%s\r\n" % (len(value), value))
-        return b"".join(out)
 
     def _via_client(self, client: Any, keys: list[Any], args: list[Any],
                     with_text: bool = False) -> Any:  # fmt: skip
@@ -246,36 +227,6 @@ def _read_reply(conn: Any, deadline: float | None) -> Any:
     if socket_timeout is not None:
         timeout = min(timeout, socket_timeout)
     return conn.read_response(timeout=timeout)
-
-
-_ENCODERS: dict[int, Callable[[Any], bytes]] = {}
-
-
-def key_encoder(client: Any) -> Callable[[Any], bytes]:
-    """``client``'s own encoder (what redis-py sends for a str), made once per client:
-    ``get_encoder()`` builds a new one from the pool's settings on every call, and
-    locks are built per call (``with RedisLock(client, f"user:{uid}")``)."""
-    encode = _ENCODERS.get(id(client))
-    if encode is None:
-        encoder = client.get_encoder()
-        encode = _ENCODERS[id(client)] = _fast_encode(encoder.encode, encoder.encoding,
-                                                      encoder.encoding_errors)  # fmt: skip
-        weakref.finalize(client, _ENCODERS.pop, id(client), None)
-    return encode
-
-
-def _fast_encode(
-    encode: Callable[[Any], bytes], encoding: str, errors: str
-) -> Callable[[Any], bytes]:
-    """``encode`` (redis-py's ``Encoder.encode``), with a str encoded at once: names
-    and tokens are str, and the encoder's type checks cost more than the encoding."""
-
-    def fast(value: Any) -> bytes:
-        if value.__class__ is str:
-            return value.encode(encoding, errors)  # what Encoder.encode does for a str
-        return encode(value)
-
-    return fast
 
 
 def discard_idle_connections(client: Any) -> None:

@@ -1,5 +1,6 @@
-"""The async calls pack EVALSHA themselves, byte for byte what redis-py would send, and
-write and read past redis-py only on its own connection classes."""
+"""The script calls (sync and async) pack EVALSHA themselves, byte for byte what
+redis-py would send; the async ones write and read past redis-py only on its own
+connection classes."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.sentinel import SentinelManagedConnection
 
-from celery_redislock.asyncio.wire import pack_evalsha, plain
+from celery_redislock.asyncio.wire import plain
 from celery_redislock.core.lock_scripts import ACQUIRE, RELEASE
-from celery_redislock.core.scripts import key_encoder
+from celery_redislock.core.resp import key_encoder, pack_evalsha
 
 
 @pytest.mark.parametrize(
@@ -28,7 +29,7 @@ def test_pack_evalsha_is_what_redis_py_sends(keys: list[Any], args: list[Any]) -
     client = aioredis.Redis(encoding="latin-1")
     conn = Connection(encoding="latin-1")
     for script in (ACQUIRE, RELEASE):
-        mine = pack_evalsha(script, keys, args, key_encoder(client))
+        mine = pack_evalsha(script.head, keys, args, key_encoder(client))
         theirs = b"".join(conn.pack_command("EVALSHA", script.sha, len(keys), *keys, *args))
         assert mine == theirs
 
