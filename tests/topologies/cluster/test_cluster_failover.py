@@ -73,7 +73,8 @@ def test_killed_primary_leases_survive_or_are_reported_lost(cluster: LocalCluste
         assert not acked.lost and acked.held() and acked.release()
         waiter.join(10)
         assert waiter.error is None and waiter.lease is not None
-        assert waiter.at - released_at < 1.0 and waiter.lease.fence > acked.fence
+        # Handed over at the release (not at the TTL's end, 6 s): <= ~1 s even by poll.
+        assert waiter.at - released_at < 3.0 and waiter.lease.fence > acked.fence
         assert waiter.lease.release()
     finally:
         holder_client.close()

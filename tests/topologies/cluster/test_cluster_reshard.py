@@ -1,8 +1,8 @@
 """Resharding a slot that holds a held lock with queued waiters, on a real cluster:
 ``CLUSTER SETSLOT ... IMPORTING/MIGRATING``, ``MIGRATE ... KEYS`` key by key, then
 ``SETSLOT ... NODE``. Exclusion is kept while the slot is half moved, the holder's
-release works on the new owner, and the waiters are granted the lock in turn within
-a second of the release."""
+release works on the new owner, and the waiters are granted the lock in turn at once
+(far sooner than the holder's 15 s TTL, which a release lost to the move would cost)."""
 
 from __future__ import annotations
 
@@ -93,6 +93,8 @@ def test_resharding_a_held_lock_keeps_it_and_its_waiters(
         client.close()
     assert section.overlaps == 0 and len(section.granted) == 3
     first_grant = section.granted[0][0] - released_at
-    assert first_grant < 1.0, f"first waiter granted {first_grant:.3f} s after the release"
+    # ~0.1 s by the notification, <= ~1 s by the fallback poll (MAX_POLL) on a quiet
+    # machine; a release that missed the moved keys would leave the lock held 15 s.
+    assert first_grant < 5.0, f"first waiter granted {first_grant:.3f} s after the release"
     fences = [fence for _, fence in section.granted]
     assert fences == sorted(fences) and fences[0] > holder.fence
