@@ -28,7 +28,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from ..core.resp import key_encoder, pack_evalsha
 from ..core.scripts import _DEADLINE, _LAST_LOOK, DeadlinePassed, LuaScript
 from . import wire
-from .calls import call
+from .calls import call, read_timeout
 
 __all__ = ["MAX_BATCH", "batched_call"]
 
@@ -131,7 +131,7 @@ async def _send(script: LuaScript, client: Any, items: list[_Item]) -> None:
         missing = await _round(script, conn, items, last)
         if missing:  # NOSCRIPT (a restart, SCRIPT FLUSH): load it, send those again
             await conn.send_command("SCRIPT", "LOAD", script.text)
-            await wire.read(conn, _timeout(conn, last))
+            await wire.read(conn, read_timeout(conn, last))
             _alone(await _round(script, conn, missing, last))
     except BaseException as exc:
         await conn.disconnect(nowait=True)  # out of step, gone, or replies left unread
@@ -142,16 +142,6 @@ async def _send(script: LuaScript, client: Any, items: list[_Item]) -> None:
         await pool.release(conn)
 
 
-def _timeout(conn: Any, deadline: float | None) -> float | None:
-    """How long a read may wait: until ``deadline`` (a round trip's worth at least),
-    never past the socket timeout (as :func:`.calls._read`)."""
-    if deadline is None:
-        return None
-    timeout = max(_LAST_LOOK, deadline - time.monotonic())
-    socket_timeout = getattr(conn, "socket_timeout", None)
-    return timeout if socket_timeout is None else min(timeout, socket_timeout)
-
-
 async def _round(script: LuaScript, conn: Any, items: list[_Item],
                  deadline: float | None) -> list[_Item]:  # fmt: skip
     """One write of ``items`` and their replies read; those answered NOSCRIPT."""
@@ -159,7 +149,7 @@ async def _round(script: LuaScript, conn: Any, items: list[_Item],
     missing: list[_Item] = []
     for item in items:
         try:
-            reply = await wire.read(conn, _timeout(conn, deadline))
+            reply = await wire.read(conn, read_timeout(conn, deadline))
         except NoScriptError:
             missing.append(item)
             continue

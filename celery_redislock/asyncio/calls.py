@@ -109,15 +109,18 @@ async def _on(script: LuaScript, conn: Any, packed: bytes, keys: list[Any], args
 
 
 async def _read(conn: Any, deadline: float | None) -> Any:
+    return await wire.read(conn, read_timeout(conn, deadline))
+
+
+def read_timeout(conn: Any, deadline: float | None) -> float | None:
+    """How long a read may wait, as the sync read (scripts._read_reply): until
+    ``deadline`` (a call made at it still gets a round trip's worth), never longer than
+    the socket timeout; None (the connection's own socket timeout) without one."""
     if deadline is None:
-        return await wire.read(conn)
-    # As the sync read (scripts._read_reply): until the deadline (a call made at it
-    # still gets a round trip's worth), never longer than the socket timeout.
+        return None
     timeout = max(_LAST_LOOK, deadline - time.monotonic())
     socket_timeout = getattr(conn, "socket_timeout", None)
-    if socket_timeout is not None:
-        timeout = min(timeout, socket_timeout)
-    return await wire.read(conn, timeout)
+    return timeout if socket_timeout is None else min(timeout, socket_timeout)
 
 
 async def _via_client(script: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:
