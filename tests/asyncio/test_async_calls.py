@@ -5,7 +5,9 @@ uncontended acquire leaves alone."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 import redis
@@ -31,34 +33,37 @@ async def cycles(client: aioredis.Redis, count: int) -> None:
     await asyncio.gather(*(one(i) for i in range(count)))
 
 
+@contextlib.asynccontextmanager
+async def pooled(redis_url: str, max_connections: int,
+                 timeout: float = 2) -> AsyncIterator[aioredis.Redis]:  # fmt: skip
+    """A client on a blocking pool of ``max_connections``, both closed at the end."""
+    pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=max_connections,
+                                                    timeout=timeout)  # fmt: skip
+    client = aioredis.Redis(connection_pool=pool)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        await pool.aclose()
+
+
 def test_a_loop_keeps_at_most_one_connection_of_a_pool(r: redis.Redis, redis_url: str) -> None:
     async def main() -> None:
-        pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=SPARE_MIN_POOL,
-                                                        timeout=2)  # fmt: skip
-        client = aioredis.Redis(connection_pool=pool)
-        try:
+        async with pooled(redis_url, SPARE_MIN_POOL) as client:
             await cycles(client, 30)
             # Every connection but one is the user's again: as many blocking reads.
             reads = [client.blpop(["calls:none"], 0.3) for _ in range(SPARE_MIN_POOL - 1)]
             assert await asyncio.gather(*reads) == [None] * (SPARE_MIN_POOL - 1)
             await cycles(client, 5)  # and the kept one still works
-        finally:
-            await client.aclose()
-            await pool.aclose()
 
     asyncio.run(main())
 
 
 def test_a_small_pool_keeps_every_connection_for_its_user(r: redis.Redis, redis_url: str) -> None:
     async def main() -> None:
-        pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=1, timeout=2)
-        client = aioredis.Redis(connection_pool=pool)
-        try:
+        async with pooled(redis_url, 1) as client:
             await cycles(client, 3)
             assert await client.blpop(["calls:none"], 0.1) is None  # not waiting for a slot
-        finally:
-            await client.aclose()
-            await pool.aclose()
 
     asyncio.run(main())
 
@@ -197,9 +202,7 @@ def test_a_call_waiting_for_a_pool_connection_ends_by_its_deadline(
     r: redis.Redis, redis_url: str
 ) -> None:
     async def main() -> float:
-        pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=1, timeout=10)
-        client = aioredis.Redis(connection_pool=pool)
-        try:
+        async with pooled(redis_url, 1, timeout=10) as client:
             busy = asyncio.ensure_future(client.blpop(["calls:none"], 3))  # the only one
             await asyncio.sleep(0.1)
             started = time.monotonic()
@@ -208,9 +211,6 @@ def test_a_call_waiting_for_a_pool_connection_ends_by_its_deadline(
             elapsed = time.monotonic() - started
             assert await busy is None
             return elapsed
-        finally:
-            await client.aclose()
-            await pool.aclose()
 
     elapsed = asyncio.run(main())
     assert elapsed < 0.3 + 2 * 0.6 + 0.8, elapsed  # the deadline, the clean-up's grace
