@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 import weakref
 from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from ..core.resp import key_encoder, pack_evalsha
-from ..core.scripts import _DEADLINE, _LAST_LOOK, DeadlinePassed, LuaScript
+from ..core.scripts import _DEADLINE, LuaScript
 from . import wire
-from .calls import call, read_timeout
+from .calls import by_deadline, call, read_timeout
 
 __all__ = ["MAX_BATCH", "batched_call"]
 
@@ -97,17 +96,7 @@ async def batched_call(script: LuaScript, client: Any, keys: list[Any], args: li
     deadline = _DEADLINE.get()
     packed = pack_evalsha(script.head, keys, args, key_encoder(client))
     batch.items.append((packed, args, future, deadline))
-    if deadline is None:
-        reply = await future
-    else:
-        budget = max(_LAST_LOOK, deadline - time.monotonic()) + _LAST_LOOK
-        try:
-            async with asyncio.timeout(budget) as scope:
-                reply = await future
-        except TimeoutError as exc:
-            if not scope.expired():
-                raise
-            raise DeadlinePassed(f"{script.name}: no answer before the deadline") from exc
+    reply = await (future if deadline is None else by_deadline(future, deadline, script.name))
     if reply is _ALONE:
         return await call(script, client, keys, args)
     return reply

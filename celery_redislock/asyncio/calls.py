@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError
@@ -38,19 +39,26 @@ async def call(script: LuaScript, client: Any, keys: list[Any], args: list[Any],
     deadline = _DEADLINE.get()
     if deadline is None:
         return await _call(script, client, keys, args, None, sends)
+    return await by_deadline(_call(script, client, keys, args, deadline, sends), deadline,
+                             script.name)  # fmt: skip
+
+
+async def by_deadline(awaitable: Awaitable[Any], deadline: float, name: str) -> Any:
+    """``await awaitable``, ended with ``DeadlinePassed`` when it has not finished a
+    round trip's worth past ``deadline``."""
     budget = max(_LAST_LOOK, deadline - time.monotonic()) + _LAST_LOOK
     if sys.version_info >= (3, 11):  # a scope in this task (wait_for makes a task per call)
         try:
             async with asyncio.timeout(budget) as scope:
-                return await _call(script, client, keys, args, deadline, sends)
+                return await awaitable
         except TimeoutError as exc:
             if not scope.expired():
                 raise
-            raise DeadlinePassed(f"{script.name}: no answer before the deadline") from exc
+            raise DeadlinePassed(f"{name}: no answer before the deadline") from exc
     try:
-        return await asyncio.wait_for(_call(script, client, keys, args, deadline, sends), budget)
+        return await asyncio.wait_for(awaitable, budget)
     except asyncio.TimeoutError as exc:
-        raise DeadlinePassed(f"{script.name}: Redis did not answer before the deadline") from exc
+        raise DeadlinePassed(f"{name}: Redis did not answer before the deadline") from exc
 
 
 async def _call(script: LuaScript, client: Any, keys: list[Any], args: list[Any],
