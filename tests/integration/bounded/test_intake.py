@@ -29,6 +29,15 @@ def _lot(app: Celery) -> ParkingSemaphore:
     return semaphore_for(task, "api", 1, 30.0, "redislock", {})
 
 
+def _start_busy(app: Celery, locks: redis.Redis, worker: Any, call: Any) -> Any:
+    """Start a worker (2 processes) and run 0 of ``call``; its result once it holds the
+    pool's permit."""
+    worker(app, concurrency=2)
+    first = call.delay(0)
+    wait_until(lambda: holders(locks, "api"), what="the first run's permit")
+    return first
+
+
 def test_a_run_refused_at_intake_never_reaches_a_pool_process(
     app: Celery, locks: redis.Redis, worker: Any, capture: Any, caplog: Any
 ) -> None:
@@ -44,9 +53,7 @@ def test_a_run_refused_at_intake_never_reaches_a_pool_process(
             proceed.wait(10)
         return n
 
-    worker(app, concurrency=2)
-    first = call.delay(0)
-    wait_until(lambda: holders(locks, "api"), what="the first run's permit")
+    first = _start_busy(app, locks, worker, call)
     others = [call.delay(n) for n in range(1, 4)]
     wait_until(lambda: len(parked) == 3, what="three runs parked")
     started = {p["task_id"] for p in prerun if p["sender"].name == call.name}
@@ -83,9 +90,7 @@ def test_an_intake_park_whose_reply_was_lost_parks_the_run_once(
             proceed.wait(10)
         return n
 
-    worker(app, concurrency=2)
-    first = call.delay(0)
-    wait_until(lambda: holders(locks, "api"), what="the first run's permit")
+    first = _start_busy(app, locks, worker, call)
     second = call.delay(1)  # parked on intake; the run re-sends the same park
     wait_until(lambda: _lot(app).parking_info().parked == 1, what="the run parked")
     proceed.set()
@@ -113,9 +118,7 @@ def test_a_run_parked_at_intake_keeps_its_message(
     def after(result: int) -> None:
         seen.append(("after", result))
 
-    worker(app, concurrency=2)
-    first = call.delay(0)
-    wait_until(lambda: holders(locks, "api"), what="the first run's permit")
+    first = _start_busy(app, locks, worker, call)
     second = call.apply_async((1,), {"word": "w"}, headers={"x-tenant": "t1"}, retries=2,
                               link=after.s())  # fmt: skip
     wait_until(lambda: len(parked) == 1, what="the run parked")
@@ -167,9 +170,7 @@ def test_a_message_with_an_eta_is_looked_at_when_it_comes_due(
             proceed.wait(10)
         return n
 
-    worker(app, concurrency=2)
-    first = call.delay(0)
-    wait_until(lambda: holders(locks, "api"), what="the first run's permit")
+    first = _start_busy(app, locks, worker, call)
     sent = time.monotonic()
     # expires: Celery asks whether it was revoked on receipt too, long before it is due
     later = call.apply_async((1,), countdown=1.0, expires=60)
