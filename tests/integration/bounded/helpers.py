@@ -9,14 +9,19 @@ recorded peak above the limit is a real violation.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
+from typing import Any
 
 import redis
+from celery import Celery
 
-from celery_redislock import RedisSemaphore
+from celery_redislock import RedisSemaphore, bounded_task, singleton_task
 from celery_redislock.core.info import HolderInfo
 
-__all__ = ["RECORD", "Interval", "holders", "peak", "runs"]
+from ..helpers import wait_until
+
+__all__ = ["RECORD", "Interval", "busy_and_parking_singleton", "holders", "peak", "runs"]
 
 Interval = tuple[float, float, str]
 
@@ -49,3 +54,28 @@ def peak(intervals: Iterable[tuple[float, float] | Interval]) -> int:
 def holders(client: redis.Redis, pool: str) -> list[HolderInfo]:
     """The live permits of ``pool`` (default prefix)."""
     return RedisSemaphore(client, pool, limit=1).info().holders
+
+
+def busy_and_parking_singleton(
+    app: Celery, locks: redis.Redis, worker: Any, **sync_options: Any
+) -> tuple[threading.Event, Any, Any]:
+    """Pool "api" (limit 1) held by a busy run until the event is set, on a started
+    worker (3 processes), and a ``sync(user)`` singleton task in mode
+    until_and_while_executing sharing the pool (``sync_options`` added): ``(proceed,
+    the busy run's result, sync)``."""
+    proceed = threading.Event()
+
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0)
+    def call() -> str:
+        proceed.wait(10)
+        return "busy"
+
+    @singleton_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0,
+                    singleton_mode="until_and_while_executing", **sync_options)  # fmt: skip
+    def sync(user: int) -> int:
+        return user
+
+    worker(app, concurrency=3)
+    busy = call.delay()
+    wait_until(lambda: holders(locks, "api"), what="the busy run")
+    return proceed, busy, sync

@@ -10,7 +10,6 @@ restart without data makes it). The workers' side is in test_outage.py.
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +20,7 @@ from celery import Celery
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from celery_redislock import bounded_task, singleton_task
+from celery_redislock import bounded_task
 from celery_redislock.celery.bounded.journal import forget, journal_for, record
 from celery_redislock.celery.bounded.parking import encode_message, parking_for
 from celery_redislock.celery.bounded.sweeper import Sweeper
@@ -32,7 +31,7 @@ from celery_redislock.testing import RedisServer
 from ..conftest import MakeApp
 from ..helpers import lock_info, wait_until
 from ..workers import BROKER_DB, db_url
-from .helpers import holders
+from .helpers import busy_and_parking_singleton
 
 
 @pytest.fixture
@@ -140,21 +139,7 @@ def test_a_parked_singleton_whose_handed_lease_lapsed_still_runs(
     # came back empty and recovered the run from the journal), the run takes the free
     # lock afresh -- and was then skipped as "stale" when a newer call held the queued
     # lock, read as though this run's token had been the queued lock's.
-    proceed = threading.Event()
-
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0)
-    def busy() -> str:
-        proceed.wait(10)
-        return "busy"
-
-    @singleton_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0,
-                    singleton_mode="until_and_while_executing", lock_queued_ttl=1)  # fmt: skip
-    def sync(user: int) -> int:
-        return user
-
-    worker(app, concurrency=3)
-    first_busy = busy.delay()
-    wait_until(lambda: holders(locks, "api"), what="the busy run")
+    proceed, first_busy, sync = busy_and_parking_singleton(app, locks, worker, lock_queued_ttl=1)
     first = sync.delay(7)
     key = call_key(sync, (7,), {}, {})
     sem = ParkingSemaphore(locks, "api", limit=1)

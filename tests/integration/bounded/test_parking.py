@@ -28,7 +28,7 @@ from celery_redislock.core.parking import ParkingSemaphore, new_entry_id
 
 from ..conftest import MakeApp
 from ..helpers import lock_info, wait_until
-from .helpers import holders, peak
+from .helpers import busy_and_parking_singleton, holders, peak
 
 
 def _lot(app: Celery, pool: str = "api") -> ParkingSemaphore:
@@ -241,21 +241,7 @@ def test_a_parked_run_of_mode_until_and_while_executing_runs_when_released(
     # The parked message names the running lease it was handed (on_park); in this mode
     # the token header is read as the *queued* lock's, so the run found its own running
     # lock held, was re-sent as "the queued copy" and never ran while lock_queued_ttl lasted.
-    proceed = threading.Event()
-
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0)
-    def call() -> str:
-        proceed.wait(10)
-        return "busy"
-
-    @singleton_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0,
-                    singleton_mode="until_and_while_executing")  # fmt: skip
-    def sync(user: int) -> int:
-        return user
-
-    worker(app, concurrency=3)
-    busy = call.delay()
-    wait_until(lambda: holders(locks, "api"), what="the busy run")
+    proceed, busy, sync = busy_and_parking_singleton(app, locks, worker)
     first = sync.delay(7)
     key = call_key(sync, (7,), {}, {})
     wait_until(lambda: _lot(app).parking_info().parked == 1, what="the singleton parked")
@@ -304,21 +290,7 @@ def test_a_parked_singleton_that_expired_lets_its_lock_go(
     # In mode until_and_while_executing the parked message names the running lease it
     # was handed; the revoke cleanup released that token on the queued lock only, so
     # the signature stayed locked for lock_queued_ttl after its parked run expired.
-    proceed = threading.Event()
-
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0)
-    def call() -> str:
-        proceed.wait(10)
-        return "busy"
-
-    @singleton_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0,
-                    singleton_mode="until_and_while_executing")  # fmt: skip
-    def sync(user: int) -> int:
-        return user
-
-    worker(app, concurrency=3)
-    busy = call.delay()
-    wait_until(lambda: holders(locks, "api"), what="the busy run")
+    proceed, busy, sync = busy_and_parking_singleton(app, locks, worker)
     expiring = sync.apply_async((7,), expires=1.0)
     key = call_key(sync, (7,), {}, {})
     wait_until(lambda: _lot(app).parking_info().parked == 1, what="the singleton parked")
