@@ -33,7 +33,7 @@ from ..client import get_redis, replica_options
 from ..execution import AnyTask, RunState
 from ..logs import mark_resent_by
 from ..signals import permit_parked
-from ..tokens import HEADERS
+from ..tokens import HEADERS, PARK_HEADER
 from .journal import forget, record
 
 __all__ = [
@@ -53,9 +53,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PARK_HEADER: Final = "redislock_park"
-"""Header of a parked run's message: ``"<park token> <retries> <first refusal, epoch
-s>"``. ``retry()`` copies headers; the retries count in it tells a stale copy apart."""
+# PARK_HEADER (from tokens.py, which the singleton guard reads it from): a parked run's
+# message, ``"<park token> <retries> <first refusal, epoch s>"``. ``retry()`` copies
+# headers; the retries count in it tells a stale copy apart.
 mark_resent_by(PARK_HEADER)  # released from the queue: logged here, not received again
 
 SENT_HEADER: Final = "redislock_sent"
