@@ -28,6 +28,20 @@ local function parking_keys(holders, leases, fence, meta, parked, payloads, clai
     parked = parked, payloads = payloads, claimed = claimed}
 end
 
+-- Append to `reply` {id, payload, owner} of each entry of `ids` (space-separated, as
+-- a done key holds them) that is still claimed: what a re-sent request answers.
+local function append_still_claimed(reply, ids, payloads, claimed)
+  for id in string.gmatch(ids, '%S+') do
+    local row = redis.call('HMGET', payloads, 'p:' .. id, 'o:' .. id)
+    if row[1] and redis.call('ZSCORE', claimed, id) then
+      reply[#reply + 1] = id
+      reply[#reply + 1] = row[1]
+      reply[#reply + 1] = row[2] or ''
+    end
+  end
+  return reply
+end
+
 -- Put the claimed entries whose reservation lapsed back on the queue at their old
 -- place (their ticket), dropping the reservation's lease if it is still there.
 -- Returns how many were put back.

@@ -55,16 +55,8 @@ local now, now_us = server_clock()
 
 if redis.call('HEXISTS', k.payloads, 'p:' .. id) == 1 or redis.call('ZSCORE', KEYS[9], id) then
   local place = redis.call('ZRANK', k.parked, id)
-  local reply = {place and place + 1 or 0}
-  for claimed_id in string.gmatch(redis.call('GET', KEYS[10]) or '', '%S+') do
-    local row = redis.call('HMGET', k.payloads, 'p:' .. claimed_id, 'o:' .. claimed_id)
-    if row[1] and redis.call('ZSCORE', k.claimed, claimed_id) then
-      reply[#reply + 1] = claimed_id
-      reply[#reply + 1] = row[1]
-      reply[#reply + 1] = row[2] or ''
-    end
-  end
-  return {STAMP, reply}
+  local reply, done = {place and place + 1 or 0}, redis.call('GET', KEYS[10]) or ''
+  return {STAMP, append_still_claimed(reply, done, k.payloads, k.claimed)}
 end
 unclaim_lapsed(k, now)
 if ARGV[8] == '1' and redis.call('EXISTS', k.parked) == 0

@@ -41,6 +41,7 @@ local STAMP = 'pr' .. string.sub(ARGV[1], 1, 8)
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
+--!include lib_parking.lua
 
 local now, now_us = server_clock()
 local released, removed = 0, 0
@@ -62,15 +63,7 @@ if token ~= '' then
     local done = redis.call('GET', KEYS[11])
     if done then  -- released by this very request, whose reply was lost
       local reply = {1, redis.call('ZCARD', KEYS[8])}
-      for id in string.gmatch(done, '%S+') do
-        local row = redis.call('HMGET', KEYS[9], 'p:' .. id, 'o:' .. id)
-        if row[1] and redis.call('ZSCORE', KEYS[10], id) then
-          reply[#reply + 1] = id
-          reply[#reply + 1] = row[1]
-          reply[#reply + 1] = row[2] or ''
-        end
-      end
-      return {STAMP, reply}
+      return {STAMP, append_still_claimed(reply, done, KEYS[9], KEYS[10])}
     end
   end
 end
