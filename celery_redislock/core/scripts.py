@@ -117,6 +117,9 @@ class LuaScript:
         if pool is None or getattr(client, "connection", None) is not None:
             return self._via_client(client, keys, args, with_text)  # cluster, one connection
         deadline = _DEADLINE.get()
+        # Packed before a connection is taken: an argument that cannot be encoded
+        # raises with no connection out of the pool and none left marked busy.
+        packed = pack_evalsha(self.head, keys, args, key_encoder(client))
         kept = kept_connection(client, pool)
         conn = pool.get_connection() if kept is None else kept.conn
 
@@ -124,8 +127,6 @@ class LuaScript:
             conn.disconnect()
             if deadline is not None and time.monotonic() >= deadline:
                 raise DeadlinePassed(f"{self.name}: Redis did not answer before the deadline")
-
-        packed = pack_evalsha(self.head, keys, args, key_encoder(client))
 
         def attempt() -> Any:
             return self._on(conn, packed, keys, args, deadline, with_text, sends)
