@@ -39,12 +39,12 @@ from ..config import CLIENT_KEYS, conf_fingerprint
 from ..identity import IdentityCache
 from ..outage import OUTAGE_ERRORS
 from ..sentinel import is_sentinel_url, sentinel_client
+from .settings import DEFAULT_KEEP
 
 __all__ = ["JOURNAL_URL", "forget", "journal_for", "read_value", "record"]
 
 JOURNAL_URL: Final = "redislock_park_journal_url"
 _KEYS: Final = (JOURNAL_URL, "redislock_prefix", "redislock_park_keep", *CLIENT_KEYS)
-_KEEP: Final = 86400.0  # parking.DEFAULT_KEEP: the journal keeps what the queue keeps
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def _state(app: Celery) -> tuple[ParkJournal | None, float]:
     if cached is not None and fingerprint is not None and cached[:2] == (pid, fingerprint):
         return cached[2], cached[3]
     journal = _make(app)
-    keep = float(app.conf.get("redislock_park_keep", _KEEP))
+    keep = float(app.conf.get("redislock_park_keep", DEFAULT_KEEP))
     if fingerprint is not None:
         _journals.set(app, (pid, fingerprint, journal, keep))
     return journal, keep

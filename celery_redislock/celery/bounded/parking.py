@@ -35,6 +35,7 @@ from ..logs import mark_resent_by
 from ..signals import permit_parked
 from ..tokens import HEADERS, PARK_HEADER
 from .journal import forget, record
+from .settings import DEFAULT_KEEP
 
 __all__ = [
     "ATTEMPT",
@@ -63,9 +64,6 @@ SENT_HEADER: Final = "redislock_sent"
 the sender's clock; its ETA if later). A parked run takes its place in the queue by
 it, so runs park in the order they were sent, whichever worker or process parks them
 first (see :meth:`~celery_redislock.core.parking.ParkingSemaphore.park`)."""
-
-DEFAULT_KEEP: Final = 86400.0
-"""Seconds the parked runs of a pool are kept after the latest park (a day)."""
 
 _MAGIC: Final = b"RLP1"
 ATTEMPT: Final = "_redislock_park_attempt"

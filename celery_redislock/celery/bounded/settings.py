@@ -18,6 +18,7 @@ from ..config import check_ttl
 __all__ = [
     "DEFAULT_COUNTDOWN",
     "DEFAULT_JITTER",
+    "DEFAULT_KEEP",
     "DEFAULT_STANDBY",
     "DEFAULT_WAIT",
     "SETTINGS",
@@ -43,6 +44,10 @@ freed permit soon finds a taker; each re-schedule costs a publish and a delivery
 DEFAULT_JITTER: Final = 0.3
 """Up to this many seconds are added at random to each re-schedule's countdown, so
 re-scheduled runs come back spread out rather than all at once."""
+
+DEFAULT_KEEP: Final = 86400.0
+"""Seconds the parked runs of a pool are kept after the latest park (a day),
+``redislock_park_keep``; the park journal keeps its copies as long."""
 
 DEFAULT_STANDBY: Final = 0
 """Parked runs of a pool published ahead to wait in place for the next permit. 0: none
