@@ -39,7 +39,7 @@ from ..config import CLIENT_KEYS, conf_fingerprint
 from ..identity import IdentityCache
 from ..outage import OUTAGE_ERRORS
 from ..sentinel import is_sentinel_url, sentinel_client
-from .settings import DEFAULT_KEEP
+from .settings import park_keep
 
 __all__ = ["JOURNAL_URL", "forget", "journal_for", "read_value", "record"]
 
@@ -67,7 +67,7 @@ def _state(app: Celery) -> tuple[ParkJournal | None, float]:
     if cached is not None and fingerprint is not None and cached[:2] == (pid, fingerprint):
         return cached[2], cached[3]
     journal = _make(app)
-    keep = float(app.conf.get("redislock_park_keep", DEFAULT_KEEP))
+    keep = park_keep(app)
     if fingerprint is not None:
         _journals.set(app, (pid, fingerprint, journal, keep))
     return journal, keep

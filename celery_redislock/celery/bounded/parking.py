@@ -35,7 +35,7 @@ from ..logs import mark_resent_by
 from ..signals import permit_parked
 from ..tokens import HEADERS, PARK_HEADER
 from .journal import forget, record
-from .settings import DEFAULT_KEEP
+from .settings import park_keep
 
 __all__ = [
     "ATTEMPT",
@@ -121,7 +121,7 @@ def parking_for(app: Any, pool: str, limit: int, ttl: float, prefix: str,
             _semaphores.move_to_end(cache_key)
             return sem
     sem = ParkingSemaphore(client, pool, limit=limit, ttl=ttl, prefix=prefix,
-                           keep=float(app.conf.get("redislock_park_keep", DEFAULT_KEEP)),
+                           keep=park_keep(app),
                            on_claimed=functools.partial(publish_claimed, app),
                            standby=standby, **acks)  # fmt: skip
     with _semaphores_guard:

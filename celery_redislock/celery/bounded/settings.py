@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_JITTER",
     "DEFAULT_KEEP",
     "DEFAULT_STANDBY",
+    "DEFAULT_SWEEP_INTERVAL",
     "DEFAULT_WAIT",
     "SETTINGS",
     "Settings",
@@ -27,7 +28,9 @@ __all__ = [
     "check_limit",
     "check_limits",
     "check_seconds",
+    "park_keep",
     "settings_of",
+    "sweep_interval",
 ]
 
 # The defaults come from benchmarks/bench_bounded.py (see the README). By default a
@@ -52,6 +55,9 @@ DEFAULT_KEEP: Final = 86400.0
 DEFAULT_STANDBY: Final = 0
 """Parked runs of a pool published ahead to wait in place for the next permit. 0: none
 (a parked run holds no worker slot); see ``concurrency_standby``."""
+
+DEFAULT_SWEEP_INTERVAL: Final = 1.0
+"""Seconds between the parked-run sweeps of a worker (``redislock_park_sweep_interval``)."""
 
 DEFAULT_WAIT: Final = 0.0
 """Seconds a refused run waits in place (if fewer than ``concurrency_waiters`` wait
@@ -143,6 +149,18 @@ def settings_of(app: Celery) -> Settings:
         park=check_flag(get("redislock_concurrency_park", True), "redislock_concurrency_park"),
         standby=_standby(get("redislock_concurrency_standby")),
     )
+
+
+def park_keep(app: Celery) -> float:
+    """``redislock_park_keep``, checked: seconds > 0 (default :data:`DEFAULT_KEEP`)."""
+    value = app.conf.get("redislock_park_keep", DEFAULT_KEEP)
+    return check_seconds(value, "redislock_park_keep", zero=False)
+
+
+def sweep_interval(app: Celery) -> float:
+    """``redislock_park_sweep_interval``, checked: seconds > 0 (0 would spin)."""
+    value = app.conf.get("redislock_park_sweep_interval", DEFAULT_SWEEP_INTERVAL)
+    return check_seconds(value, "redislock_park_sweep_interval", zero=False)
 
 
 def _standby(value: object) -> int | None:

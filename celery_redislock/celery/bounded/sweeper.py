@@ -35,15 +35,17 @@ from ...core.keys import DEFAULT_PREFIX, encode_name
 from ...core.parking import parking_pools, pools_key
 from ...core.scripts import as_text
 from ..client import get_redis
+from ..config import settings_for
 from ..outage import OUTAGE_ERRORS
 from .parking import parking_for
 from .recovery import recover
+from .settings import DEFAULT_SWEEP_INTERVAL, sweep_interval
 
 __all__ = ["DEFAULT_INTERVAL", "Sweeper", "connect", "epoch", "poke", "sweep"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL: Final = 1.0
+DEFAULT_INTERVAL: Final = DEFAULT_SWEEP_INTERVAL
 """Seconds between sweeps (``redislock_park_sweep_interval``)."""
 
 _sweepers: dict[int, Sweeper] = {}
@@ -55,7 +57,7 @@ def sweep(app: Any) -> tuple[int, int]:
     still parked or claimed)``."""
     client = get_redis(app)
     prefix = app.conf.get("redislock_prefix") or DEFAULT_PREFIX
-    ttl = float(app.conf.get("redislock_lock_ttl") or 30.0)
+    ttl = settings_for(app).lock_ttl
     published = waiting = 0
     for pool in parking_pools(client, prefix):
         # Dropped first, added back while anything is left: a park that lands
@@ -167,7 +169,7 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
     app = getattr(sender, "app", None)
     if app is None or not _uses_parking(app):
         return
-    interval = float(app.conf.get("redislock_park_sweep_interval", DEFAULT_INTERVAL))
+    interval = sweep_interval(app)
     with _sweepers_guard:
         if id(app) in _sweepers:
             return

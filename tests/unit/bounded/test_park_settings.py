@@ -1,0 +1,89 @@
+"""The parking settings (``redislock_park_keep``, ``redislock_park_sweep_interval``) and
+the sweeper's lease time: a bad value raises ConfigurationError naming the setting and
+the value where it is read (no Redis needed: clients connect lazily)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from celery import Celery
+
+import celery_redislock.celery.bounded.sweeper as sweeper_module
+from celery_redislock.celery.bounded.journal import journal_for
+from celery_redislock.celery.bounded.parking import parking_for
+from celery_redislock.celery.bounded.settings import (
+    DEFAULT_KEEP,
+    DEFAULT_SWEEP_INTERVAL,
+    park_keep,
+    sweep_interval,
+)
+from celery_redislock.errors import ConfigurationError
+
+BAD = ["a day", None, True, 0, -1, float("nan"), float("inf"), [86400]]
+
+
+def _naming(setting: str, value: object) -> str:
+    return f"{setting} .*got {re.escape(repr(value))}"
+
+
+@pytest.fixture
+def app(monkeypatch: pytest.MonkeyPatch) -> Iterator[Celery]:
+    for name in ("CELERY_BROKER_URL", "CELERY_BROKER_WRITE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    app = Celery("park_settings", set_as_current=False)
+    # A journal on a Redis of its own, so journal_for reads the keep time too.
+    app.conf.update(broker_url="redis://h:6379/1", redislock_url="redis://locks:6379/0")
+    yield app
+    app.close()
+
+
+def test_defaults_and_good_values(app: Celery) -> None:
+    assert (park_keep(app), sweep_interval(app)) == (DEFAULT_KEEP, DEFAULT_SWEEP_INTERVAL)
+    app.conf.update(redislock_park_keep=3600, redislock_park_sweep_interval=0.25)
+    assert (park_keep(app), sweep_interval(app)) == (3600.0, 0.25)
+    assert parking_for(app, "pool", 2, 30.0, "redislock")._keep_ms == 3_600_000
+
+
+def _parking(app: Celery) -> object:
+    return parking_for(app, "pool", 2, 30.0, "redislock")
+
+
+@pytest.mark.parametrize("value", BAD)
+@pytest.mark.parametrize("read", [park_keep, _parking, journal_for])
+def test_a_bad_keep_is_refused_naming_it(
+    app: Celery, value: object, read: Callable[[Celery], object]
+) -> None:
+    app.conf.redislock_park_keep = value
+    with pytest.raises(ConfigurationError, match=_naming("redislock_park_keep", value)):
+        read(app)
+
+
+def noop() -> None:
+    """A task body."""
+
+
+def _worker_ready(app: Celery) -> None:
+    # What the worker_ready signal calls; a bounded task makes the worker sweep.
+    app.task(concurrency_limit=1)(noop)
+    sweeper_module._on_ready(sender=SimpleNamespace(app=app))
+
+
+@pytest.mark.parametrize("value", BAD)
+@pytest.mark.parametrize("read", [sweep_interval, _worker_ready])
+def test_a_bad_sweep_interval_is_refused_naming_it(
+    app: Celery, value: object, read: Callable[[Celery], Any]
+) -> None:
+    app.conf.redislock_park_sweep_interval = value
+    with pytest.raises(ConfigurationError, match=_naming("redislock_park_sweep_interval", value)):
+        read(app)
+    assert id(app) not in sweeper_module._sweepers  # no sweeper started
+
+
+def test_the_sweep_reads_the_lease_time_checked(app: Celery) -> None:
+    app.conf.redislock_lock_ttl = "30"
+    with pytest.raises(ConfigurationError, match=_naming("redislock_lock_ttl", "30")):
+        sweeper_module.sweep(app)  # before any Redis call
