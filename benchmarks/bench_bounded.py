@@ -6,6 +6,8 @@ Run from the repository root (about half a minute)::
     python benchmarks/bench_bounded.py --tasks 100 --duration 0.02 --rounds 1
     python benchmarks/bench_bounded.py --backlog      # 60 tasks of 0.2 s, limit 2:
                                                       # parked vs re-publish (_backlog.py)
+    python benchmarks/bench_bounded.py --backlog --modes parked --stages
+                                      # only the parked runs, each hand-off's stages timed
 
 It starts a private ``redis-server`` (``celery_redislock.testing.RedisServer``) holding
 the broker (db 1), the result backend (db 2) and the semaphores (db 3), writes the app
@@ -52,11 +54,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The checkout this file is in, ahead of an installed (or editable, other worktree's)
+# copy of the package: in this process and in the workers it starts (ROOT, below).
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import redis
 from _common import command_calls, print_table
 
 from celery_redislock.testing import RedisServer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 APP = '''
 import time
@@ -104,7 +111,7 @@ def worker(directory: str, module: str, queue: str, concurrency: int) -> Iterato
     """A ``celery worker`` subprocess (prefork) on ``queue``, ready on entry; its pid."""
     log_path = os.path.join(directory, f"{queue}-{uuid.uuid4().hex[:6]}.log")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-        directory, os.environ.get("PYTHONPATH")]))}  # fmt: skip
+        directory, ROOT, os.environ.get("PYTHONPATH")]))}  # fmt: skip
     args = [sys.executable, "-m", "celery", "-A", f"{module}:app", "worker", "-P", "prefork",
             "-c", str(concurrency), "-Q", queue, "-n", f"{queue}-{uuid.uuid4().hex[:6]}@%h",
             "-l", "info", "--without-heartbeat", "--without-gossip",
@@ -236,12 +243,20 @@ def main() -> None:
     parser.add_argument("--wait", type=float, help="concurrency_wait (s)")
     parser.add_argument("--waiters", type=int, help="concurrency_waiters")
     parser.add_argument("--prefetch", type=int, default=4, help="worker_prefetch_multiplier")
+    parser.add_argument("--modes", help="backlog: comma-separated subset of: unbounded, "
+                        "parked, parked in child, parked+standby, re-publish (all)")
+    parser.add_argument("--stages", action="store_true",
+                        help="backlog: stamp and print each hand-off's stages (_stages.py)")
     parser.add_argument("--dump", help="write every run's intervals to this JSON file")
     args = parser.parse_args()
     if args.backlog:
-        from _backlog import run_backlog
+        from _backlog import MODES, run_backlog
 
-        run_backlog(args.tasks or 60, args.duration or 0.2, args.limit or 2, args.rounds)
+        modes = tuple(m.strip() for m in args.modes.split(",")) if args.modes else MODES
+        if not set(modes) <= set(MODES):
+            parser.error(f"--modes: choose among {', '.join(MODES)}, got {args.modes!r}")
+        run_backlog(args.tasks or 60, args.duration or 0.2, args.limit or 2, args.rounds,
+                    modes, args.stages)  # fmt: skip
         return
     args.tasks, args.duration = args.tasks or 200, args.duration or 0.05
     args.limit = args.limit or 3
