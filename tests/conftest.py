@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
@@ -16,6 +17,13 @@ import redis
 
 from celery_redislock.testing import RedisServer
 from tests.faults import FaultProxy
+
+# The processes the tests start (celery workers, the CLI) import the package of this
+# checkout, as the tests do: the venv's editable install may point at another worktree.
+_CHECKOUT = str(Path(__file__).resolve().parents[1])
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [_CHECKOUT, os.environ.get("PYTHONPATH")])
+)
 
 
 @pytest.fixture(scope="session")

@@ -58,8 +58,14 @@ def _write_app(directory: Path, name: str, conf: dict[str, Any]) -> None:
     )
 
 
+def _env(directory: Path) -> dict[str, str]:
+    # ``directory`` (the app module), then this checkout (tests/conftest.py puts it there).
+    path = os.pathsep.join(filter(None, [str(directory), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
 def _runner(directory: Path, module: str) -> Run:
-    env = {**os.environ, "PYTHONPATH": str(directory)}
+    env = _env(directory)
 
     def run(*args: str, stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "celery", "-A", module, "redislock", *args]
@@ -488,7 +494,7 @@ def test_watch_clears_the_screen_on_a_terminal(tmp_path: Path, run: Run,
     try:
         command = [sys.executable, "-m", "celery", "-A", "cliproj", "redislock", "watch",
                    "--count", "2", "--interval", "0.1"]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+        env = _env(tmp_path)
         done = subprocess.run(command, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
                               stdout=secondary, stderr=subprocess.PIPE, timeout=30)  # fmt: skip
         assert done.returncode == 0, done.stderr
