@@ -1,6 +1,7 @@
 """Script calls of one loop sent together: the calls a loop's tasks make in the same
 turn of the loop (a burst of acquires: 1,000 tasks started at once; waiters' polls,
-which fall on a grid, see :mod:`.notifier`) go out as one write on one connection,
+which fall on a grid, see :mod:`.notifier`; the releases of sections that end
+together) go out as one write on one connection,
 their replies read in order, where each call alone would take a connection from the
 pool, write and wake Redis once.
 
@@ -9,7 +10,8 @@ check. A call alone in its turn, and every call left unanswered by an error (a
 connection error, a stale reply, NOSCRIPT twice), is sent again by its own caller
 through :func:`.calls.call` (which retries, loads the script, and keeps the caller's
 deadline and cancellation). Only for calls that may be sent twice (an acquire
-attempt: a re-sent one finds its own queue place or lease). A caller cancelled (or
+attempt: a re-sent one finds its own queue place or lease; a semaphore release: a
+re-sent one answers as the first did). A caller cancelled (or
 past its deadline) before the write is left out; after it, its reply is dropped, as a
 cancelled call's would be (its acquire's clean-up runs, see :mod:`.primitive`). The
 write's replies are awaited until the latest deadline of its callers.

@@ -204,11 +204,15 @@ class AsyncRedisSemaphore(AsyncPrimitive):
     async def _release_token(self, token: str) -> bool:
         # Waiters of this loop that the release grants are named in its reply and
         # woken here: no message round for them (see AsyncNotifier.hand_over).
+        # Batched: holders whose sections end in the same turn (they began together)
+        # release in one write, and their successors then begin together too; each
+        # release alone would wake Redis and this loop once more per section. A
+        # release may be sent twice (a re-send answers as the first, grants included).
         scripts = self._scripts
         notifier = AsyncNotifier.current(self._client)
         here = None if notifier is None else notifier.tag
         keys, args = scripts.release_call(token), scripts.release_args(token, here)
-        released, grants = release_reply(await call(RELEASE, self._client, keys, args))
+        released, grants = release_reply(await batched_call(RELEASE, self._client, keys, args))
         if grants and notifier is not None:
             notifier.hand_over(f"{scripts.channel}:{here}", grants)
         return released

@@ -1,6 +1,7 @@
 """A burst of acquire attempts of one loop goes out in one write per turn (asyncio/
 batch.py): every attempt gets its own reply, a NOSCRIPT sends them again alone, and a
-caller cancelled before the write is left out."""
+caller cancelled before the write is left out. So does a burst of semaphore releases,
+each handing its own grant to this loop's waiter, even when the write's reply is lost."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import redis.asyncio as aioredis
 
 from celery_redislock import RedisSemaphore
 from celery_redislock.asyncio import AsyncRedisSemaphore, batch
-from celery_redislock.core.semaphore_scripts import ACQUIRE
+from celery_redislock.core.semaphore_scripts import ACQUIRE, RELEASE
 from tests.faults import FaultProxy
 
 
@@ -136,3 +137,76 @@ def test_a_burst_sent_again_alone_keeps_each_callers_own_deadline(
     second = asyncio.run(main())
     assert not isinstance(second, BaseException), repr(second)
     assert second is not None  # five permits free: the attempt without a deadline got one
+
+
+async def _hold_and_queue(sem: AsyncRedisSemaphore, waiters: int) -> tuple[list[Any], list[Any]]:
+    """``sem.limit`` leases held and ``waiters`` tasks queued behind them (subscribed)."""
+    held = [await sem.acquire(blocking=False) for _ in range(sem.limit)]
+    queued = [asyncio.ensure_future(sem.acquire(timeout=10)) for _ in range(waiters)]
+    while (await sem.info()).waiters < waiters:
+        await asyncio.sleep(0.01)
+    return held, queued
+
+
+def test_releases_of_one_turn_are_one_write_each_handing_over_its_own_grant(
+    r: redis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes: list[int] = []
+    send = batch._send
+
+    async def counted(script: Any, client: Any, items: list[Any]) -> None:
+        if script is RELEASE:
+            sizes.append(len(items))
+        await send(script, client, items)
+
+    monkeypatch.setattr(batch, "_send", counted)
+    before = int(r.info("commandstats").get("cmdstat_publish", {}).get("calls", 0))
+
+    async def main() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        sem = AsyncRedisSemaphore(client, "release-burst", limit=4, ttl=10)
+        held, queued = await _hold_and_queue(sem, 6)
+        assert all(await asyncio.gather(*(lease.release() for lease in held)))
+        granted = await asyncio.wait_for(asyncio.gather(*queued[:4]), 5)
+        assert len({lease.fence for lease in granted}) == 4
+        assert not any(task.done() for task in queued[4:])  # never over the limit
+        assert await client.zcard(sem.keys.holders) == 4
+        for lease in granted:
+            assert await lease.release()
+        for lease in await asyncio.wait_for(asyncio.gather(*queued[4:]), 5):
+            assert await lease.release()
+        await client.aclose()
+
+    asyncio.run(main())
+    assert sizes[0] == 4  # the four releases of one turn: one write
+    # Each grant went to its waiter in its release's reply, not by message.
+    assert int(r.info("commandstats").get("cmdstat_publish", {}).get("calls", 0)) == before
+
+
+def test_a_release_burst_whose_reply_is_lost_still_hands_over_every_grant(
+    r: redis.Redis, fault_proxy: FaultProxy
+) -> None:
+    """The write of the releases ran but its reply was lost: each release is sent again
+    alone and answers as the first did, naming the waiter it granted -- who goes on at
+    once, not at its next poll."""
+
+    async def main() -> float:
+        client = aioredis.Redis(host="127.0.0.1", port=fault_proxy.port, db=fault_proxy.db)
+        sem = AsyncRedisSemaphore(client, "release-lost", limit=3, ttl=10)
+        try:
+            held, queued = await _hold_and_queue(sem, 3)
+            fault_proxy.drop_reply(match=RELEASE.sha.encode())
+            started = time.monotonic()
+            assert all(await asyncio.gather(*(lease.release() for lease in held)))
+            granted = await asyncio.wait_for(asyncio.gather(*queued), 5)
+            elapsed = time.monotonic() - started
+            assert fault_proxy.dropped == 1
+            assert len({lease.fence for lease in granted}) == 3
+            for lease in granted:
+                assert await lease.release()
+            return elapsed
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()) < 0.6  # a waiter's poll is a second away (ttl 10 s)
+    assert r.zcard("redislock:semaphore:{release-lost}:holders") == 0
