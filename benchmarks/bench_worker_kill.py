@@ -2,12 +2,13 @@
 
 Run from the repository root (about a minute per round)::
 
-    python benchmarks/bench_worker_kill.py                 # 300 + 300 tasks, limit 3
-    python benchmarks/bench_worker_kill.py --rounds 3 --tasks 300
+    python benchmarks/bench_worker_kill.py                 # 3 rounds of 300 + 300, limit 3
+    python benchmarks/bench_worker_kill.py --journal --keep  # broker on its own Redis
 
-A private ``redis-server`` holds the broker, results and locks. 4 ``celery worker``
-subprocesses (prefork, 4 processes each, default prefetch) consume the default queue,
-which carries both kinds:
+A private ``redis-server`` holds the broker, results and locks (``--journal``: the
+broker and results on a second one, so parked runs are journaled there). 4 ``celery
+worker`` subprocesses (prefork, 4 processes each, default prefetch) consume the default
+queue, which carries both kinds:
 
 * **bounded**: ``@bounded_task(concurrency_limit=3)`` (parking, the default), all sent
   at once: most are parked in Redis and published again one by one;
@@ -15,12 +16,20 @@ which carries both kinds:
   time, so the kills meet both alike.
 
 Every ``--interval`` seconds (5) a random worker's **main process** is SIGKILLed (its
-pool children die with it or finish their task and exit) and a fresh worker takes its
-place. Every run appends ``"<start> <end> <task id>"`` to a file. When everything that
-can still run has run (nothing new for ``lock_ttl`` + 5 s), the table shows per kind:
-tasks sent, ran, lost (never ran), ran twice, the peak concurrency of the bounded
-runs (interval sweep: must be <= the limit), and, for bounded, the permits and parked
-entries left in Redis (must be 0).
+pool children die with it: Celery sets their parent-death signal) and a fresh worker
+takes its place. Every run appends ``"<start> <end> <task id>"`` to a file, and every
+process of the app its events (:mod:`_kills`). When everything that can still run has
+run (nothing new for ``lock_ttl`` + 5 s), the table shows per round and kind: tasks
+sent, ran, lost (never ran), ran twice, the peak concurrency of the bounded runs
+(interval sweep: must be <= the limit), messages per task (each is exposed to the
+kills), tasks in a killed main at its kill and how many of those ran all the same, the
+permits and parked entries left in Redis (must be 0), and where each lost task was
+lost: its last message the original (``orig``: plain Celery loses it alike) or a
+re-publish (``repub``); ``transit`` (taken off the list by a main killed before it
+recorded it), ``main`` (in a killed main's prefetch), ``running`` (its pool process
+killed with its main: lost bounded or not), ``parked``. A ``repub`` loss other than
+``running`` is parking's own (a lost re-publish is published again when its reserved
+permit lapses): the last line counts them, and must say 0.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import argparse
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,11 +54,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import redis
 from _common import print_table
+from _kills import HOOKS, read_events, summary
 
 from celery_redislock.core.parking import ParkingSemaphore
 from celery_redislock.testing import RedisServer
 
-APP = '''
+APP = """
 import time
 from celery import Celery
 from celery_redislock import bounded_task
@@ -75,7 +86,7 @@ def bounded(seconds):
 @app.task(name="kill.plain")
 def plain(seconds):
     _body("plain", seconds)
-'''
+"""
 
 
 def _start(directory: str, module: str, n: int) -> subprocess.Popen[bytes]:
@@ -109,14 +120,19 @@ def _peak(runs: list[tuple[float, float, str]]) -> int:
 
 
 def one_round(count: int, seconds: float, limit: int, interval: float,
-              lock_ttl: float) -> dict[str, Any]:  # fmt: skip
-    with RedisServer() as server, tempfile.TemporaryDirectory() as directory:
+              lock_ttl: float, keep: bool = False,
+              journal: bool = False) -> dict[str, Any]:  # fmt: skip
+    with RedisServer() as server, RedisServer() as other, \
+            tempfile.TemporaryDirectory() as directory:  # fmt: skip
         base = server.url.rsplit("/", 1)[0]
+        # --journal: the broker on a Redis of its own, so parked runs are journaled there
+        broker = other.url.rsplit("/", 1)[0] if journal else base
         module = f"bench_kill_{uuid.uuid4().hex[:8]}"
         records = os.path.join(directory, "runs")
         Path(directory, f"{module}.py").write_text(textwrap.dedent(APP.format(
-            broker=f"{base}/1", backend=f"{base}/2", locks=f"{base}/3", records=records,
-            limit=limit, lock_ttl=lock_ttl)), encoding="utf-8")  # fmt: skip
+            broker=f"{broker}/1", backend=f"{broker}/2", locks=f"{base}/3", records=records,
+            limit=limit, lock_ttl=lock_ttl)) + HOOKS.format(records=records),
+            encoding="utf-8")  # fmt: skip
         sys.path.insert(0, directory)
         tasks = __import__(module)
         workers = [_start(directory, module, n) for n in range(4)]
@@ -128,7 +144,7 @@ def one_round(count: int, seconds: float, limit: int, interval: float,
         drain = count * seconds / limit
         t0 = next_kill = time.monotonic()
         next_kill += interval * random.uniform(0.8, 1.2)
-        kills = 0
+        kills: list[tuple[float, int]] = []  # (time, main pid)
         while time.monotonic() - t0 < drain or len(plain) < count:
             due = int(count * min(1.0, (time.monotonic() - t0) / drain))
             while len(plain) < due:
@@ -136,8 +152,8 @@ def one_round(count: int, seconds: float, limit: int, interval: float,
             if time.monotonic() >= next_kill:
                 victim = random.randrange(len(workers))
                 os.kill(workers[victim].pid, signal.SIGKILL)
+                kills.append((time.time(), workers[victim].pid))
                 workers[victim].wait(5)
-                kills += 1
                 workers[victim] = _start(directory, module, started)
                 every.append(workers[victim])
                 started += 1
@@ -166,14 +182,26 @@ def one_round(count: int, seconds: float, limit: int, interval: float,
         for process in every:  # each worker's process group: orphaned pool children
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-        result: dict[str, Any] = {"kills": kills}
+        result: dict[str, Any] = {"kills": len(kills)}
+        traces = read_events(Path(f"{records}.events"))
         for kind, sent in (("bounded", bounded), ("plain", plain)):
             runs = _runs(paths[kind])
             ran = Counter(t for _, _, t in runs)
+            ended = {t: e for _, e, t in runs}
             result[kind] = {
-                "sent": len(sent), "ran": len(ran), "lost": len(set(sent) - set(ran)),
-                "twice": sum(1 for n in ran.values() if n > 1), "peak": _peak(runs),
+                "sent": len(sent),
+                "ran": len(ran),
+                "lost": len(set(sent) - set(ran)),
+                "twice": sum(1 for n in ran.values() if n > 1),
+                "peak": _peak(runs),
+                "summary": summary(sent, ended, traces, kills),
             }
+        if keep:
+            kept = tempfile.mkdtemp(prefix="bench_kill_")
+            for name in os.listdir(directory):
+                if not name.endswith(".py") and os.path.isfile(os.path.join(directory, name)):
+                    shutil.copy(os.path.join(directory, name), kept)
+            result["kept"] = kept
         result["bounded"]["left"] = f"{permits} permits, {info.parked + info.claimed} parked"
         result["plain"]["left"] = "-"
         locks.close()
@@ -187,22 +215,68 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=3, help="concurrency_limit")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between kills")
     parser.add_argument("--lock-ttl", type=float, default=10.0, help="lock_ttl of the task")
-    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--journal",
+        action="store_true",
+        help="the broker on a second Redis (parked runs journaled there)",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep each round's worker logs and event files (path printed)",
+    )
     args = parser.parse_args()
-    rows = []
+    rows, losses = [], []
+    totals = Counter[str]()
     for n in range(args.rounds):
-        r = one_round(args.tasks, args.duration, args.limit, args.interval, args.lock_ttl)
+        r = one_round(args.tasks, args.duration, args.limit, args.interval, args.lock_ttl,
+                      args.keep, args.journal)  # fmt: skip
+        b, p = r["bounded"], r["plain"]
+        totals.update(bounded=b["lost"], plain=p["lost"])
         for kind in ("bounded", "plain"):
             k = r[kind]
+            sm = k["summary"]
+            totals.update({f"{kind} exposed": sm.exposed, f"{kind} saved": sm.saved})
+            for place, c in sm.places.items():
+                totals[f"{kind} {place}"] += c
             rows.append([f"#{n + 1} {kind}", r["kills"], k["sent"], k["ran"], k["lost"],
-                         k["twice"], k["peak"], k["left"]])  # fmt: skip
-    print(f"{args.tasks} bounded (limit {args.limit}, parked) + {args.tasks} plain tasks of "
-          f"{args.duration * 1000:g} ms, 4 workers x 4 (prefork), a random worker main "
-          f"process SIGKILLed every ~{args.interval:g}s and replaced; lock_ttl "
-          f"{args.lock_ttl:g}s\n")
-    print_table(["round", "kills", "sent", "ran", "lost", "ran twice", "peak", "left in Redis"],
+                         k["twice"], k["peak"], f"{sm.publishes:.2f}",
+                         f"{sm.exposed}/{sm.saved}", k["left"],
+                         ", ".join(f"{c} {p}" for p, c in sorted(sm.places.items()))
+                         or "-"])  # fmt: skip
+            losses += [f"#{n + 1} {kind} {line}" for line in sm.lines]
+        print(
+            f"round {n + 1}: lost {b['lost']} bounded / {p['lost']} plain"
+            + (f"  (kept in {r['kept']})" if "kept" in r else ""),
+            flush=True,
+        )
+    print(
+        f"\n{args.tasks} bounded (limit {args.limit}, parked) + {args.tasks} plain tasks of "
+        f"{args.duration * 1000:g} ms, 4 workers x 4 (prefork), a random worker main "
+        f"process SIGKILLed every ~{args.interval:g}s and replaced; lock_ttl "
+        f"{args.lock_ttl:g}s; broker "
+        f"{'on its own Redis (journal on)' if args.journal else 'on the lock Redis'}\n"
+    )
+    print_table(["round", "kills", "sent", "ran", "lost", "ran twice", "peak", "msgs/task",
+                 "in killed main/ran", "left in Redis",
+                 "lost where (orig: Celery's, repub: ours)"],
                 rows)  # fmt: skip
-    print(f"\npython {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
+    print("\n" + "\n".join(losses) if losses else "")
+    ours = sum(c for key, c in totals.items() if key.startswith("bounded repub ")
+               and not key.endswith(" running"))  # fmt: skip
+    print(
+        f"total lost: {totals['bounded']} bounded, {totals['plain']} plain ({args.rounds} "
+        f"rounds); in a killed main at its kill (and ran all the same): bounded "
+        f"{totals['bounded exposed']} ({totals['bounded saved']}), plain "
+        f"{totals['plain exposed']} ({totals['plain saved']})"
+    )
+    print(
+        f"lost by parking (a re-published message lost and never published again): {ours}; "
+        f"a run killed while running is lost bounded or not (its pool child dies with "
+        f"its main)"
+    )
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.2f}")  # fmt: skip
 
 
