@@ -158,7 +158,7 @@ class ConcurrencyGuard(Guard):
         pool = options.pool(task, args, kwargs)
         limit = options.limit_of(pool)
         lock = resolved.singleton  # the permit's lease: lock_ttl, under the prefix
-        standby = options.standby if options.park else 0
+        standby = _standby(options)
         sem = semaphore_for(task, pool, limit, lock.lock_ttl, lock.prefix, lock.replicas,
                             standby)  # fmt: skip
         request = task.request
@@ -220,7 +220,7 @@ class ConcurrencyGuard(Guard):
         pool = options.pool(task, event.args, event.kwargs)
         lock = resolved.singleton
         sem = semaphore_for(task, pool, options.limit_of(pool), lock.lock_ttl, lock.prefix,
-                            lock.replicas)  # fmt: skip
+                            lock.replicas, _standby(options))  # fmt: skip
         for headers in event.deliveries:
             seed = _seed(headers)
             if seed and sem.release_owner(permit_owner(event.task_id, seed)):
@@ -247,7 +247,7 @@ def _drop_parked(task: AnyTask, event: Cleanup) -> None:
     pool = options.pool(task, event.args, event.kwargs)
     lock = resolved.singleton
     sem = semaphore_for(task, pool, options.limit_of(pool), lock.lock_ttl, lock.prefix,
-                        lock.replicas)  # fmt: skip
+                        lock.replicas, _standby(options))  # fmt: skip
     for entry_id in ids:
         forget(task.app, entry_id)
         status, lease = sem.take(entry_id, permit_owner(event.task_id, entry_id), renew=False)
@@ -257,6 +257,13 @@ def _drop_parked(task: AnyTask, event: Cleanup) -> None:
             PERMIT.info("celery_redislock: parked run %s[%s] of pool %r was %s before it "
                         "started: dropped from the parked queue, its permit handed on",
                         task.name, event.task_id, pool, event.event)  # fmt: skip
+
+
+def _standby(options: BoundedOptions) -> int:
+    """Parked runs to publish ahead on a release: by every release of the pool's
+    permits, the main process's clean-up too (else the permit it frees goes to the
+    standby waiting and nothing takes the standby's place until a run's release)."""
+    return options.standby if options.park else 0
 
 
 def _waiting(sem: ParkingSemaphore) -> int:
