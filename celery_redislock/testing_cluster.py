@@ -17,7 +17,6 @@ Like :mod:`celery_redislock.testing`, this imports only the standard library and
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -27,9 +26,12 @@ from redis.cluster import RedisCluster
 
 from .testing import RedisServer, _free_port, find_redis_server
 from .testing_nodes import BUS_OFFSET as _BUS_OFFSET
+from .testing_nodes import knows_all as _knows_all
 from .testing_nodes import node_table as _node_table
 from .testing_nodes import port_with_bus as _port_with_bus
+from .testing_nodes import slot_view as _slot_view
 from .testing_nodes import version as _version
+from .testing_nodes import wait_for as _wait_for
 
 __all__ = ["LocalCluster", "SLOTS"]
 
@@ -244,10 +246,7 @@ class LocalCluster:
 
     def _knows_all(self, node: RedisServer) -> bool:
         with self.node_client(node) as client:
-            table = _node_table(client)
-        return len(table) == len(self.nodes) and not any(
-            "handshake" in row["flags"] or "noaddr" in row["flags"] for row in table.values()
-        )
+            return _knows_all(client, len(self.nodes))
 
     def _primaries(self) -> list[RedisServer]:
         with self.node_client(self.running()[0]) as client:
@@ -260,41 +259,15 @@ class LocalCluster:
         return None not in views and len(views) == 1
 
     def _view(self, node: RedisServer) -> tuple[tuple[int, str], ...] | None:
-        """``node``'s slot map (each primary's port and slot ranges), or None while it
-        is not ok, sees a running node failed or joining, or is a replica not yet in
-        sync. Nodes that do not run (killed) are left out."""
+        """``node``'s slot map, or None while it is not healthy (see
+        :func:`.testing_nodes.slot_view`)."""
         client = self.node_client(node, decode_responses=True)
         try:
-            if "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
-                return None
-            table = _node_table(client)
             running = {n.port for n in self.running()}
-            rows = {port: row for port, row in table.items() if port in running}
-            if len(rows) != len(running) or any(
-                flag in row["flags"] for row in rows.values()
-                for flag in ("fail", "handshake", "noaddr")
-            ):  # fmt: skip
-                return None
-            myself = rows[node.port]
-            if "slave" in myself["flags"] and (
-                myself["master_id"] == "-"
-                or client.info("replication").get("master_link_status") != "up"
-            ):
-                return None
-            primaries = {port: row for port, row in rows.items()
-                         if "master" in row["flags"] and row["slots"]}  # fmt: skip
-            if len(primaries) != self.primaries:
-                return None
-            return tuple(sorted((port, repr(row["slots"])) for port, row in primaries.items()))
-        except redis.RedisError:
-            return None
+            return _slot_view(client, node.port, running, self.primaries)
         finally:
             client.close()
 
     @staticmethod
     def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not check():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
-            time.sleep(0.05)
+        _wait_for(check, timeout, what)
