@@ -108,29 +108,42 @@ async def _send(script: LuaScript, client: Any, items: list[_Item]) -> None:
     """Write ``items`` at once and hand each its reply; those left unanswered are
     sent again by their callers."""
     pool = client.connection_pool
+    loop = asyncio.get_running_loop()
+    # The loop's kept connection when free (as a call alone, see wire.take): the
+    # pool's get_connection costs as much client time as a few replies' reading.
+    conn = wire.take(pool, loop)
     try:
-        conn = await pool.get_connection()
-    except Exception:  # each caller's own call says what it is
+        if conn is None:
+            conn = await pool.get_connection()
+        elif wire.closed(conn):
+            await conn.disconnect(nowait=True)  # the send connects it again
+    except BaseException as exc:  # each caller's own call says what it is
         _alone(items)
-        return
-    except BaseException:
-        _alone(items)
+        if conn is not None:
+            await pool.release(conn)
+        if isinstance(exc, Exception):
+            return
         raise
     deadlines = [item[3] for item in items]
     last = None if None in deadlines else max(d for d in deadlines if d is not None)
+    clean = False
     try:
         missing = await _round(script, conn, items, last)
         if missing:  # NOSCRIPT (a restart, SCRIPT FLUSH): load it, send those again
             await conn.send_command("SCRIPT", "LOAD", script.text)
             await wire.read(conn, read_timeout(conn, last))
             _alone(await _round(script, conn, missing, last))
+        clean = True
     except BaseException as exc:
         await conn.disconnect(nowait=True)  # out of step, gone, or replies left unread
         _alone(items)
         if not isinstance(exc, (RedisError, OSError, _Stale)):
             raise
     finally:
-        await pool.release(conn)
+        if clean:
+            await wire.put_back(pool, conn, loop)
+        else:
+            await pool.release(conn)
 
 
 async def _round(script: LuaScript, conn: Any, items: list[_Item],

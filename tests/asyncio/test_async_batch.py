@@ -210,3 +210,25 @@ def test_a_release_burst_whose_reply_is_lost_still_hands_over_every_grant(
 
     assert asyncio.run(main()) < 0.6  # a waiter's poll is a second away (ttl 10 s)
     assert r.zcard("redislock:semaphore:{release-lost}:holders") == 0
+
+
+def test_a_loop_s_bursts_go_out_on_its_kept_connection(redis_url: str) -> None:
+    """Each burst (acquires, then releases) is written on the loop's kept connection,
+    as a call alone is: the pool makes no other connection for them."""
+
+    async def main() -> int:
+        pool = aioredis.ConnectionPool.from_url(redis_url, max_connections=50)
+        client = aioredis.Redis(connection_pool=pool)
+        sem = AsyncRedisSemaphore(client, "kept-burst", limit=10, ttl=10)
+        await sem.info()  # a call alone: the loop keeps its connection
+        for _ in range(5):
+            leases = await asyncio.gather(*(sem.acquire(blocking=False) for _ in range(20)))
+            held = [lease for lease in leases if lease is not None]
+            assert len(held) == 10
+            assert all(await asyncio.gather(*(lease.release() for lease in held)))
+        made = len(pool._available_connections) + len(pool._in_use_connections)
+        await client.aclose()
+        await pool.aclose()
+        return made
+
+    assert asyncio.run(main()) == 1
