@@ -11,8 +11,9 @@ child: the main is its ppid). The benchmark adds ``kill`` lines (the main's pid)
 last message was the original (``orig``: a loss plain Celery has too) or a re-publish
 of a parked run (``repub``: ours), and then ``transit`` (never received: taken off the
 list by a main killed before it recorded it), ``main`` (received, never started: in a
-killed main's prefetch), ``running`` (started in a child of a main killed meanwhile),
-``parked`` (parked, never published again) or ``?``.
+killed main's prefetch), ``running`` (started in a child of a main killed meanwhile;
+a bounded run with its permit), ``waiting`` (a bounded run started without a permit:
+waiting in place) or ``parked`` (parked, never published again).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 HOOKS = """
 import os as _os
 from celery import signals as _signals
+from celery_redislock.celery.signals import permit_acquired as _acquired
 from celery_redislock.celery.signals import permit_parked as _parked
 
 _EVENTS = {records!r} + ".events"
@@ -58,6 +60,11 @@ def _on_start(sender=None, task_id=None, task=None, **_):
 @_parked.connect(weak=False)
 def _on_parked(sender=None, task_id=None, **_):
     _event("parked", task_id, "-")
+
+
+@_acquired.connect(weak=False)
+def _on_permit(sender=None, task_id=None, **_):
+    _event("permit", task_id, "-")
 """
 
 
@@ -97,10 +104,14 @@ def classify(trace: Trace, kills: list[tuple[float, int]]) -> str:
     kind = "orig" if token == "-" else "repub"
     after = [e for e in trace.events if e[0] >= at and e[4] == token]
     started = [e for e in after if e[1] == "start"]
+    permit = [e for e in trace.events if e[1] == "permit" and started and e[0] >= started[-1][0]]
     received = [e for e in after if e[1] == "received"]
     parked = [e for e in trace.events if e[1] == "parked" and e[0] >= at]
     if started:
-        place, main, since = "running", started[-1][3], started[-1][0]
+        # A bounded run that started but holds no permit yet waits for one in place.
+        waiting = any(e[1] in ("parked", "permit") for e in trace.events) and not permit
+        place = "waiting" if waiting else "running"
+        main, since = started[-1][3], started[-1][0]
     elif parked:
         return f"{kind} parked"
     elif received:

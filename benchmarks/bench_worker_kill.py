@@ -27,9 +27,10 @@ permits and parked entries left in Redis (must be 0), and where each lost task w
 lost: its last message the original (``orig``: plain Celery loses it alike) or a
 re-publish (``repub``); ``transit`` (taken off the list by a main killed before it
 recorded it), ``main`` (in a killed main's prefetch), ``running`` (its pool process
-killed with its main: lost bounded or not), ``parked``. A ``repub`` loss other than
-``running`` is parking's own (a lost re-publish is published again when its reserved
-permit lapses): the last line counts them, and must say 0.
+killed with its main: lost bounded or not), ``waiting`` (a bounded run started
+without a permit, waiting in place: ``--standby``), ``parked``. A ``repub`` loss
+other than ``running`` is parking's own (a lost re-publish is published again when its
+reserved permit lapses): the last line counts them, and must say 0.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def _body(kind, seconds):
 
 
 @bounded_task(app=app, name="kill.bounded", concurrency_limit={limit}, concurrency_key="kill",
+              concurrency_standby={standby},
               lock_ttl={lock_ttl})
 def bounded(seconds):
     _body("bounded", seconds)
@@ -119,19 +121,19 @@ def _peak(runs: list[tuple[float, float, str]]) -> int:
     return best
 
 
-def one_round(count: int, seconds: float, limit: int, interval: float,
-              lock_ttl: float, keep: bool = False,
-              journal: bool = False) -> dict[str, Any]:  # fmt: skip
+def one_round(args: argparse.Namespace) -> dict[str, Any]:
+    count, seconds, limit, interval, lock_ttl = (
+        args.tasks, args.duration, args.limit, args.interval, args.lock_ttl)  # fmt: skip
     with RedisServer() as server, RedisServer() as other, \
             tempfile.TemporaryDirectory() as directory:  # fmt: skip
         base = server.url.rsplit("/", 1)[0]
         # --journal: the broker on a Redis of its own, so parked runs are journaled there
-        broker = other.url.rsplit("/", 1)[0] if journal else base
+        broker = other.url.rsplit("/", 1)[0] if args.journal else base
         module = f"bench_kill_{uuid.uuid4().hex[:8]}"
         records = os.path.join(directory, "runs")
         Path(directory, f"{module}.py").write_text(textwrap.dedent(APP.format(
             broker=f"{broker}/1", backend=f"{broker}/2", locks=f"{base}/3", records=records,
-            limit=limit, lock_ttl=lock_ttl)) + HOOKS.format(records=records),
+            limit=limit, lock_ttl=lock_ttl, standby=args.standby)) + HOOKS.format(records=records),
             encoding="utf-8")  # fmt: skip
         sys.path.insert(0, directory)
         tasks = __import__(module)
@@ -196,7 +198,7 @@ def one_round(count: int, seconds: float, limit: int, interval: float,
                 "peak": _peak(runs),
                 "summary": summary(sent, ended, traces, kills),
             }
-        if keep:
+        if args.keep:
             kept = tempfile.mkdtemp(prefix="bench_kill_")
             for name in os.listdir(directory):
                 if not name.endswith(".py") and os.path.isfile(os.path.join(directory, name)):
@@ -216,6 +218,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between kills")
     parser.add_argument("--lock-ttl", type=float, default=10.0, help="lock_ttl of the task")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--standby", type=int, default=0, help="concurrency_standby")
     parser.add_argument(
         "--journal",
         action="store_true",
@@ -230,8 +233,7 @@ def main() -> None:
     rows, losses = [], []
     totals = Counter[str]()
     for n in range(args.rounds):
-        r = one_round(args.tasks, args.duration, args.limit, args.interval, args.lock_ttl,
-                      args.keep, args.journal)  # fmt: skip
+        r = one_round(args)
         b, p = r["bounded"], r["plain"]
         totals.update(bounded=b["lost"], plain=p["lost"])
         for kind in ("bounded", "plain"):
