@@ -17,7 +17,8 @@ small write on an idle connection never waits; it only does when the transport's
 buffer is full, and then it is awaited with the socket timeout, as redis-py does.
 
 **Reading** (:func:`read`): the reply from redis-py's own parser (pushes, errors and
-every type as it reads them), under the socket timeout kept by one timer per
+every type as it reads them; a script's reply whole in the buffer, as
+:mod:`.replies` reads it), under the socket timeout kept by one timer per
 connection that aborts it (:class:`_Watch`), where redis-py's ``read_response``
 enters an ``asyncio.timeout`` per read (a task-cancelling context and a timer
 pushed onto and popped off the loop's heap, for every command).
@@ -48,6 +49,8 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from . import replies
 
 __all__ = ["SPARE_MIN_POOL", "closed", "plain", "put_back", "read", "send", "take"]
 
@@ -164,7 +167,11 @@ async def read(conn: Any, timeout: float | None = None) -> Any:
         watch = _watch(conn)
         watch.start(loop, loop.time() + timeout, writer.transport.abort)
     try:
-        reply = await parser.read_response()
+        # A script's reply whole in the buffer (a burst's) is taken off it directly.
+        reader, got = conn._reader, None
+        if replies.usable(parser, reader):
+            got = await replies.read_buffered(parser, reader)
+        reply = await parser.read_response() if got is None else got[0]
     except BaseException as exc:
         await conn.disconnect(nowait=True)  # as redis-py's read: never read it again
         if watch is not None and loop.time() >= watch.expires and isinstance(exc, Exception):
@@ -260,5 +267,3 @@ async def send(conn: Any, packed: bytes) -> None:
     except BaseException:
         await conn.disconnect(nowait=True)
         raise
-
-
