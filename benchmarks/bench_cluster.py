@@ -50,8 +50,9 @@ from redis.exceptions import RedisClusterException, RedisError
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import percentile, print_table
+from _failover import TTL, kill_trial, report_kill, steady_state
 
-from celery_redislock import NotReplicated, RedisLock
+from celery_redislock import RedisLock
 from celery_redislock.core.keys import encode_name
 from celery_redislock.core.pubsub import use_sharded_pubsub
 from celery_redislock.testing_cluster import LocalCluster
@@ -61,8 +62,6 @@ HANDOFF_MODES = ["sharded", "classic, same node", "classic, other node"]
 FAILOVER_MODES = {"no acks": 0, "min_replicas=1": 1}
 THREADS = 4
 HOLD = 0.001
-TTL = 8.0
-WORK = 0.5
 
 
 def name_on(cluster: LocalCluster, node: Any, stem: str) -> str:
@@ -165,40 +164,6 @@ def _script_calls(cluster: LocalCluster) -> list[int]:
     return calls
 
 
-def _until_answered(call: Any, deadline: float) -> Any:
-    """``call()``, retried while the slot has no primary (the failover window)."""
-    while True:
-        try:
-            return call()
-        except (RedisError, RedisClusterException):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-def steady_state(cluster: LocalCluster, rounds: int) -> dict[str, float]:
-    """Acquire-only p50 (µs) per failover mode, interleaved call by call."""
-    client = cluster.client(**CLIENT)
-    locks = {
-        mode: RedisLock(client, f"steady-{mode}", ttl=10, min_replicas=n, replica_timeout=0.5)
-        for mode, n in FAILOVER_MODES.items()
-    }
-    samples: dict[str, list[float]] = {mode: [] for mode in FAILOVER_MODES}
-    order = list(FAILOVER_MODES)
-    for i in range(rounds + 50):
-        random.shuffle(order)
-        for mode in order:
-            started = time.perf_counter()
-            lease = locks[mode].acquire(blocking=False)
-            took = time.perf_counter() - started
-            assert lease is not None
-            lease.release()
-            if i >= 50:
-                samples[mode].append(took)
-    client.close()
-    return {mode: percentile(values, 50) * 1e6 for mode, values in samples.items()}
-
-
 def trial(cluster: LocalCluster, min_replicas: int) -> dict[str, Any]:
     """One grant, one SIGKILL of its primary, one second client; what happened."""
     primary = random.choice(cluster._primaries())
@@ -207,35 +172,12 @@ def trial(cluster: LocalCluster, min_replicas: int) -> dict[str, Any]:
     holder = RedisLock(holder_client, name, ttl=TTL, min_replicas=min_replicas,
                        replica_timeout=0.5)  # fmt: skip
     contender = RedisLock(contender_client, name, ttl=TTL)
-    asked_at = time.monotonic()
-    try:
-        lease = holder.acquire(blocking=False)
-    except NotReplicated:
-        return {"refused": True}
-    assert lease is not None
-    cluster.kill(primary)
-    killed_at = time.monotonic()
-    out: dict[str, Any] = {"refused": False}
-
-    def release() -> None:
-        time.sleep(max(0.0, WORK - (time.monotonic() - killed_at)))
-        out["released"] = _until_answered(lease.release, killed_at + 60)
-
-    releaser = threading.Thread(target=release)
-    releaser.start()
-    second = _until_answered(lambda: contender.acquire(timeout=30), killed_at + 60)
-    granted_at = time.monotonic()
-    releaser.join(60)
-    assert second is not None
-    out["usable"] = granted_at - killed_at
-    out["lost"] = lease.lost
-    out["double"] = not out["released"] and granted_at < asked_at + TTL
-    out["fence_ok"] = second.fence > lease.fence
-    out["stale_touched"] = not second.extend()
-    second.release()
+    out, _ = kill_trial(holder, contender, lambda: cluster.kill(primary),
+                        (RedisError, RedisClusterException))  # fmt: skip
     holder_client.close()
     contender_client.close()
-    cluster.restart(primary, timeout=60)
+    if not out["refused"]:
+        cluster.restart(primary, timeout=60)
     return out
 
 
@@ -269,7 +211,9 @@ def main() -> None:
                      "round trips/section", "nodes per message"], rows)  # fmt: skip
         print(flush=True)
 
-        cost = steady_state(cluster, args.steady)
+        steady = cluster.client(**CLIENT)
+        cost = steady_state(steady, FAILOVER_MODES, args.steady, replica_timeout=0.5)
+        steady.close()
         results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in FAILOVER_MODES}
         started = time.monotonic()
         for i in range(args.trials):
@@ -282,24 +226,8 @@ def main() -> None:
         took = time.monotonic() - started
         with cluster.node_client(cluster.running()[0]) as node:
             version = node.info("server")["redis_version"]
-    rows = []
-    for mode, outcomes in results.items():
-        done = [o for o in outcomes if not o["refused"]]
-        usable = [o["usable"] for o in done]
-        rows.append([
-            mode, len(outcomes), sum(o["refused"] for o in outcomes),
-            sum(o["double"] for o in done), sum(o["lost"] for o in done),
-            f"{percentile(usable, 50):.2f}", f"{max(usable, default=float('nan')):.2f}",
-            sum(not o["fence_ok"] for o in done), sum(o["stale_touched"] for o in done),
-            f"{cost[mode]:.0f}", f"{cost[mode] / cost['no acks']:.2f}x",
-        ])  # fmt: skip
     print()
-    print_table(
-        ["mode", "trials", "refused", "double grants", "reported lost", "usable p50 s",
-         "usable max s", "fence not increasing", "stale touched new", "acquire p50 µs",
-         "vs no acks"],
-        rows,
-    )  # fmt: skip
+    report_kill("mode", results, cost)
     print(f"\n{args.trials * len(FAILOVER_MODES)} trials in {took:.0f} s; redis-server "
           f"{version}, Python {platform.python_version()}, "
           f"load average {os.getloadavg()}")  # fmt: skip

@@ -46,7 +46,6 @@ import random
 import secrets
 import signal
 import sys
-import threading
 import time
 from typing import Any
 
@@ -54,53 +53,25 @@ import redis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import percentile, print_table
+from _common import print_table
+from _failover import TTL, kill_trial, report_kill, until_answered
+from _failover import steady_state as _steady_state
 
 from celery_redislock import NotReplicated, RedisLock
 from celery_redislock.testing_sentinel import SentinelGroup
 
 MODES = {"no acks": 0, "min_replicas=1": 1, "min_replicas=2": 2}
-TTL = 8.0
-WORK = 0.5
 CLIENT = {"socket_timeout": 1.0, "socket_connect_timeout": 0.5}
 REPLICA_TIMEOUT = 0.5
+ERRORS = (redis.ConnectionError, redis.TimeoutError)
 SETTLE = 3.0
 """Seconds the Sentinels must agree before the next trial: a Sentinel still finishing
 the last failover can otherwise start another (REDIS-FACTS.md)."""
 
 
-def _until_answered(call: Any, deadline: float) -> Any:
-    """``call()``, retried while no primary answers (the failover window)."""
-    while True:
-        try:
-            return call()
-        except (redis.ConnectionError, redis.TimeoutError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
 def steady_state(group: SentinelGroup, rounds: int) -> dict[str, float]:
     """Acquire-only p50 (µs) per mode, interleaved call by call, on a healthy group."""
-    client = group.master_client(**CLIENT)
-    locks = {
-        mode: RedisLock(client, f"steady-{mode}", ttl=10, min_replicas=n,
-                        replica_timeout=REPLICA_TIMEOUT)
-        for mode, n in MODES.items()
-    }
-    samples: dict[str, list[float]] = {mode: [] for mode in MODES}
-    order = list(MODES)
-    for i in range(rounds + 50):
-        random.shuffle(order)
-        for mode in order:
-            started = time.perf_counter()
-            lease = locks[mode].acquire(blocking=False)
-            took = time.perf_counter() - started
-            assert lease is not None
-            lease.release()
-            if i >= 50:  # warm-up (the first WAIT after a sync can take ~0.9 s)
-                samples[mode].append(took)
-    return {mode: percentile(values, 50) * 1e6 for mode, values in samples.items()}
+    return _steady_state(group.master_client(**CLIENT), MODES, rounds, REPLICA_TIMEOUT)
 
 
 def trial(group: SentinelGroup, min_replicas: int) -> dict[str, Any]:
@@ -109,38 +80,11 @@ def trial(group: SentinelGroup, min_replicas: int) -> dict[str, Any]:
     holder = RedisLock(group.master_client(**CLIENT), name, ttl=TTL,
                        min_replicas=min_replicas, replica_timeout=REPLICA_TIMEOUT)  # fmt: skip
     contender = RedisLock(group.master_client(**CLIENT), name, ttl=TTL)
-    asked_at = time.monotonic()  # the lease counts from here, by the holder's clock
-    try:
-        lease = holder.acquire(blocking=False)
-    except NotReplicated:
-        return {"refused": True}
-    assert lease is not None
-    killed = group.kill_primary()
-    killed_at = time.monotonic()
-    out: dict[str, Any] = {"refused": False, "fence": lease.fence}
-
-    def release() -> None:
-        time.sleep(max(0.0, WORK - (time.monotonic() - killed_at)))
-        out["released"] = _until_answered(lease.release, killed_at + 60)
-        out["released_at"] = time.monotonic()
-
-    releaser = threading.Thread(target=release)
-    releaser.start()
-    second = _until_answered(lambda: contender.acquire(timeout=30), killed_at + 60)
-    granted_at = time.monotonic()
-    releaser.join(60)
-    assert second is not None
-    out["usable"] = granted_at - killed_at
-    out["lost"] = lease.lost
-    # Lost with the primary, the holder's lease was still valid by its own clock
-    # (until grant + TTL) when the second client was granted the name.
-    out["double"] = not out["released"] and granted_at < asked_at + TTL
-    out["fence_ok"] = second.fence > lease.fence
-    out["stale_touched"] = not second.extend()  # the stale release left it alone?
-    second.release()
-    group.wait_promoted(killed)
-    group.restart_node(killed)
-    group.wait_stable(timeout=60, settle=SETTLE)
+    out, killed = kill_trial(holder, contender, group.kill_primary, ERRORS)
+    if not out["refused"]:
+        group.wait_promoted(killed)
+        group.restart_node(killed)
+        group.wait_stable(timeout=60, settle=SETTLE)
     return out
 
 
@@ -164,7 +108,8 @@ def partition_trial(group: SentinelGroup, min_replicas: int) -> dict[str, Any]:
         stale, out["refused"] = None, True
     except (redis.ConnectionError, redis.TimeoutError):
         stale = None  # demoted already: the client moved to the new primary
-    second = _until_answered(lambda: contender.acquire(blocking=False), time.monotonic() + 30)
+    second = until_answered(lambda: contender.acquire(blocking=False), time.monotonic() + 30,
+                            ERRORS)  # fmt: skip
     out["double"] = stale is not None and second is not None
     out["granted_old"] = stale is not None
     resumed = time.monotonic()
@@ -173,7 +118,7 @@ def partition_trial(group: SentinelGroup, min_replicas: int) -> dict[str, Any]:
         time.sleep(0.05)
     out["demoted_after"] = round(time.monotonic() - resumed, 2)
     if stale is not None:
-        extended = _until_answered(stale.extend, time.monotonic() + 30)
+        extended = until_answered(stale.extend, time.monotonic() + 30, ERRORS)
         out["lost"] = not extended and stale.lost
     else:
         out["lost"] = False
@@ -227,39 +172,19 @@ def main() -> None:
                     print(f"{label} {i + 1}/{args.trials} {mode}: {outcome}", flush=True)
         took = time.monotonic() - started
         version = group.node_client(group.wait_stable()).info("server")["redis_version"]
-    rows = []
-    for mode, outcomes in results.items():
-        done = [o for o in outcomes if not o["refused"]]
-        usable = [o["usable"] for o in done]
-        rows.append([
-            mode, len(outcomes), sum(o["refused"] for o in outcomes),
-            sum(o["double"] for o in done), sum(o["lost"] for o in done),
-            f"{percentile(usable, 50):.2f}", f"{max(usable, default=float('nan')):.2f}",
-            sum(not o["fence_ok"] for o in done), sum(o["stale_touched"] for o in done),
-            f"{cost[mode]:.0f}", f"{cost[mode] / cost['no acks']:.2f}x",
-        ])  # fmt: skip
     print()
     print_table(["steady state: mode", "acquire p50 µs", "vs no acks"],
                 [[mode, f"{cost[mode]:.0f}", f"{cost[mode] / cost['no acks']:.2f}x"]
                  for mode in MODES])  # fmt: skip
     if any(results.values()):
         print()
-        report_kill(rows)
+        report_kill("kill: mode", results, cost)
     if any(partitions.values()):
         print()
         report_partition(partitions)
     trials = args.trials * len(MODES) * len(runs)
     print(f"\n{trials} trials in {took:.0f} s; redis-server {version}, "
           f"Python {platform.python_version()}, load average {os.getloadavg()}")  # fmt: skip
-
-
-def report_kill(rows: list[list[Any]]) -> None:
-    print_table(
-        ["kill: mode", "trials", "refused", "double grants", "reported lost", "usable p50 s",
-         "usable max s", "fence not increasing", "stale touched new", "acquire p50 µs",
-         "vs no acks"],
-        rows,
-    )  # fmt: skip
 
 
 if __name__ == "__main__":
