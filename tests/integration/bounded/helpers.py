@@ -21,7 +21,8 @@ from celery_redislock.core.info import HolderInfo
 
 from ..helpers import wait_until
 
-__all__ = ["RECORD", "Interval", "busy_and_parking_singleton", "holders", "peak", "runs"]
+__all__ = ["RECORD", "Interval", "busy_and_parking_singleton", "gated_call", "holders", "peak",
+           "runs"]
 
 Interval = tuple[float, float, str]
 
@@ -79,3 +80,23 @@ def busy_and_parking_singleton(
     busy = call.delay()
     wait_until(lambda: holders(locks, "api"), what="the busy run")
     return proceed, busy, sync
+
+
+def gated_call(
+    app: Celery, locks: redis.Redis, worker: Any, concurrency: int = 3, **options: Any
+) -> tuple[threading.Event, Any, Any]:
+    """A ``call(n) -> n`` task of pool "api" (limit 1, ``options`` added) whose run 0
+    holds its permit until the event is set, on a started worker of ``concurrency``
+    processes, with run 0 holding the permit: ``(proceed, call, run 0's result)``."""
+    proceed = threading.Event()
+
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", **options)
+    def call(n: int) -> int:
+        if n == 0:
+            proceed.wait(10)
+        return n
+
+    worker(app, concurrency=concurrency)
+    first = call.delay(0)
+    wait_until(lambda: holders(locks, "api"), what="run 0's permit")
+    return proceed, call, first

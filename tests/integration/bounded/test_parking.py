@@ -28,7 +28,7 @@ from celery_redislock.core.parking import ParkingSemaphore, new_entry_id
 
 from ..conftest import MakeApp
 from ..helpers import lock_info, wait_until
-from .helpers import busy_and_parking_singleton, holders, peak
+from .helpers import busy_and_parking_singleton, gated_call, holders, peak
 
 
 def _lot(app: Celery, pool: str = "api") -> ParkingSemaphore:
@@ -156,17 +156,7 @@ def test_a_second_message_of_a_parked_run_never_runs(
 def test_an_undecodable_entry_is_dead_lettered_and_the_queue_goes_on(
     app: Celery, locks: redis.Redis, worker: Any, caplog: Any
 ) -> None:
-    proceed = threading.Event()
-
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0)
-    def call(n: int) -> int:
-        if n == 0:
-            proceed.wait(10)
-        return n
-
-    worker(app, concurrency=3)
-    first = call.delay(0)
-    wait_until(lambda: holders(locks, "api"), what="the first run")
+    proceed, call, first = gated_call(app, locks, worker, concurrency_standby=0)
     lot = _lot(app)
     lot.park(new_entry_id(), b"RLP1 application/x-foreign binary\n\x00\x01", owner="foreign-1")
     second = call.delay(1)
@@ -212,17 +202,7 @@ def test_a_standby_waits_in_place_and_gets_the_permit_from_the_release(
     app: Celery, locks: redis.Redis, worker: Any, capture: Any
 ) -> None:
     parked, acquired = capture(permit_parked), capture(permit_acquired)
-    proceed = threading.Event()
-
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=1)
-    def call(n: int) -> int:
-        if n == 0:
-            proceed.wait(10)
-        return n
-
-    worker(app, concurrency=4)
-    first = call.delay(0)
-    wait_until(lambda: holders(locks, "api"), what="the first run")
+    proceed, call, first = gated_call(app, locks, worker, 4, concurrency_standby=1)
     others = [call.delay(n) for n in (1, 2)]
     wait_until(lambda: len(parked) == 2, what="both parked")
     lot = _lot(app)
@@ -259,17 +239,7 @@ def test_a_parked_run_that_expired_hands_its_reserved_permit_on(
     # A parked run whose message expired (or was revoked) never takes the permit the
     # release reserved for it: it was held idle for lock_ttl (30 s), then the entry went
     # back to its place and was claimed, published and revoked again, round after round.
-    proceed = threading.Event()
-
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0)
-    def call(n: int) -> int:
-        if n == 0:
-            proceed.wait(10)
-        return n
-
-    worker(app, concurrency=3)
-    busy = call.delay(0)
-    wait_until(lambda: holders(locks, "api"), what="the busy run")
+    proceed, call, busy = gated_call(app, locks, worker, concurrency_standby=0)
     expiring = call.apply_async((1,), expires=1.0)
     wait_until(lambda: _lot(app).parking_info().parked == 1, what="run 1 parked")
     last = call.delay(2)

@@ -26,7 +26,7 @@ from celery_redislock.celery.tokens import parse_owner
 
 from ..conftest import MakeApp
 from ..helpers import lock_info, wait_until
-from .helpers import holders, peak
+from .helpers import gated_call, holders, peak
 
 # Re-scheduled copies come back fast, so the tests do not wait for them long.
 # The re-publish mode (concurrency_park=False), with short countdowns.
@@ -100,17 +100,7 @@ def test_track_started_state_goes_back_to_pending(make_app: MakeApp, locks: redi
 def test_waits_in_place_and_is_woken_by_the_release(app: Celery, locks: redis.Redis,
                                                     worker: Any, capture: Any) -> None:  # fmt: skip
     acquired, rescheduled = capture(permit_acquired), capture(permit_rescheduled)
-    proceed = threading.Event()
-
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_wait=10)
-    def call(n: int) -> int:
-        if n == 0:
-            proceed.wait(10)
-        return n
-
-    worker(app, concurrency=2)
-    first = call.delay(0)
-    wait_until(lambda: holders(locks, "api"), what="the first run's permit")
+    proceed, call, first = gated_call(app, locks, worker, 2, concurrency_wait=10)
     second = call.delay(1)
     wait_until(lambda: locks.zcard(RedisSemaphore(locks, "api", limit=1).keys.queue),
                what="the second run waiting in place")  # fmt: skip
