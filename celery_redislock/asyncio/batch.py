@@ -31,10 +31,15 @@ from ..core.scripts import _DEADLINE, LuaScript
 from . import wire
 from .calls import by_deadline, call, read_timeout
 
-__all__ = ["MAX_BATCH", "batched_call"]
+__all__ = ["MAX_BATCH", "MAX_IN_FLIGHT", "batched_call"]
 
 MAX_BATCH = 100
 """Most calls sent in one write."""
+
+MAX_IN_FLIGHT = 2
+"""Most writes of one script, client and loop awaiting their replies; the rest of a
+burst waits its turn, so another script's calls (a release) are not queued in Redis
+behind the whole burst (1,000 acquires: 10 writes, some 25 ms of Redis time)."""
 
 _ALONE = object()  # a future's result: send the call yourself (see the module docs)
 
@@ -46,35 +51,46 @@ _batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[int, s
 
 
 class _Batch:
-    """The calls of one script, client and loop waiting for this turn's write."""
+    """The calls of one script, client and loop waiting for this turn's write (or,
+    past :data:`MAX_IN_FLIGHT`, for a write to be answered)."""
 
-    __slots__ = ("client", "items", "script")
+    __slots__ = ("client", "flying", "items", "script")
 
     def __init__(self, script: LuaScript, client: Any) -> None:
         self.script = script
         self.client = weakref.ref(client)
         self.items: list[_Item] = []
+        self.flying = 0  # writes sent and not all answered
 
     def flush(self) -> None:
-        items, self.items = self.items, []
-        items = [item for item in items if not item[2].done()]  # cancelled meanwhile
+        items = [item for item in self.items if not item[2].done()]  # cancelled meanwhile
         client = self.client()
+        room = max(0, MAX_IN_FLIGHT - self.flying) * MAX_BATCH
+        self.items = items[room:] if client is not None else []
         loop = asyncio.get_running_loop()
-        for start in range(0, len(items), MAX_BATCH):
+        for start in range(0, min(len(items), room) if client is not None else len(items),
+                           MAX_BATCH):  # fmt: skip
             part = items[start : start + MAX_BATCH]
             if client is None or len(part) == 1:
                 _alone(part)
             else:
-                _spawn(loop, _send(self.script, client, part))
+                self.flying += 1
+                _spawn(loop, _send(self.script, client, part)).add_done_callback(self._answered)
+
+    def _answered(self, _task: asyncio.Task[None]) -> None:
+        self.flying -= 1
+        if self.items:  # calls left waiting for room: their turn
+            self.flush()
 
 
 _tasks: set[asyncio.Task[None]] = set()  # batches in flight (kept referenced)
 
 
-def _spawn(loop: asyncio.AbstractEventLoop, coroutine: Any) -> None:
+def _spawn(loop: asyncio.AbstractEventLoop, coroutine: Any) -> asyncio.Task[None]:
     task = loop.create_task(coroutine)
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
+    return task
 
 
 async def batched_call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:

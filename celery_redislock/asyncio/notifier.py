@@ -122,15 +122,15 @@ class AsyncNotifier:
                 waiter.notified = True
                 waiter.wake()
 
-    def alone(self, channel: str) -> bool:
-        """True when no acquire of this loop waits on ``channel`` or tries it (see
-        :meth:`trying`) and it is not subscribed: a new acquire may then try once before
-        subscribing. Otherwise it joins first, so a burst of acquires in one loop
-        subscribes once and each tries once, subscribed."""
+    def alone(self, channel: str, room: int = 1) -> bool:
+        """True when no acquire of this loop waits on ``channel``, fewer than ``room`` try
+        it (see :meth:`trying`; a semaphore's limit) and it is not subscribed: a new
+        acquire may then try once before subscribing. Otherwise it joins first, so a
+        burst of acquires in one loop subscribes once and each tries once, subscribed."""
         entry = self._channels.get(channel)
         if entry is not None and (entry.waiters or entry.confirmed.is_set()):
             return False
-        return not self._trying.get(channel)
+        return self._trying.get(channel, 0) < room
 
     @contextlib.contextmanager
     def trying(self, channel: str) -> Iterator[None]:

@@ -129,10 +129,11 @@ class AsyncRedisSemaphore(AsyncPrimitive):
             with reply_deadline(deadline) if capped else contextlib.nullcontext():
                 if notifier is None:
                     grant = await attempt()
-                elif notifier.alone(channel):
-                    # Nobody of this loop waits or tries: one try before subscribing
-                    # (else the try waits for the subscription: a refused try made
-                    # before it must be made again once subscribed, see waiting.py).
+                elif notifier.alone(channel, self._limit):
+                    # Nobody of this loop waits, fewer than `limit` try: one try before
+                    # subscribing, so a burst's first `limit` acquires are granted
+                    # together (else the try waits for the subscription: a refused try
+                    # made before it must be made again once subscribed, see waiting.py).
                     with notifier.trying(channel):
                         grant = await attempt()
                 if not isinstance(grant, tuple):

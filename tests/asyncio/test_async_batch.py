@@ -232,3 +232,39 @@ def test_a_loop_s_bursts_go_out_on_its_kept_connection(redis_url: str) -> None:
         return made
 
     assert asyncio.run(main()) == 1
+
+
+def test_at_most_two_writes_of_a_script_await_their_replies(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of 450 attempts goes out 100 at a time, two writes in flight at most:
+    the rest waits its turn (another script's call is not queued behind it all)."""
+    flying = most = 0
+    sizes: list[int] = []
+    send = batch._send
+
+    async def counted(script: Any, client: Any, items: list[Any]) -> None:
+        nonlocal flying, most
+        flying += 1
+        most = max(most, flying)
+        sizes.append(len(items))
+        try:
+            await send(script, client, items)
+        finally:
+            flying -= 1
+
+    monkeypatch.setattr(batch, "_send", counted)
+
+    async def main() -> int:
+        client = aioredis.Redis.from_url(redis_url)
+        sem = AsyncRedisSemaphore(client, "in-flight", limit=3, ttl=10)
+        leases = await asyncio.gather(*(sem.acquire(blocking=False) for _ in range(450)))
+        held = [lease for lease in leases if lease is not None]
+        for lease in held:
+            assert await lease.release()
+        await client.aclose()
+        return len(held)
+
+    assert asyncio.run(main()) == 3
+    assert most == batch.MAX_IN_FLIGHT == 2
+    assert sorted(sizes) == [50, 100, 100, 100, 100]  # every attempt sent, once

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
+import pytest
 import redis
 import redis.asyncio as aioredis
 
-from celery_redislock.asyncio import AsyncRedisLock, AsyncRedisSemaphore
+from celery_redislock.asyncio import AsyncRedisLock, AsyncRedisSemaphore, batch
+from celery_redislock.core.semaphore_scripts import ACQUIRE
 
 
 def script_calls(r: redis.Redis) -> int:
@@ -128,3 +131,39 @@ def test_a_loop_s_own_releases_grant_its_waiters_without_a_message(
     assert asyncio.run(main()) == 30
     # Every grant went to a waiter of the releasing loop: named in the release's reply.
     assert int(r.info("commandstats").get("cmdstat_publish", {}).get("calls", 0)) == before
+
+
+def test_a_burst_s_first_limit_acquires_are_granted_in_one_write(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Up to ``limit`` acquires of a loop try before it subscribes, together: a burst's
+    first ``limit`` permits are granted at once, not one before the subscription and
+    the others after it."""
+    writes: list[int] = []
+    send = batch._send
+
+    async def counted(script: Any, client: Any, items: list[Any]) -> None:
+        if script is ACQUIRE:
+            writes.append(len(items))
+        await send(script, client, items)
+
+    monkeypatch.setattr(batch, "_send", counted)
+
+    async def main() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        sem = AsyncRedisSemaphore(client, "first-limit", limit=4, ttl=10)
+        granted: list[float] = []
+
+        async def task() -> None:
+            lease = await sem.acquire(timeout=10)
+            assert lease is not None
+            granted.append(time.monotonic())
+            await asyncio.sleep(0.05)
+            await lease.release()
+
+        await asyncio.gather(*(task() for _ in range(12)))
+        assert granted[3] - granted[0] < 0.02  # the first four: one reply
+        await client.aclose()
+
+    asyncio.run(main())
+    assert writes[0] == 4  # the four tries, unsubscribed, in one write
