@@ -43,18 +43,10 @@ from .semaphore import RedisSemaphore
 from .validate import ttl_to_ms
 
 __all__ = [
-    "DEAD_LETTERS",
-    "NOT_PARKED",
-    "PARKING_CONSTANTS",
-    "TAKEN_MEMORY_MS",
-    "OnClaimed",
-    "Parked",
-    "ParkingInfo",
-    "ParkingSemaphore",
-    "new_entry_id",
-    "parking_pools",
-    "pools_key",
-]
+    "DEAD_LETTERS", "HANDED_OVER", "NOT_PARKED", "PARKING_CONSTANTS", "TAKEN_MEMORY_MS",
+    "OnClaimed", "Parked", "ParkingInfo", "ParkingSemaphore", "new_entry_id",
+    "parking_pools", "pools_key",
+]  # fmt: skip
 
 TAKEN_MEMORY_MS: Final = 3_600_000
 """How long a consumed park token is remembered (a duplicate message of the entry
@@ -82,6 +74,9 @@ _INFO = LuaScript("park_info.lua", PARKING_CONSTANTS)
 
 NOT_PARKED: Final = -1
 """``park(intake=True)``'s answer when the run need not park (see :meth:`ParkingSemaphore.park`)."""
+
+HANDED_OVER: Final = -2
+"""``park(intake=True, hand_over=True)``'s answer when a permit was free for the entry."""
 
 TAKEN: Final = "granted"
 REFUSED: Final = "refused"
@@ -151,7 +146,7 @@ class ParkingSemaphore(RedisSemaphore):
     # -- parking -------------------------------------------------------------------
 
     def park(self, entry_id: str, payload: bytes, owner: str = "", *, intake: bool = False,
-             sent: float | None = None) -> int:  # fmt: skip
+             sent: float | None = None, hand_over: bool = False) -> int:  # fmt: skip
         """Queue ``payload`` under ``entry_id`` (see :func:`new_entry_id`) at the tail
         (``sent``: when the run was sent, epoch seconds by the sender's clock: it goes
         to its place by sending time instead, at most :data:`SENT_WINDOW_US` before now).
@@ -160,6 +155,9 @@ class ParkingSemaphore(RedisSemaphore):
         parked already (FIFO: it goes behind them) or none is free -- else change
         nothing and return :data:`NOT_PARKED`: the caller starts the run, which takes
         a permit as usual (and parks after all if another took it meanwhile).
+        ``hand_over`` (with ``intake``): park it and claim the free permit for it
+        instead, kept for the caller's own run, not published (:data:`HANDED_OVER`):
+        the run takes it as a published one would (or its reservation lapses).
 
         Returns its 1-based place in the queue, 0 when it was claimed at once (a
         permit was free: :attr:`on_claimed` publishes it, like every entry claimed
@@ -175,18 +173,21 @@ class ParkingSemaphore(RedisSemaphore):
                        self.payloads_key, self.claimed_key, self.taken_key,
                        k.done(entry_id)],
                       [entry_id, payload, owner, self.limit, self._reserve_ms,
-                       self._keep_ms, self.standby, b"1" if intake else b"0",
+                       self._keep_ms, self.standby, b"1" if intake and not hand_over else b"0",
                        b"" if sent is None else b"%d" % int(sent * 1e6)])  # fmt: skip
         position = int(reply[0])
         if position == NOT_PARKED:
             return NOT_PARKED
+        claimed = _entries(reply[1:])
+        if intake and hand_over and entry_id in {entry.id for entry in claimed}:
+            position, claimed = HANDED_OVER, [e for e in claimed if e.id != entry_id]
         if position <= 1:
             # After the script, by whoever finds the queue empty (or claims at once): a
             # sweeper drops a pool from the set only after finding it empty, and adds
             # it back when a pump finds anything; a later parker finds the queue
             # non-empty, so it was (or will be) found by that pump.
             self._client.sadd(pools_key(self._prefix), encode_name(self.name))
-        self._deliver(_entries(reply[1:]))
+        self._deliver(claimed)
         return position
 
     def pump(self) -> tuple[int, list[Parked]]:

@@ -5,11 +5,16 @@ A fresh message of a bounded task (not a singleton, ``concurrency_park`` on, no
 ``concurrency_wait``) is looked at once, when Celery first asks the request whether it
 was revoked -- in the main process, just before it would be sent to a pool process. One
 script call (``park.lua`` in intake mode) parks it if the pool has parked runs already
-(FIFO: it goes behind them) or no permit is free, and answers "go" otherwise. A parked
-message is acknowledged there and the request ends as a revoked one does, silently: no
-pool process, no pipe round trip, no trace, no result write, no Celery "ignored" line.
-A message allowed to go starts as before; its run takes a permit in ``before_start``
-(and parks there after all if another run took the permit meanwhile).
+(FIFO: it goes behind them) or no permit is free. A parked message is acknowledged
+there and the request ends as a revoked one does, silently: no pool process, no pipe
+round trip, no trace, no result write, no Celery "ignored" line. Otherwise the same
+call reserves the free permit for the run (``hand_over``): its message is
+acknowledged and carries the park token to the pool process, whose ``before_start``
+takes the permit as a released parked run does -- so runs take permits in the order
+their intake reached Redis, not in the order pool processes get to ``before_start``
+(a run sent first was overtaken there and waited a whole extra run). With
+``acks_late`` or standbys the run goes on unreserved instead, takes a permit in
+``before_start`` and parks there if another run took it meanwhile.
 
 Anything unexpected (Redis unreachable, a ``concurrency_key`` that raises) falls back to
 that normal path. The park call is the main process's: it waits at most
@@ -34,7 +39,7 @@ from typing import Any
 from celery.worker.state import task_ready
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ...core.parking import NOT_PARKED, new_entry_id
+from ...core.parking import HANDED_OVER, NOT_PARKED, new_entry_id
 from ...core.scripts import reply_deadline
 from ..logs import QuietRequest
 from ..options import options_of
@@ -104,12 +109,16 @@ def park_at_intake(request: Any) -> bool:
         return False
     # From here the park may have gone through: the run re-sends it under this token.
     message[ATTEMPT] = entry_id
+    # Handed over (a permit is free): acknowledged here, its entry the run's only copy
+    # (as a published parked run's), so acks_late keeps the path of before.
+    hand_over = not sem.standby and not task.acks_late
     try:
         record(task.app, entry_id, payload, pool=pool, limit=limit, ttl=sem.ttl,
-               prefix=sem.keys.prefix, owner=request.id)  # survives the lock Redis
+               prefix=sem.keys.prefix, owner=request.id)  # survives the lock Redis  # fmt: skip
         with reply_deadline(time.monotonic() + INTAKE_BUDGET):
             position = sem.park(entry_id, payload, owner=request.id, intake=True,
-                                sent=sent_at(message.get(SENT_HEADER)))  # fmt: skip
+                                sent=sent_at(message.get(SENT_HEADER)),
+                                hand_over=hand_over)  # fmt: skip
     except Exception as exc:
         if isinstance(exc, RedisTimeoutError):  # DeadlinePassed too: it stopped answering
             _resting[task.app] = time.monotonic() + INTAKE_REST
@@ -119,6 +128,11 @@ def park_at_intake(request: Any) -> bool:
     if position == NOT_PARKED:
         del message[ATTEMPT]
         forget(task.app, entry_id)  # journaled in case it parked: it did not
+        return False
+    if position == HANDED_OVER:  # the run starts now and takes its entry's permit
+        del message[ATTEMPT]
+        message[PARK_HEADER] = f"{entry_id} {message.get('retries') or 0} {since:.3f}"
+        request.acknowledge()
         return False
     request.acknowledge()
     task_ready(request)
