@@ -4,6 +4,7 @@ connection classes."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -11,7 +12,6 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.sentinel import SentinelManagedConnection
 
-from celery_redislock.asyncio.wire import plain
 from celery_redislock.core.lock_scripts import ACQUIRE, RELEASE
 from celery_redislock.core.resp import key_encoder, pack_evalsha
 
@@ -34,7 +34,10 @@ def test_pack_evalsha_is_what_redis_py_sends(keys: list[Any], args: list[Any]) -
         assert mine == theirs
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="celery_redislock.asyncio needs 3.11+")
 def test_the_shortcuts_are_taken_on_redis_py_s_own_connections_only() -> None:
+    from celery_redislock.asyncio.wire import plain
+
     assert plain(Connection) and plain(SSLConnection) and plain(UnixDomainSocketConnection)
     # Sentinel's reads turn a demoted master's READONLY into a reconnect: kept.
     assert not plain(SentinelManagedConnection)

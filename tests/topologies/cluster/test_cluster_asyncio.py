@@ -5,10 +5,15 @@ renewal of leases in several hash slots."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 
+import pytest
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
+
+if sys.version_info < (3, 11):
+    pytest.skip("celery_redislock.asyncio needs Python 3.11+", allow_module_level=True)
 
 from celery_redislock import RedisLock
 from celery_redislock.asyncio import AsyncRedisLock, AsyncRedisSemaphore
