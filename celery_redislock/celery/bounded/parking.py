@@ -149,7 +149,9 @@ def publish_claimed(app: Any, sem: ParkingSemaphore, claimed: list[Parked]) -> N
             forget(app, entry.id)
             continue
         try:
-            app.send_task(name, args, kwargs, **options)
+            # Not a child of the run whose release publishes it (Celery would list it
+            # in that run's result, as if that run had sent it).
+            app.send_task(name, args, kwargs, add_to_parent=False, **options)
         except Exception as exc:
             # The broker is down: the entry keeps its place; a sweeper claims it again.
             logger.warning(

@@ -16,6 +16,7 @@ from celery_redislock import bounded_task
 from celery_redislock.celery.signals import permit_acquired, permit_parked
 
 from ..helpers import wait_until
+from .helpers import gated_call
 from .test_intake import _lot
 
 
@@ -57,3 +58,15 @@ def test_a_run_let_go_at_intake_is_not_overtaken_by_a_later_one(
     assert [a["task_id"] for a in acquired] == [first.id, second.id]
     info = _lot(app).parking_info()
     assert (info.parked, info.claimed) == (0, 0)
+
+
+def test_a_released_run_is_not_listed_as_a_child_of_the_run_that_freed_its_permit(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
+    parked = capture(permit_parked)
+    proceed, call, first = gated_call(app, locks, worker)
+    second = call.delay(1)
+    wait_until(lambda: parked, what="the second run parked")
+    proceed.set()
+    assert first.get(timeout=10) == 0 and second.get(timeout=10) == 1
+    assert not first.children  # its release published run 1; it did not send it
