@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import ssl
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -12,16 +11,6 @@ from celery import Celery
 
 from celery_redislock.celery.client import get_redis, redis_url
 from celery_redislock.errors import ConfigurationError
-
-
-@pytest.fixture
-def app(monkeypatch: pytest.MonkeyPatch) -> Iterator[Celery]:
-    # Celery prefers these to app.conf; a developer's shell must not change the tests.
-    for name in ("CELERY_BROKER_URL", "CELERY_BROKER_WRITE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    app = Celery("client", set_as_current=False)
-    yield app
-    app.close()
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from celery import Celery
 
@@ -11,15 +9,6 @@ from celery_redislock.celery.client import connection_source, get_redis, transpo
 from celery_redislock.errors import ConfigurationError
 
 SENTINELS = "sentinel://:pw@s1:26379/2;sentinel://s2:26380;sentinel://s3"
-
-
-@pytest.fixture
-def app(monkeypatch: pytest.MonkeyPatch) -> Iterator[Celery]:
-    for name in ("CELERY_BROKER_URL", "CELERY_BROKER_WRITE_URL", "CELERY_RESULT_BACKEND"):
-        monkeypatch.delenv(name, raising=False)
-    app = Celery("sentinel", set_as_current=False)
-    yield app
-    app.close()
 
 
 @pytest.mark.parametrize(

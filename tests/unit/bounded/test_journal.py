@@ -3,7 +3,6 @@ journaled value holds."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,15 +13,6 @@ from celery_redislock.celery.bounded.journal import journal_for, read_value, rec
 from celery_redislock.errors import ConfigurationError
 
 SENTINELS = "sentinel://s1:26379;sentinel://s2:26379"
-
-
-@pytest.fixture
-def app(monkeypatch: pytest.MonkeyPatch) -> Iterator[Celery]:
-    for name in ("CELERY_BROKER_URL", "CELERY_BROKER_WRITE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    app = Celery("journal", set_as_current=False)
-    yield app
-    app.close()
 
 
 @pytest.mark.parametrize(

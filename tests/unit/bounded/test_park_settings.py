@@ -5,7 +5,7 @@ the value where it is read (no Redis needed: clients connect lazily)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,14 +31,10 @@ def _naming(setting: str, value: object) -> str:
 
 
 @pytest.fixture
-def app(monkeypatch: pytest.MonkeyPatch) -> Iterator[Celery]:
-    for name in ("CELERY_BROKER_URL", "CELERY_BROKER_WRITE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    app = Celery("park_settings", set_as_current=False)
+def app(app: Celery) -> Celery:
     # A journal on a Redis of its own, so journal_for reads the keep time too.
     app.conf.update(broker_url="redis://h:6379/1", redislock_url="redis://locks:6379/0")
-    yield app
-    app.close()
+    return app
 
 
 def test_defaults_and_good_values(app: Celery) -> None:
