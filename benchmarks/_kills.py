@@ -134,7 +134,9 @@ def in_flight(trace: Trace, ended: float | None, kill: tuple[float, int]) -> boo
     if not before or (ended is not None and ended <= at):
         return False
     _, kind, pid, ppid, _ = before[-1]
-    return (kind == "received" and pid == victim) or (kind == "start" and ppid == victim)
+    return (kind == "received" and pid == victim) or (
+        kind in ("start", "permit") and ppid == victim
+    )
 
 
 @dataclass

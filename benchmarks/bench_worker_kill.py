@@ -203,6 +203,7 @@ def one_round(args: argparse.Namespace) -> dict[str, Any]:
             for name in os.listdir(directory):
                 if not name.endswith(".py") and os.path.isfile(os.path.join(directory, name)):
                     shutil.copy(os.path.join(directory, name), kept)
+            Path(kept, "kills").write_text("".join(f"{t} {pid}\n" for t, pid in kills))
             result["kept"] = kept
         result["bounded"]["left"] = f"{permits} permits, {info.parked + info.claimed} parked"
         result["plain"]["left"] = "-"

@@ -58,6 +58,7 @@ from .reschedule import WAIT_HEADER
 from .reschedule import park as _park
 from .reschedule import reschedule as _reschedule
 from .reschedule import skip_duplicate as _skip_duplicate
+from .standby import take_parked
 
 __all__ = [
     "CONCURRENCY",
@@ -173,15 +174,11 @@ class ConcurrencyGuard(Guard):
         if park_attempt(request) is not None:  # an earlier attempt may have parked it
             _park(task, run, sem, tried_at if since is None else since, limit)
         if parked is not None:  # published by the release that reserved its permit
-            forget(task.app, parked[0])  # before the token is consumed: see journal.py
-            status, lease = sem.take(parked[0], owner, ttl=ttl, renew=True, on_lost=on_lost)
+            # A standby (no permit reserved) waits in place first; refused, it parks again.
+            status, lease = take_parked(task.app, sem, parked[0], owner, standby=standby,
+                                        wait=lock.lock_ttl, ttl=ttl, on_lost=on_lost)  # fmt: skip
             if status == DUPLICATE:
                 _skip_duplicate(task, run, pool)
-            if lease is None and standby and _waiting(sem) < standby:
-                # Published ahead (a standby): wait in place for the next release,
-                # which hands the permit over at once; then park again.
-                lease = sem.acquire(timeout=lock.lock_ttl, owner=owner, ttl=ttl, renew=True,
-                                    on_lost=on_lost)  # fmt: skip
         elif eager:  # no queue to go back to: wait as long as it takes
             lease = sem.acquire(owner=owner, ttl=ttl, renew=True, on_lost=on_lost)
         else:
@@ -264,11 +261,6 @@ def _standby(options: BoundedOptions) -> int:
     permits, the main process's clean-up too (else the permit it frees goes to the
     standby waiting and nothing takes the standby's place until a run's release)."""
     return options.standby if options.park else 0
-
-
-def _waiting(sem: ParkingSemaphore) -> int:
-    """Runs of the pool waiting in place now, across all workers."""
-    return int(sem.client.zcard(sem.keys.queue))
 
 
 def _may_wait(sem: ParkingSemaphore, options: BoundedOptions, limit: int) -> bool:

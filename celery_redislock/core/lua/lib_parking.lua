@@ -94,15 +94,21 @@ local function free_for_parked(k, queue, limit, now)
 end
 
 -- Claim ahead, without a permit, as many queue heads as make `standby` runs waiting
--- in place or on their way to (the semaphore's waiters, plus claimed entries that hold
--- no reserved lease); each claim lapses after `reserve` ms if its run never starts.
+-- in place or on their way to (claimed entries that hold no reserved lease -- a
+-- standby's run waits in place before it takes its token -- or the semaphore's
+-- waiters, whichever are more); each claim lapses after `reserve` ms if its run never
+-- takes its token.
 -- Returns {id, payload, owner, ...} as claim_heads does.
 local function claim_standbys(k, queue, standby, now, reserve)
   if standby <= 0 or redis.call('EXISTS', k.parked) == 0 then return {} end
-  local ahead = redis.call('ZCARD', queue)
+  local ahead = 0
   for _, id in ipairs(redis.call('ZRANGE', k.claimed, 0, -1)) do
     if not redis.call('ZSCORE', k.holders, id) then ahead = ahead + 1 end
   end
+  -- A standby waits in place before it takes its token, so its entry stays claimed
+  -- (a run killed while it waits is published again): it is counted once.
+  local waiting = redis.call('ZCARD', queue)
+  if waiting > ahead then ahead = waiting end
   local out = {}
   while ahead < standby do
     local head = redis.call('ZRANGE', k.parked, 0, 0)[1]

@@ -115,3 +115,48 @@ def test_a_republished_run_lost_with_a_killed_main_is_published_again_and_runs_o
         assert info.parked + info.claimed + info.dead == 0
         journal = journal_for(app)
         assert journal is None or len(journal) == 0
+
+
+STANDBY = (
+    RECORD
+    + """
+from celery_redislock import bounded_task
+
+
+@bounded_task(app=app, concurrency_limit=1, concurrency_key="kill", lock_ttl=2,
+              concurrency_standby=1)
+def call(n):
+    record("runs", str(n), 0)
+"""
+)
+
+
+def test_a_standby_killed_while_it_waits_in_place_is_published_again_and_runs_once(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
+    # A standby (published ahead, no permit reserved) waits in place for the next
+    # release. Its pool process dying with its main while it waits must leave its
+    # entry claimed, to be published again when the claim lapses: it may not have
+    # consumed its park token yet (it used to, and was lost).
+    module = AppModule(tmp_path, redis_url, STANDBY)
+    tasks = module.load()
+    app = tasks.app
+    sem = parking_for(app, "kill", 1, 2.0, DEFAULT_PREFIX, standby=1)
+    held = sem.acquire(blocking=False)  # the run before it: holds the only permit
+    assert held is not None
+    with WorkerProcess(module, concurrency=1, name="a") as a:
+        entry_id, task_id = new_entry_id(), f"run-{time.time_ns()}"
+        options = {"task_id": task_id, "headers": {PARK_HEADER: f"{entry_id} 0 {time.time()}"}}
+        payload = encode_message(tasks.call, (1,), {}, options)
+        assert sem.park(entry_id, payload, owner=task_id) == 0  # claimed ahead, published
+        wait_until(lambda: locks.zcard(sem.keys.queue) == 1, what="the standby waiting")
+        assert a.process is not None
+        os.kill(a.process.pid, signal.SIGKILL)  # its pool process dies with it
+        a.process.wait(5)
+    with WorkerProcess(module, concurrency=2, name="b"):
+        held.release()
+        wait_until(lambda: runs(locks, "runs"), timeout=20, what="the standby's run")
+        wait_until(lambda: not sem.info().holders, what="its permit given back")
+        info = sem.parking_info()
+        assert info.parked + info.claimed + info.dead == 0
+        assert [label for _, _, label in runs(locks, "runs")] == ["1"]
