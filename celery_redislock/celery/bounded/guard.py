@@ -69,8 +69,14 @@ __all__ = [
     "semaphore_for",
 ]
 
+
 def semaphore_for(
-    task: AnyTask, pool: str, limit: int, ttl: float, prefix: str, acks: Mapping[str, Any],
+    task: AnyTask,
+    pool: str,
+    limit: int,
+    ttl: float,
+    prefix: str,
+    acks: Mapping[str, Any],
     standby: int = 0,
 ) -> ParkingSemaphore:
     """The semaphore of ``pool`` on the app's Redis, enforcing ``limit`` (``acks``: the
@@ -238,8 +244,11 @@ def _drop_parked(task: AnyTask, event: Cleanup) -> None:
            if str(h.get(PARK_HEADER) or "").strip()]  # fmt: skip
     resolved = options_of(task)
     options = resolved.bounded
-    if not ids or not options.enabled or (
-            callable(options.key) and event.args is None and event.kwargs is None):
+    if (
+        not ids
+        or not options.enabled
+        or (callable(options.key) and event.args is None and event.kwargs is None)
+    ):
         return  # its pool is unknown here: the reservation lapses after lock_ttl
     pool = options.pool(task, event.args, event.kwargs)
     lock = resolved.singleton
