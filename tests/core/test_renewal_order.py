@@ -5,6 +5,8 @@ composed earlier; and renewal goes on at the new TTL from the change on."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -14,10 +16,12 @@ from celery_redislock.core import lock_scripts, semaphore_scripts
 from tests.faults import FaultProxy
 
 
-@pytest.mark.parametrize("kind", ["lock", "semaphore"])
-def test_a_renewal_in_flight_does_not_cut_back_a_hand_over(
-    r: redis.Redis, fault_proxy: FaultProxy, kind: str
-) -> None:
+def _changed_under_a_stalled_renewal(
+    r: redis.Redis, fault_proxy: FaultProxy, kind: str, change: Callable[[Any], bool]
+) -> tuple[Any, int, redis.Redis]:
+    """A renewed lease (TTL 1.5 s) whose renewal stalls on its way; ``change(lease)``
+    (which must succeed) meanwhile; then the stalled renewal reaches Redis. Returns the
+    lease, its milliseconds left on the server and the client (to close)."""
     client = fault_proxy.client()
     primitive = (RedisLock(client, "job", ttl=1.5) if kind == "lock"
                  else RedisSemaphore(client, "job", limit=1, ttl=1.5))  # fmt: skip
@@ -26,12 +30,22 @@ def test_a_renewal_in_flight_does_not_cut_back_a_hand_over(
     lease = primitive.acquire(renew=True)
     assert lease is not None
     assert fault_proxy.wait_held(1, timeout=5)
-    assert lease.hand_over(10)
+    assert change(lease)
     fault_proxy.release_held()  # the stalled renewal (TTL 1.5 s) reaches Redis now
     time.sleep(0.3)
     ttl_left = (r.pttl(primitive.keys.holders) if kind == "lock"
                 else int(r.zscore(primitive.keys.holders, lease.token) or 0)
                 - int(r.time()[0]) * 1000)  # fmt: skip
+    return lease, ttl_left, client
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_a_renewal_in_flight_does_not_cut_back_a_hand_over(
+    r: redis.Redis, fault_proxy: FaultProxy, kind: str
+) -> None:
+    _, ttl_left, client = _changed_under_a_stalled_renewal(
+        r, fault_proxy, kind, lambda lease: lease.hand_over(10)
+    )
     # Before: the renewal landed after the hand-over and cut it back to 1.5 s.
     assert ttl_left > 5000, ttl_left
     client.close()
@@ -41,20 +55,10 @@ def test_a_renewal_in_flight_does_not_cut_back_a_hand_over(
 def test_a_renewal_in_flight_does_not_cut_back_an_addition(
     r: redis.Redis, fault_proxy: FaultProxy, kind: str
 ) -> None:
-    client = fault_proxy.client()
-    primitive = (RedisLock(client, "job", ttl=1.5) if kind == "lock"
-                 else RedisSemaphore(client, "job", limit=1, ttl=1.5))  # fmt: skip
-    script = lock_scripts.RENEW if kind == "lock" else semaphore_scripts.RENEW
-    fault_proxy.hold(match=script.sha.encode())  # the renewal stalls on its way
-    lease = primitive.acquire(renew=True)
-    assert lease is not None
-    assert fault_proxy.wait_held(1, timeout=5)
-    assert lease.extend(10, add=True)  # about 11 s left now
-    fault_proxy.release_held()  # the stalled renewal (TTL 1.5 s) reaches Redis now
-    time.sleep(0.3)
-    ttl_left = (r.pttl(primitive.keys.holders) if kind == "lock"
-                else int(r.zscore(primitive.keys.holders, lease.token) or 0)
-                - int(r.time()[0]) * 1000)  # fmt: skip
+    # About 11 s left after the addition.
+    lease, ttl_left, client = _changed_under_a_stalled_renewal(
+        r, fault_proxy, kind, lambda lease: lease.extend(10, add=True)
+    )
     # Without the addition's generation the renewal would cut it back to 1.5 s.
     assert ttl_left > 5000, ttl_left
     assert lease.release()
