@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from celery import Celery
@@ -48,16 +47,6 @@ def _parking(app: Celery) -> object:
     return parking_for(app, "pool", 2, 30.0, "redislock")
 
 
-@pytest.mark.parametrize("value", BAD)
-@pytest.mark.parametrize("read", [park_keep, _parking, journal_for])
-def test_a_bad_keep_is_refused_naming_it(
-    app: Celery, value: object, read: Callable[[Celery], object]
-) -> None:
-    app.conf.redislock_park_keep = value
-    with pytest.raises(ConfigurationError, match=_naming("redislock_park_keep", value)):
-        read(app)
-
-
 def noop() -> None:
     """A task body."""
 
@@ -68,13 +57,20 @@ def _worker_ready(app: Celery) -> None:
     sweeper_module._on_ready(sender=SimpleNamespace(app=app))
 
 
+KEEP, INTERVAL = "redislock_park_keep", "redislock_park_sweep_interval"
+
+
 @pytest.mark.parametrize("value", BAD)
-@pytest.mark.parametrize("read", [sweep_interval, _worker_ready])
-def test_a_bad_sweep_interval_is_refused_naming_it(
-    app: Celery, value: object, read: Callable[[Celery], Any]
+@pytest.mark.parametrize(
+    ("setting", "read"),
+    [(KEEP, park_keep), (KEEP, _parking), (KEEP, journal_for), (INTERVAL, sweep_interval),
+     (INTERVAL, _worker_ready)],
+)  # fmt: skip
+def test_a_bad_value_is_refused_naming_the_setting(
+    app: Celery, setting: str, read: Callable[[Celery], object], value: object
 ) -> None:
-    app.conf.redislock_park_sweep_interval = value
-    with pytest.raises(ConfigurationError, match=_naming("redislock_park_sweep_interval", value)):
+    app.conf[setting] = value
+    with pytest.raises(ConfigurationError, match=_naming(setting, value)):
         read(app)
     assert id(app) not in sweeper_module._sweepers  # no sweeper started
 
