@@ -22,12 +22,17 @@ It starts a private ``redis-server`` and measures, all through ``redis.asyncio``
    10, each holding 5 ms once: throughput against the ideal (limit / hold), each
    task's wait p50 / p99, tasks that never got a permit, at most ``limit`` in at
    once, and Redis commands per section (``INFO commandstats``, counting those run
-   inside scripts) beside client round trips per section, and the CPU the client
-   process and redis-server spent per section. Throughput is taken over the steady
-   part (from the first permit granted to the last section ended) and over the whole
-   run (from the moment the 1,000 tasks were started). Each run is beside a run of
-   the same sections through an ``asyncio.Semaphore`` (no Redis): what the loop and
-   the machine's load allow at best, so "ours / asyncio" compares within one run.
+   inside scripts) beside client round trips per section, the CPU the client
+   process and redis-server spent per section, and the time Redis spent running
+   scripts per section. Where a permit's time goes, in ms (medians): how late a
+   section ends after its hold (the loop's timer: epoll waits whole milliseconds) and
+   the gap from one section's end to the start of the next on the permit it freed
+   (release, grant and wake-up), each beside ``asyncio.Semaphore``'s. Throughput is
+   taken over the steady part (from the first permit granted to the last section
+   ended) and over the whole run (from the moment the 1,000 tasks were started).
+   Each run is beside a run of the same sections through an ``asyncio.Semaphore``
+   (no Redis): what the loop and the machine's load allow at best, so "ours /
+   asyncio" compares within one run.
    ``--api-cap`` runs this part only (``--runs N``: 5 by default).
 
 The figures depend on the machine (the load average is printed at the end).
@@ -51,6 +56,9 @@ import redis
 import redis.asyncio as aioredis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The package of the checkout this script is in (the venv's editable install may
+# point at another checkout).
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _common import command_calls, median, percentile, print_table, us
 
@@ -143,9 +151,7 @@ async def uncontended(url: str, rounds: int, cycles: int) -> list[list[object]]:
     rows: list[list[object]] = []
     for name in names:
         every = [x for samples_ in per_round[name] for x in samples_]
-        ratios = [
-            median(per_round[name][i]) / median(per_round[floor][i]) for i in range(rounds)
-        ]
+        ratios = [median(per_round[name][i]) / median(per_round[floor][i]) for i in range(rounds)]
         rows.append([name, us(median(every)), us(percentile(every, 99)),
                      f"{median(ratios):.3f}x", f"{min(ratios):.3f}-{max(ratios):.3f}",
                      us(cpu[name][0]), us(cpu[name][1])])  # fmt: skip
@@ -268,17 +274,20 @@ async def api_cap(url: str, tasks: int, limit: int, hold: float) -> dict[str, fl
         round_trips += 1
         await lease.release()
 
-    before, server_cpu = command_calls(sync), redis_cpu(sync)
+    before, server_cpu, scripts = command_calls(sync), redis_cpu(sync), script_us(sync)
     started, cpu = time.monotonic(), time.process_time()
     await asyncio.gather(*(task() for _ in range(tasks)))
     cpu = time.process_time() - cpu
     server_cpu = redis_cpu(sync) - server_cpu
     commands = command_calls(sync) - before - 1
+    scripts = script_us(sync) - scripts
     await client.aclose()
     await pool.aclose()
     sync.close()
     done = len(ended)
+    late, gap = slot_parts(granted, ended, limit, hold)
     return {
+        "late": late, "gap": gap, "script us": scripts / done,
         "steady": done / (max(ended) - min(granted)) / (limit / hold),
         "whole": done / (max(ended) - started) / (limit / hold),
         "wait p50": median(waits) * 1000, "wait p99": percentile(waits, 99) * 1000,
@@ -286,6 +295,25 @@ async def api_cap(url: str, tasks: int, limit: int, hold: float) -> dict[str, fl
         "round trips": round_trips / done, "cpu": cpu / done * 1000,
         "server cpu": server_cpu / done * 1000,
     }  # fmt: skip
+
+
+def slot_parts(granted: list[float], ended: list[float], limit: int,
+               hold: float) -> tuple[float, float]:  # fmt: skip
+    """Where a permit's time goes besides the hold, in ms (medians): how late a section
+    ends after its hold (the loop's timer), and the gap from a section's end to the
+    next section's start on the permit it freed (the ``i``-th end frees the permit of
+    the ``i + limit``-th start: permits are handed on in order)."""
+    starts, ends = sorted(granted), sorted(ended)
+    late = [e - g - hold for g, e in zip(granted, ended, strict=True)]
+    gaps = [starts[i + limit] - ends[i] for i in range(len(starts) - limit)]
+    return median(late) * 1000, median(gaps) * 1000
+
+
+def script_us(client: redis.Redis) -> float:
+    """Microseconds redis-server spent running scripts so far (EVALSHA and EVAL)."""
+    stats = client.info("commandstats")
+    return sum(float(stats.get(name, {}).get("usec", 0))
+               for name in ("cmdstat_evalsha", "cmdstat_eval"))  # fmt: skip
 
 
 def redis_cpu(client: redis.Redis) -> float:
@@ -309,7 +337,10 @@ async def local_cap(tasks: int, limit: int, hold: float) -> dict[str, float]:
 
     started, cpu = time.monotonic(), time.process_time()
     await asyncio.gather(*(task() for _ in range(tasks)))
+    late, gap = slot_parts(granted, ended, limit, hold)
     return {
+        "late": late,
+        "gap": gap,
         "steady": len(ended) / (max(ended) - min(granted)) / (limit / hold),
         "whole": len(ended) / (max(ended) - started) / (limit / hold),
         "cpu": (time.process_time() - cpu) / len(ended) * 1000,
@@ -332,18 +363,26 @@ def api_caps(url: str, runs: int, tasks: int = 1000, limit: int = 10,
             f"{local['steady']:.1%}", f"{ours['steady'] / local['steady']:.2f}",
             f"{ours['wait p50']:.0f}", f"{ours['wait p99']:.0f}", int(ours["starved"]),
             int(ours["peak"]), f"{ours['commands']:.1f}", f"{ours['round trips']:.2f}",
-            f"{ours['cpu']:.3f}", f"{ours['server cpu']:.3f}",
+            f"{ours['cpu']:.3f}", f"{ours['server cpu']:.3f}", f"{ours['script us']:.0f}",
+            f"{ours['late']:.2f} / {local['late']:.2f}", f"{ours['gap']:.2f} / {local['gap']:.2f}",
         ])  # fmt: skip
     return rows
 
 
 def print_api_cap(url: str, runs: int) -> None:
-    print("\nAPI cap, AsyncRedisSemaphore, one loop: 1,000 tasks, limit 10, 5 ms holds "
-          "(ideal 2,000 sections/s), each run beside asyncio.Semaphore(10) (no Redis):")
+    print(
+        "\nAPI cap, AsyncRedisSemaphore, one loop: 1,000 tasks, limit 10, 5 ms holds "
+        "(ideal 2,000 sections/s), each run beside asyncio.Semaphore(10) (no Redis):"
+    )
     print_table(["run", "steady (of ideal)", "whole run", "asyncio.Semaphore steady",
                  "ours / asyncio", "wait p50 ms", "wait p99 ms", "starved", "max inside",
                  "cmds/section", "round trips/section", "client CPU ms/section",
-                 "redis CPU ms/section"], api_caps(url, runs))  # fmt: skip
+                 "redis CPU ms/section", "script µs/section", "late ms (ours / asyncio)",
+                 "gap ms (ours / asyncio)"], api_caps(url, runs))  # fmt: skip
+    print(
+        "(a permit's cycle is the hold, how late its section ends (late) and the gap to "
+        "the next section on it (gap): of ideal = hold / (hold + late + gap))"
+    )
 
 
 def main() -> None:
