@@ -3,13 +3,15 @@ of every shape a script can give, errors as redis-py's exceptions."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
+from redis._parsers.encoders import Encoder
+from redis.connection import PythonRespSerializer
 from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 
-from celery_redislock.core.lock_scripts import RELEASE
-from celery_redislock.core.redlock.wire import Call, parse, reply_of
+from celery_redislock.core.lock_scripts import ACQUIRE, RELEASE
+from celery_redislock.core.redlock.prepared import Prepared
+from celery_redislock.core.redlock.wire import Call, next_reply, parse
+from celery_redislock.core.scripts import StaleReply
 
 
 @pytest.mark.parametrize(("data", "value"), [
@@ -45,17 +47,38 @@ def test_an_unknown_type_is_a_protocol_error() -> None:
 
 def test_the_commonest_reply_is_read_without_the_parser() -> None:
     call = Call(RELEASE, [b"k"], ["41b23468ffff"])
-    conn = SimpleNamespace(redlock_buffer=b"")
-    assert reply_of(call, conn, b"*2\r\n$9\r\nr41b23468\r\n:1\r\n") == 1
+    one = b"*2\r\n$9\r\nr41b23468\r\n:1\r\n"
+    assert next_reply(call, one, 0) == (1, len(one))
+    assert next_reply(call, b"xx" + one + one, 2) == (1, 2 + len(one))  # the first of two
     fence = b"*2\r\n$9\r\nr41b23468\r\n:1795599415223395\r\n"
-    assert reply_of(call, conn, fence) == 1795599415223395
-    for other in (
-        b"*2\r\n$9\r\nr41b23468\r\n:1\r\n*2\r\n$9\r\nr41b23468\r\n:1\r\n",  # two replies
-        b"*2\r\n$9\r\nr41b23468\r\n*3\r\n:0\r\n:5\r\n$0\r\n\r\n",  # a refusal's array
-        b"*2\r\n$9\r\nrXXXXXXXX\r\n:1\r\n",  # another call's stamp
-        b"*2\r\n$9\r\nr41b23468\r\n:-1\r\n",
-        b"*2\r\n$9\r\nr41b23468\r\n:1",  # not all there
-    ):
-        assert reply_of(call, conn, other) is None, other
-    conn.redlock_buffer = b"*2\r\n"  # the rest of an earlier reply: the parser reads it
-    assert reply_of(call, conn, b"*2\r\n$9\r\nr41b23468\r\n:1\r\n") is None
+    assert next_reply(call, fence, 0) == (1795599415223395, len(fence))
+    negative = b"*2\r\n$9\r\nr41b23468\r\n:-1\r\n"
+    assert next_reply(call, negative, 0) == (-1, len(negative))
+    refusal = b"*2\r\n$9\r\nr41b23468\r\n*3\r\n:0\r\n:5\r\n$0\r\n\r\n"  # the parser's
+    assert next_reply(call, refusal, 0) == ([0, 5, b""], len(refusal))
+    for cut in range(len(fence)):  # not all there
+        assert next_reply(call, fence[:cut], 0) == (None, -1), cut
+    with pytest.raises(StaleReply):  # another call's stamp
+        next_reply(call, b"*2\r\n$9\r\nrXXXXXXXX\r\n:1\r\n", 0)
+
+
+def test_prepared_requests_are_what_redis_py_would_send() -> None:
+    keys = [b"h", b"f", b"q", b"a", b"s"]
+    prepared = Prepared(keys, [b"h", b"q", b"a", b"s", b"f"], b"p:done:", "p:boot:", 9000)
+    args = [10000, "", b"0", 1795599415223395, 9000]
+    call, packed_for = prepared.acquire(b"t0k3n.ab", args)
+    expected = pack_command("EVALSHA", ACQUIRE.sha, 6, *keys, "p:boot:RUN:9000", "t0k3n.ab", *args)
+    assert packed_for(0, "RUN") == b"".join(expected)
+    assert call.stamp == b"at0k3n.ab"
+    release = prepared.release(b"t0k3n.ab", b"0")
+    expected = pack_command("EVALSHA", RELEASE.sha, 6, b"h", b"q", b"a", b"s", b"f",
+                            "p:done:t0k3n.ab", "t0k3n.ab", "0")  # fmt: skip
+    assert release.packed == b"".join(expected)
+    assert Call(RELEASE, [b"h"], ["tok", 5]).packed == b"".join(
+        pack_command("EVALSHA", RELEASE.sha, 1, b"h", "tok", 5))
+    text = release.with_text(release.packed)
+    assert text.startswith(b"*11\r\n$4\r\nEVAL\r\n") and text.endswith(release.packed[-40:])
+
+
+def pack_command(*args: object) -> list[bytes]:
+    return PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode).pack(*args)

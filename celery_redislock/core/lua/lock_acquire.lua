@@ -52,23 +52,34 @@ local now, now_us = server_clock()
 -- Redlock: a server that may have lost leases in a restart (no boot marker, started
 -- within the grace) grants nothing until every lease it could have held expired.
 -- INFO's uptime is whole seconds, rounded down: never later than the real start.
+-- The marker is read with the lock's keys (see `taken` below): EXISTS counts a key
+-- once per time it is named, so naming it three times makes 3..5 mean "there" and
+-- 0..2 "missing", whatever the other two are; the count less the marker's is theirs.
 local boot = KEYS[6]
-if boot and redis.call('EXISTS', boot) == 0 then
-  local info = redis.call('INFO', 'server')
-  local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000
-  local grace = tonumber(ARGV[6])
-  if up < grace then return {STAMP, {0, grace - up, '', 'restarted'}} end
-  redis.call('SET', boot, string.format('%d', now), 'PX', {{BOOT_MARKER_MS}})
+local taken
+if boot then
+  taken = redis.call('EXISTS', boot, boot, boot, holders, queue)
+  if taken >= 3 then
+    taken = taken - 3
+  else
+    local info = redis.call('INFO', 'server')
+    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000
+    local grace = tonumber(ARGV[6])
+    if up < grace then return {STAMP, {0, grace - up, '', 'restarted'}} end
+    redis.call('SET', boot, string.format('%d', now), 'PX', {{BOOT_MARKER_MS}})
+  end
+else
+  taken = redis.call('EXISTS', holders, queue)
 end
 -- The fence base: the server's µs clock, or the caller's floor when higher.
 local fence_us = now_us
 local floor = tonumber(ARGV[5])
 if floor and floor > now_us then fence_us = floor end
 
--- Uncontended: neither held nor anyone queued (one EXISTS for both keys). This
--- runs before the other helpers are defined: a run that returns here never makes
--- their closures.
-if redis.call('EXISTS', holders, queue) == 0 then
+-- Uncontended: neither held nor anyone queued (one EXISTS for both keys, above).
+-- This runs before the other helpers are defined: a run that returns here never
+-- makes their closures.
+if taken == 0 then
   local fence, n = next_fence(fence_key, fence_us)
   grant_lock(holders, token, owner, ttl, now, fence)
   return {STAMP, n}

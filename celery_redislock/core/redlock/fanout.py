@@ -37,12 +37,13 @@ from . import wire
 from .masters import IO_TIMEOUT, Master
 from .wire import Call
 
-__all__ = ["MAX_DUE", "Enough", "MakeCall", "fan_out"]
+__all__ = ["MAX_DUE", "Enough", "PackedFor", "fan_out"]
 
 log = logging.getLogger(__name__)
 
-MakeCall = Callable[[int, str], Call]
-"""Builds the request for master ``index`` whose server has run id ``run_id``."""
+PackedFor = Callable[[int, str], bytes]
+"""The request for master ``index`` whose server has run id ``run_id`` (when it
+differs by master: see :class:`~.prepared.Prepared`)."""
 
 Enough = tuple[int, Callable[[Any], bool]]
 """``(count, counts)``: a round may end once ``count`` masters answered with a reply
@@ -54,12 +55,14 @@ more (a master that falls behind slows its client down; a stopped master's reque
 do not pile up, it fails at the oldest's deadline)."""
 
 
-def fan_out(masters: Sequence[Master], make_call: MakeCall, timeout: float,
-            enough: Enough | None = None) -> list[Any]:  # fmt: skip
-    """Run ``make_call(i, run_id)`` on ``masters[i]``, all at once; wait until every
-    master answered, ``enough`` of them did (see :data:`Enough`), or ``timeout``
-    seconds passed since the last was sent (a new connection's handshake comes before
-    its request and is bounded by :data:`~.masters.IO_TIMEOUT`).
+def fan_out(masters: Sequence[Master], call: Call, timeout: float,
+            enough: Enough | None = None, packed_for: PackedFor | None = None,
+            ) -> list[Any]:  # fmt: skip
+    """Send ``call`` to every master at once (``call.packed``, or ``packed_for(i,
+    run_id)`` to ``masters[i]``); wait until every master answered, ``enough`` of them
+    did (see :data:`Enough`), or ``timeout`` seconds passed since the last was sent (a
+    new connection's handshake comes before its request and is bounded by
+    :data:`~.masters.IO_TIMEOUT`).
 
     Returns one entry per master: its reply; the exception it answered with (a
     ``RedisError``; a ``redis.TimeoutError`` when it did not answer in time); or None
@@ -69,29 +72,33 @@ def fan_out(masters: Sequence[Master], make_call: MakeCall, timeout: float,
     count = len(masters)
     results: list[Any] = [None] * count
     conns: list[Any] = [None] * count
-    calls: list[Any] = [None] * count
     pending: dict[int, int] = {}  # socket's fd -> master index
-    expires = time.monotonic() + timeout
+    now = time.monotonic()
+    expires = now + timeout
     all_raw = True
+    packed = call.packed
     for index, master in enumerate(masters):
         conn = conns[index] = master.take()
         try:
             if conn._sock is None:
                 conn.connect()  # first: the request may name the server's run id
             due = conn.redlock_due
-            if due:
+            # Replies still due are read with this round's (one read for both), unless
+            # the connection owes too many or the oldest is overdue.
+            if due and (len(due) >= MAX_DUE or due[0][1] <= now):
                 _catch_up(conn, master.label)
-            call = calls[index] = make_call(index, conn.redlock_run_id)
+            if packed_for is not None:
+                packed = packed_for(index, conn.redlock_run_id)
             if conn.redlock_raw:
-                wire.write(conn, call.packed)
+                wire.write(conn, packed)
             else:
                 all_raw = False
-                conn.send_packed_command([call.packed], check_health=False)
+                conn.send_packed_command([packed], check_health=False)
         except (RedisError, OSError) as exc:
             results[index] = _failed(conn, exc)
             conns[index] = None
             continue
-        due.append((call, expires))
+        due.append((call, expires, packed))
         pending[conn.redlock_fd] = index
     # A round may end early only when every connection is read here (see wire.py):
     # one read by redis-py is never left with a reply due.
@@ -100,7 +107,7 @@ def fan_out(masters: Sequence[Master], make_call: MakeCall, timeout: float,
     deadline = time.monotonic() + timeout
     while pending and good < need:
         left = deadline - time.monotonic()
-        ready = select.select(list(pending), [], [], max(0.0, left))[0] if left > 0 else []
+        ready = select.select(list(pending), [], [], left)[0] if left > 0 else []
         if not ready:
             for index in pending.values():
                 results[index] = _failed(conns[index], RedisTimeoutError(
@@ -112,7 +119,7 @@ def fan_out(masters: Sequence[Master], make_call: MakeCall, timeout: float,
             index = pending[fd]
             conn = conns[index]
             try:
-                done, reply = _receive(conn, calls[index])
+                done, reply = _receive(conn, call)
                 if not done:
                     continue  # its reply is not all there yet
             except (RedisError, OSError) as exc:
@@ -134,32 +141,51 @@ def _receive(conn: Any, call: Call | None) -> tuple[bool, Any]:
     (its payload, or the error it answered with), else ``(False, None)``. Replies due
     before it are checked and dropped; ``StaleReply`` for one that is not its call's."""
     due = conn.redlock_due
-    if conn.redlock_raw:
-        data = wire.receive(conn)
-        if data is None:
-            return False, None
-        if call is not None and due and due[0][0] is call:  # nothing due before it
-            value = wire.reply_of(call, conn, data)
-            if value is not None:
-                del due[0]
-                return True, value
-        replies = wire.replies_in(conn, data)
-    else:
-        replies = [_read_via_redis(conn)]
+    if not conn.redlock_raw:
+        return _take(conn, call, _read_via_redis(conn))
+    data = wire.receive(conn)
+    if data is None:
+        return False, None
+    buffer = conn.redlock_buffer + data if conn.redlock_buffer else data
     found: tuple[bool, Any] = (False, None)
-    for reply in replies:
+    pos, size = 0, len(buffer)
+    while pos < size:
         if not due:
-            raise StaleReply(f"a reply nobody asked for: {reply!r:.200}")
-        owed = due.pop(0)[0]
-        payload = owed.payload(reply)
-        if isinstance(payload, NoScriptError):  # the script did not run: send its text
-            _send(conn, owed.with_text())
-            due.append((owed, time.monotonic() + IO_TIMEOUT))
-        elif owed is call:
+            raise StaleReply(f"a reply nobody asked for: {buffer[pos:]!r:.200}")
+        owed = due[0][0]
+        payload, end = wire.next_reply(owed, buffer, pos)
+        if end < 0:
+            break  # the rest is on its way
+        pos = end
+        if payload.__class__ is int and owed is call:
+            del due[0]
             found = (True, payload)
-        elif isinstance(payload, Exception):
-            log.debug("celery_redislock: an earlier Redlock request failed: %r", payload)
+        else:
+            found = _settle(conn, call, payload) or found
+    conn.redlock_buffer = buffer[pos:] if pos < size else b""
     return found
+
+
+def _take(conn: Any, call: Call | None, reply: Any) -> tuple[bool, Any]:
+    if not conn.redlock_due:
+        raise StaleReply(f"a reply nobody asked for: {reply!r:.200}")
+    return _settle(conn, call, conn.redlock_due[0][0].payload(reply)) or (False, None)
+
+
+def _settle(conn: Any, call: Call | None, payload: Any) -> tuple[bool, Any] | None:
+    """The oldest due reply's ``payload`` is in: drop it from what is due; ``(True,
+    payload)`` when it is ``call``'s. A NOSCRIPT (the script did not run) sends the
+    script itself, due again."""
+    owed, _, packed = conn.redlock_due.pop(0)
+    if isinstance(payload, NoScriptError):
+        _send(conn, owed.with_text(packed))
+        conn.redlock_due.append((owed, time.monotonic() + IO_TIMEOUT, packed))
+        return None
+    if owed is call:
+        return True, payload
+    if isinstance(payload, Exception):
+        log.debug("celery_redislock: an earlier Redlock request failed: %r", payload)
+    return None
 
 
 def _read_via_redis(conn: Any) -> Any:

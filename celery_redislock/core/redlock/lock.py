@@ -32,9 +32,11 @@ from ..lease import OnLost
 from ..primitive import Primitive, fresh_token
 from ..validate import acquire_deadline, check_bool, ttl_to_ms
 from . import rounds
+from .fanout import fan_out
 from .lease import RedlockLease, keep_alive
 from .masters import Master, check_masters
 from .operations import RedlockOperations
+from .prepared import Prepared
 from .wait import wait_for_lease
 
 __all__ = ["FENCE_LEAD_US", "RedlockLock"]
@@ -101,16 +103,16 @@ class RedlockLock(RedlockOperations, Primitive):
             raise ConfigurationError(f"retry_jitter must be seconds >= 0, got {retry_jitter!r}")
         self._jitter = float(retry_jitter)
         keys = self._keys
-        holders, fence, queue, alive, asks = (
-            key.encode() for key in (keys.holders, keys.fence, keys.queue, keys.alive, keys.asks)
-        )
+        holders, fence, queue, alive, asks = (key.encode() for key in (
+            keys.holders, keys.fence, keys.queue, keys.alive, keys.asks))  # fmt: skip
         self._acquire_keys = [holders, fence, queue, alive, asks]
         self._release_keys = [holders, queue, alive, asks, fence]
         self._queue_keys = [holders, queue, alive, asks]
         self._holders_key = [holders]
         self._adopt_keys = [holders, fence]
         self._fence_key = fence
-        self._boot_prefix = f"{prefix}:redlock:boot:"
+        self._prepared = Prepared(self._acquire_keys, self._release_keys, keys.done("").encode(),
+                                  f"{prefix}:redlock:boot:", self._max_ttl_ms)  # fmt: skip
 
     @property
     def masters(self) -> list[str]:
@@ -237,11 +239,12 @@ class RedlockLock(RedlockOperations, Primitive):
         now_us = time.time_ns() // 1000
         if floor <= now_us:  # no fence handed over, or one behind this clock
             floor = now_us + FENCE_LEAD_US
-        args = [token, ttl_ms, owner or "", b"1" if ticket else b"0", floor, self._max_ttl_ms]
+        args = [ttl_ms, owner or "", b"1" if ticket else b"0", floor, self._max_ttl_ms]
         if ticket:
             args.append(ticket)
-        outcome = rounds.attempt(self._masters, self._acquire_keys, self._boot_prefix, args,
-                                 ttl_ms, self._timeout)  # fmt: skip
+        token_b = token.encode()
+        outcome = rounds.attempt(self._masters, self._prepared, token_b, args, ttl_ms,
+                                 self._timeout)  # fmt: skip
         grants = outcome.grants
         if len(grants) >= self.quorum:
             fence = max(granted for granted, _ in grants.values())
@@ -254,9 +257,8 @@ class RedlockLock(RedlockOperations, Primitive):
                                      granted_at=valid_until - ttl_ms / 1000)  # fmt: skip
                 return lease, outcome
         if give_back and (grants or outcome.errors or outcome.late):
-            rounds.run_each(self._masters, sorted({*grants, *outcome.errors, *outcome.late}),
-                            rounds.RELEASE,
-                            self._release_call_keys(token), [token], self._timeout)  # fmt: skip
+            rounds.run_call(self._masters, sorted({*grants, *outcome.errors, *outcome.late}),
+                            self._prepared.release(token_b, b"1"), self._timeout)  # fmt: skip
         return None, outcome
 
     def _unavailable(self, outcome: rounds.Round) -> RedlockUnavailable:
@@ -272,11 +274,9 @@ class RedlockLock(RedlockOperations, Primitive):
 
     def _release_token(self, token: str) -> bool:
         # No release record ("0"): a fan-out never re-sends, none needs the first answer.
-        replies = rounds.run_each(self._masters, list(range(len(self._masters))),
-                                  rounds.RELEASE, self._release_call_keys(token),
-                                  [token, b"0"], self._timeout,
-                                  (self.quorum, rounds.confirmed))  # fmt: skip
-        return sum(1 for reply in replies.values() if reply == 1) >= self.quorum
+        replies = fan_out(self._masters, self._prepared.release(token.encode(), b"0"),
+                                 self._timeout, (self.quorum, rounds.confirmed))  # fmt: skip
+        return replies.count(1) >= self.quorum
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
         # Lease.hand_over / a token-only extend: the same max_ttl rule as extend().

@@ -30,10 +30,11 @@ from ..scripts import LuaScript
 from ..waiting import Grant
 from .fanout import Enough, fan_out
 from .masters import Master
+from .prepared import Prepared
 from .wire import Call
 
 __all__ = ["ACQUIRE", "ADOPT", "EXTEND", "FLOOR", "LEAVE", "RELEASE", "RELEASE_OWNER", "Round",
-           "errors_text"]  # fmt: skip
+           "errors_text", "run_call", "run_each"]  # fmt: skip
 
 FLOOR = LuaScript("redlock_floor.lua", SCRIPT_CONSTANTS)
 
@@ -70,27 +71,23 @@ class Round:
         return None
 
 
-def attempt(masters: list[Master], keys: list[Any], boot_prefix: str, args: list[Any],
+def attempt(masters: list[Master], prepared: Prepared, token: bytes, args: list[Any],
             ttl_ms: int, timeout: float) -> Round:  # fmt: skip
-    """Send ``lock_acquire.lua`` to every master; sort the replies."""
-    boot_suffix = f":{args[5]}"
-    with_boot_key = Call.family(ACQUIRE, keys, args)
-
-    def call(index: int, run_id: str) -> Call:
-        return with_boot_key(f"{boot_prefix}{run_id}{boot_suffix}".encode())
-
+    """Send ``lock_acquire.lua`` (ARGV ``[token, *args]``) to every master; sort the
+    replies."""
+    call, packed_for = prepared.acquire(token, args)
     sent_at = time.monotonic()
     outcome = Round()
     quorum = len(masters) // 2 + 1
-    for index, answer in enumerate(fan_out(masters, call, timeout, (quorum, granted))):
-        if answer is None:
+    answers = fan_out(masters, call, timeout, (quorum, granted), packed_for)
+    for index, answer in enumerate(answers):
+        if answer.__class__ is int:  # the commonest: a new lease's fence
+            outcome.grants[index] = (answer, sent_at)
+        elif answer is None:
             outcome.late.append(index)
-            continue
-        if isinstance(answer, BaseException):
+        elif isinstance(answer, BaseException):
             outcome.errors[index] = answer
-            continue
-        grant = acquire_reply(answer, sent_at, ttl_ms)
-        if grant is None:
+        elif (grant := acquire_reply(answer, sent_at, ttl_ms)) is None:
             outcome.refused[index] = answer
         else:
             outcome.grants[index] = grant
@@ -117,9 +114,8 @@ def raise_floors(masters: list[Master], fence_key: Any, grants: dict[int, Grant]
     stored = sum(1 for given, _ in grants.values() if given >= fence)
     lower = [index for index, (given, _) in grants.items() if given < fence]
     if lower:
-        request = Call(FLOOR, [fence_key], [fence])
         need = max(0, len(masters) // 2 + 1 - stored)
-        replies = fan_out([masters[i] for i in lower], lambda _i, _r: request,
+        replies = fan_out([masters[i] for i in lower], Call(FLOOR, [fence_key], [fence]),
                           timeout, (need, confirmed))  # fmt: skip
         stored += sum(1 for reply in replies if reply == 1)
     return stored
@@ -129,14 +125,19 @@ def run_each(masters: list[Master], indexes: list[int], script: LuaScript, keys:
              args: list[Any], timeout: float, enough: Enough | None = None,
              ) -> dict[int, Any]:  # fmt: skip
     """Run one script with the same KEYS/ARGV on ``masters[i]`` for each ``i`` in
-    ``indexes``; each master's reply or exception by index (None: not read, the
-    round ended when ``enough`` answered: see :func:`~.fanout.fan_out`)."""
+    ``indexes``; see :func:`run_call`."""
+    return run_call(masters, indexes, Call(script, keys, args), timeout, enough)
+
+
+def run_call(masters: list[Master], indexes: list[int], call: Call, timeout: float,
+             enough: Enough | None = None) -> dict[int, Any]:  # fmt: skip
+    """Send ``call`` to ``masters[i]`` for each ``i`` in ``indexes``; each master's
+    reply or exception by index (None: not read, the round ended when ``enough``
+    answered: see :func:`~.fanout.fan_out`)."""
     if not indexes:
         return {}
-    chosen = [masters[i] for i in indexes]
-    request = Call(script, keys, args)
-    replies = fan_out(chosen, lambda _i, _r: request, timeout, enough)
-    return dict(zip(indexes, replies, strict=True))
+    chosen = masters if len(indexes) == len(masters) else [masters[i] for i in indexes]
+    return dict(zip(indexes, fan_out(chosen, call, timeout, enough), strict=True))
 
 
 def errors_text(masters: list[Master], errors: dict[int, Any]) -> str:

@@ -18,63 +18,54 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from redis._parsers.base import BaseParser
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse
 
+from ..resp import pack_evalsha
 from ..scripts import LuaScript, StaleReply
 
-__all__ = ["Call", "is_raw", "parse", "receive", "replies_in", "reply_of", "reset", "write"]
+__all__ = ["Call", "bulks", "is_raw", "next_reply", "parse", "receive", "reset", "write"]
 
 _READ_SIZE = 16384
 
 
 class Call:
-    """One master's request: the script, its KEYS and its ARGV, packed once (the
-    same bytes go to every master that gets the same request)."""
+    """One request's reply check: the script and the stamp its reply must carry, and
+    the request packed (the same bytes for every master that gets the same request;
+    a request that differs by master is packed by the caller, see
+    :class:`~.prepared.Prepared`)."""
 
-    __slots__ = ("args", "keys", "packed", "prefix", "script", "stamp")
+    __slots__ = ("packed", "prefix", "script", "stamp")
 
     def __init__(self, script: LuaScript, keys: Sequence[bytes], args: Sequence[Any],
                  packed: bytes | None = None) -> None:  # fmt: skip
         self.script = script
-        self.keys = keys
-        self.args = [_bytes(arg) for arg in args]
-        self.packed = packed if packed is not None else _resp(
-            [b"EVALSHA", script.sha.encode(), b"%d" % len(keys), *keys, *self.args])
-        self.stamp = _stamp(script, self.args)
-        self.prefix = _prefix(self.stamp)
+        first = _bytes(args[0]) if args else b""
+        self.packed = packed if packed is not None else pack_evalsha(script.head, keys, args,
+                                                                     _bytes)  # fmt: skip
+        self.stamp = script._code + first[:8] if script.code else None
+        self.prefix = None if self.stamp is None else _prefix(self.stamp)
 
     @classmethod
-    def family(cls, script: LuaScript, keys: Sequence[bytes],
-               args: Sequence[Any]) -> Callable[[bytes], Call]:  # fmt: skip
-        """A maker of the calls that differ only by one more, last key (a master's
-        own): everything else is packed once."""
-        encoded = [_bytes(arg) for arg in args]
-        count = 3 + len(keys) + 1 + len(encoded)
-        head = b"*%d\r\n" % count + _resp(
-            [b"EVALSHA", script.sha.encode(), b"%d" % (len(keys) + 1), *keys], header=False)
-        tail = _resp(encoded, header=False)
-        stamp = _stamp(script, encoded)
-        prefix = _prefix(stamp)
-        new = cls.__new__
+    def stamped(cls, script: LuaScript, first: bytes, packed: bytes = b"") -> Call:
+        """The check of a request packed by the caller, whose first argument is
+        ``first`` (a stamped script's reply carries its first 8 bytes)."""
+        call = cls.__new__(cls)
+        call.script, call.packed = script, packed
+        call.stamp = script._code + first[:8] if script.code else None
+        call.prefix = None if call.stamp is None else _prefix(call.stamp)
+        return call
 
-        def make(last: bytes) -> Call:
-            call = new(cls)
-            call.script, call.keys, call.args, call.stamp = script, [*keys, last], encoded, stamp
-            call.prefix = prefix
-            call.packed = head + b"$%d\r\n%s\r\n" % (len(last), last) + tail
-            return call
-
-        return make
-
-    def with_text(self) -> bytes:
-        """The same request as ``EVAL`` with the script's text (after NOSCRIPT)."""
-        return _resp([b"EVAL", self.script.text.encode(), b"%d" % len(self.keys),
-                      *self.keys, *self.args])  # fmt: skip
+    def with_text(self, packed: bytes) -> bytes:
+        """``packed`` (this call's request to one master) as ``EVAL`` with the script's
+        text (after NOSCRIPT): the same arguments after the script."""
+        text = self.script.text.encode()
+        return packed.replace(self.script.head, b"$4\r\nEVAL\r\n$%d\r\n%b\r\n" % (
+            len(text), text), 1)  # fmt: skip
 
     def payload(self, reply: Any) -> Any:
         """The reply's payload when it is this call's; :class:`StaleReply` if not (an
@@ -90,26 +81,20 @@ class Call:
         raise StaleReply(f"{self.script.name}: the reply is not this call's: {reply!r:.200}")
 
 
-def _stamp(script: LuaScript, args: list[bytes]) -> bytes | None:
-    # The stamp a stamped script's reply carries (see LuaScript.checked): its code and
-    # the first 8 bytes of the first argument as sent.
-    return script._code + (args[0][:8] if args else b"") if script.code else None
-
-
-def _prefix(stamp: bytes | None) -> bytes | None:
+def _prefix(stamp: bytes) -> bytes:
     # The bytes before the integer of a stamped reply {stamp, integer}.
-    return None if stamp is None else b"*2\r\n$%d\r\n%s\r\n:" % (len(stamp), stamp)
+    return b"*2\r\n$%d\r\n%b\r\n:" % (len(stamp), stamp)
 
 
-def _resp(parts: Sequence[bytes], header: bool = True) -> bytes:
-    # RESP, as redis-py's packer writes it, without its per-argument encoder calls
-    # (measured: half the client CPU of a fan-out).
-    body = b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
-    return b"*%d\r\n" % len(parts) + body if header else body
+def bulks(parts: Sequence[Any]) -> bytes:
+    """``parts`` as RESP bulk strings, no count line (a piece of a request packed
+    once: see :class:`~.prepared.Prepared`); as :func:`~..resp.pack_evalsha` packs
+    its arguments."""
+    return b"".join(b"$%d\r\n%b\r\n" % (len(part), part) for part in map(_bytes, parts))
 
 
 def _bytes(value: Any) -> bytes:
-    if isinstance(value, bytes):
+    if value.__class__ is bytes:
         return value
     if isinstance(value, str):
         return value.encode("utf-8")
@@ -156,32 +141,18 @@ def receive(conn: Any) -> bytes | None:
     return data
 
 
-def reply_of(call: Call, conn: Any, data: bytes) -> int | None:
-    """The payload of the commonest reply, ``{stamp, integer}`` (a fence, a 1), when
-    ``data`` is exactly that reply to ``call`` and nothing else is due before it or
-    buffered: read without the general parser. None: parse ``data`` in full."""
+def next_reply(call: Call, buffer: bytes, pos: int) -> tuple[Any, int]:
+    """The reply to ``call`` at ``buffer[pos:]``: ``(payload, end)`` (see
+    :meth:`Call.payload`; :class:`StaleReply` when it is not ``call``'s), or
+    ``(None, -1)`` when it is not all there yet. The commonest reply, ``{stamp,
+    integer}`` (a fence, a 1), is read without the general parser."""
     prefix = call.prefix
-    if prefix is None or conn.redlock_buffer or not data.startswith(prefix) or \
-            data[-2:] != b"\r\n":  # fmt: skip
-        return None
-    digits = data[len(prefix) : -2]
-    return int(digits) if digits.isdigit() else None
-
-
-def replies_in(conn: Any, data: bytes) -> list[Any]:
-    """The complete replies in what was buffered and ``data`` (maybe none: the rest
-    of a reply is awaited); a partial one stays buffered."""
-    buffer = conn.redlock_buffer + data if conn.redlock_buffer else data
-    replies = []
-    pos = 0
-    while pos < len(buffer):
-        reply, end = parse(buffer, pos)
-        if end < 0:
-            break
-        replies.append(reply)
-        pos = end
-    conn.redlock_buffer = buffer[pos:]
-    return replies
+    if prefix is not None and buffer.startswith(prefix, pos):
+        start = pos + len(prefix)
+        end = buffer.find(b"\r\n", start)
+        return (None, -1) if end < 0 else (int(buffer[start:end]), end + 2)
+    reply, end = parse(buffer, pos)
+    return (None, -1) if end < 0 else (call.payload(reply), end)
 
 
 def parse(buffer: bytes, pos: int) -> tuple[Any, int]:
