@@ -75,7 +75,8 @@ def test_prepared_requests_are_what_redis_py_would_send() -> None:
                             "p:done:t0k3n.ab", "t0k3n.ab", "0")  # fmt: skip
     assert release.packed == b"".join(expected)
     assert Call(RELEASE, [b"h"], ["tok", 5]).packed == b"".join(
-        pack_command("EVALSHA", RELEASE.sha, 1, b"h", "tok", 5))
+        pack_command("EVALSHA", RELEASE.sha, 1, b"h", "tok", 5)
+    )
     text = release.with_text(release.packed)
     assert text.startswith(b"*11\r\n$4\r\nEVAL\r\n") and text.endswith(release.packed[-40:])
 

@@ -110,8 +110,12 @@ def fan_out(masters: Sequence[Master], call: Call, timeout: float,
         ready = select.select(list(pending), [], [], left)[0] if left > 0 else []
         if not ready:
             for index in pending.values():
-                results[index] = _failed(conns[index], RedisTimeoutError(
-                    f"{masters[index].label} did not answer within the call's deadline"))
+                results[index] = _failed(
+                    conns[index],
+                    RedisTimeoutError(
+                        f"{masters[index].label} did not answer within the call's deadline"
+                    ),
+                )
                 conns[index] = None
             pending.clear()
             break

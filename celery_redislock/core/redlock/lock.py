@@ -98,8 +98,7 @@ class RedlockLock(RedlockOperations, Primitive):
         self._timeout = (min(0.5, self._ttl_ms / 5000) if master_timeout is None
                          else ttl_to_ms(master_timeout, "master_timeout") / 1000)  # fmt: skip
         if isinstance(retry_jitter, bool) or not isinstance(retry_jitter, (int, float)) or not (
-            0 <= retry_jitter < math.inf
-        ):
+                0 <= retry_jitter < math.inf):  # fmt: skip
             raise ConfigurationError(f"retry_jitter must be seconds >= 0, got {retry_jitter!r}")
         self._jitter = float(retry_jitter)
         keys = self._keys
