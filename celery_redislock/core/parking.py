@@ -38,6 +38,7 @@ from .lock import SCRIPT_CONSTANTS
 from .parked import Parked, ParkingInfo, new_entry_id, parking_pools, pools_key
 from .parked import as_bytes as _bytes
 from .parked import read_entries as _entries
+from .restart import grace_args
 from .scripts import LuaScript, as_text
 from .semaphore import RedisSemaphore
 from .validate import ttl_to_ms
@@ -170,11 +171,11 @@ class ParkingSemaphore(RedisSemaphore):
         k = self._keys
         reply = _PARK(self._client,
                       [k.holders, k.leases, k.fence, k.meta, k.queue, self.parked_key,
-                       self.payloads_key, self.claimed_key, self.taken_key,
-                       k.done(entry_id)],
+                       self.payloads_key, self.claimed_key, self.taken_key, k.done(entry_id)],
                       [entry_id, payload, owner, self.limit, self._reserve_ms,
                        self._keep_ms, self.standby, b"1" if intake and not hand_over else b"0",
-                       b"" if sent is None else b"%d" % int(sent * 1e6)])  # fmt: skip
+                       b"" if sent is None else b"%d" % int(sent * 1e6),
+                       *grace_args(self)])  # fmt: skip
         position = int(reply[0])
         if position == NOT_PARKED:
             return NOT_PARKED
@@ -221,7 +222,7 @@ class ParkingSemaphore(RedisSemaphore):
         reply = _TAKE(self._client,
                       [k.holders, k.leases, k.fence, k.meta, k.queue, self.parked_key,
                        self.payloads_key, self.claimed_key, self.taken_key],
-                      [entry_id, ttl_ms, owner or "", self.limit])  # fmt: skip
+                      [entry_id, ttl_ms, owner or "", self.limit, *grace_args(self)])  # fmt: skip
         status = int(reply[0])
         if status < 0:
             return DUPLICATE, None
@@ -286,7 +287,7 @@ class ParkingSemaphore(RedisSemaphore):
                           self.parked_key, self.payloads_key, self.claimed_key,
                           k.done(token or "-")],
                          [token, *self._flags_args, self._reserve_ms,
-                          self.standby])  # fmt: skip
+                          self.standby, *grace_args(self)])  # fmt: skip
         claimed = _entries(reply[2:])
         self._deliver(claimed)
         return int(reply[0]), int(reply[1]), claimed

@@ -22,6 +22,7 @@ from .lease import Lease, OnLost
 from .lock_scripts import LockScripts, leave_reply
 from .primitive import Primitive, fresh_token
 from .replicas import DEFAULT_REPLICA_TIMEOUT
+from .restart import grace_ms, mark
 from .scripts import LuaScript, reply_deadline
 from .semaphore_scripts import (
     ACQUIRE,
@@ -71,6 +72,9 @@ class RedisSemaphore(Primitive):
             bound.
         min_replicas, replica_timeout, wait_aof: replica acknowledgement of grants,
             as for ``RedisLock`` (see :mod:`.replicas`).
+        restart_grace: after Redis lost its data, how long permits are held for their
+            holders from before, which renewal puts back (see :mod:`.restart`): None
+            (default) -- not; True -- ``ttl``; seconds.
 
     The limit rule: every acquire enforces the ``limit`` of the semaphore object that
     calls it, and stores it with the semaphore (its ``meta`` hash, which releases read
@@ -98,6 +102,7 @@ class RedisSemaphore(Primitive):
         min_replicas: int = 0,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
         wait_aof: bool = False,
+        restart_grace: float | bool | None = None,
     ) -> None:
         super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold,
                          min_replicas=min_replicas, replica_timeout=replica_timeout,
@@ -105,6 +110,9 @@ class RedisSemaphore(Primitive):
         self._limit = check_positive_int(limit, "limit")
         self._fair = check_bool(fair, "fair")
         self._scripts = SemaphoreScripts(self._client, self._keys, self._limit, self._fair)
+        self._restart_grace_ms = grace_ms(restart_grace, self._ttl_ms, self._client)
+        if self._restart_grace_ms:
+            self._scripts.grace = b"%d" % self._restart_grace_ms
         self._warned_limit = False
 
     @property
@@ -227,6 +235,8 @@ class RedisSemaphore(Primitive):
         ``acked`` (a first attempt) and ``min_replicas``, the WAIT goes in the same
         round trip; its answer is appended when this call wrote a new lease."""
         scripts = self._scripts
+        if self._restart_grace_ms:
+            mark(self._client, self._keys.prefix)
         keys, args = scripts.acquire_keys, scripts.acquire_args(token, owner, ttl_ms, wait)
         if acked is None or self._ack is None:
             reply = acquire_reply(ACQUIRE(self._client, keys, args))

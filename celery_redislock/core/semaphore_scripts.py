@@ -48,7 +48,7 @@ class SemaphoreScripts:
     wake-up channel (the scripts derive it from the holders key)."""
 
     __slots__ = ("_acquire_args", "_encode", "_flags", "_keys", "acquire_keys", "add_keys",
-                 "channel", "info_keys", "leave_keys", "release_keys",
+                 "channel", "grace", "info_keys", "leave_keys", "release_keys",
                  "state_keys")  # fmt: skip
 
     def __init__(self, client: Any, keys: KeySpace, limit: int, fair: bool) -> None:
@@ -68,11 +68,14 @@ class SemaphoreScripts:
         self.leave_keys: list[Any] = [holders, queue, alive, asks, leases]
         self.info_keys: list[Any] = [holders, leases, queue, meta, alive]
         self.add_keys: list[Any] = [holders, leases, base + b":added"]
+        self.grace: bytes | None = None  # the restart grace (ms) sent, if any (restart.py)
 
     def acquire_args(self, token: str, owner: str, ttl_ms: int, wait: bool) -> list[Any]:
         """``semaphore_acquire.lua``'s ARGV (owner left out when none: its default)."""
         args = [token, ttl_ms, *self._acquire_args, b"1" if wait else b"0"]
-        if owner:
+        if self.grace is not None:
+            args += [owner, self.grace]
+        elif owner:
             args.append(owner)
         return args
 
@@ -80,6 +83,8 @@ class SemaphoreScripts:
         """``semaphore_release.lua``'s ARGV (``here``: the caller's own waiter tag,
         whose waiters granted by this release the reply names; read it with
         :func:`release_reply`)."""
+        if self.grace is not None:
+            return [token, *self._flags, here or "", self.grace]
         return [token, *self._flags, here] if here else [token, *self._flags]
 
     def release_call(self, token: str) -> list[Any]:

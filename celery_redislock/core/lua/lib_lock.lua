@@ -235,3 +235,42 @@ local function grant_lock(holders, token, owner, ttl, now, fence)
     'fence', fence, 't:' .. token, expiry, 'f:' .. token, fence)
   redis.call('PEXPIREAT', holders, expiry)
 end
+
+-- Restart grace (see core/restart.py). A Redis that lost its data (restarted empty,
+-- flushed) forgot every lease, while their holders may still run. Every client that
+-- sends a grace sets its prefix's boot marker "<prefix>:boot" (the server µs it was
+-- set, no expiry) before its first such call, so a script sent a grace that finds the
+-- marker missing knows the data was lost since. It sets the marker again and, while
+-- the server is younger than the grace, sets "<prefix>:boot:grace" to expire when the
+-- server is `grace` ms old: until then permits go back to holders from before the
+-- loss first (hold_for_restart, reregister_permit in lib_semaphore.lua). Both keys
+-- are named after the holders key's prefix: a standalone server's keys (on Redis
+-- Cluster they are in another slot: no grace is sent there).
+local function boot_keys(holders)
+  local kind = string.sub(holders, 1, string.find(holders, '{', 1, true) - 2)
+  local prefix = string.match(kind, '^(.*):[^:]*$')
+  return prefix .. ':boot', prefix .. ':boot:grace'
+end
+
+-- The server's age in ms: INFO's uptime, whole seconds rounded down, so never older
+-- than it is (a grace measured by it never ends early).
+local function server_age_ms()
+  local info = redis.call('INFO', 'server')
+  return tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000
+end
+
+-- The restart grace left (ms, 0: none) for the primitive of `holders`, with `grace`
+-- (ms) the caller's; marks a server found without its marker (see above). Returns
+-- also the marker (the server µs the data loss was found) while a grace is left.
+local function restart_grace(holders, grace, now_us)
+  local boot, hold = boot_keys(holders)
+  local n = redis.call('EXISTS', hold, boot, boot)
+  if n == 2 then return 0 end
+  if n > 2 then return redis.call('PTTL', hold), redis.call('GET', boot) end
+  local marker = string.format('%d', now_us)
+  redis.call('SET', boot, marker)
+  local left = grace - server_age_ms()
+  if left <= 0 then return 0 end
+  if redis.call('PTTL', hold) < left then redis.call('SET', hold, marker, 'PX', left) end
+  return left, marker
+end

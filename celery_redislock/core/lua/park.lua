@@ -31,6 +31,9 @@
 -- ARGV[9]  sent      optional: when the run was sent, µs since the epoch (the
 --                    sender's clock); its ticket then orders it by sending, not by
 --                    parking, clamped to [now - SENT_WINDOW_US, now]. Empty: now.
+-- ARGV[10] grace     optional: the restart grace, ms (see restart_grace in
+--                    lib_lock.lua): within it, permits not taken back yet by their
+--                    holders from before a data loss are held for them.
 -- Constants (see lib_lock.lua, lib_parking.lua): FENCE_MEMORY_MS, RELEASE_MEMORY_MS,
 -- SENT_WINDOW_US.
 --
@@ -57,6 +60,11 @@ if redis.call('HEXISTS', k.payloads, 'p:' .. id) == 1 or redis.call('ZSCORE', KE
   local place = redis.call('ZRANK', k.parked, id)
   local reply, done = {place and place + 1 or 0}, redis.call('GET', KEYS[10]) or ''
   return {STAMP, append_still_claimed(reply, done, k.payloads, k.claimed)}
+end
+local grace = tonumber(ARGV[10])
+if grace then
+  local left, marker = restart_grace(k.holders, grace, now_us)
+  if left > 0 then hold_for_restart(k.holders, k.leases, limit, left, now, marker) end
 end
 unclaim_lapsed(k, now)
 if ARGV[8] == '1' and redis.call('EXISTS', k.parked) == 0

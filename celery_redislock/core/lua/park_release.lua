@@ -24,6 +24,9 @@
 --                    meta holds no "reserve" (the latest park's: the parked task's).
 -- ARGV[5]  standby   optional, default 0: runs to keep waiting in place ahead of the
 --                    next release (claimed without a permit: see claim_standbys).
+-- ARGV[6]  grace     optional: the restart grace, ms (see restart_grace in
+--                    lib_lock.lua): within it, permits not taken back yet by their
+--                    holders from before a data loss are held for them.
 -- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS,
 -- RELEASE_MEMORY_MS.
@@ -84,6 +87,11 @@ local k = parking_keys(holders, leases, KEYS[7], KEYS[5], KEYS[8], KEYS[9], KEYS
 k.queue, k.alive, k.asks = queue, KEYS[4], KEYS[6]
 local fair = ARGV[3] == '1'
 local limit = stored_limit(KEYS[5], tonumber(ARGV[2]))
+local grace = tonumber(ARGV[6])
+if grace then
+  local left, marker = restart_grace(holders, grace, now_us)
+  if left > 0 then hold_for_restart(holders, leases, limit, left, now, marker) end
+end
 unclaim_lapsed(k, now)
 local live = redis.call('ZCARD', holders)
 local before = eligible(queue, limit - live - removed, fair)

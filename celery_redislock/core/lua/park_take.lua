@@ -15,6 +15,9 @@
 -- ARGV[2]  ttl       the run's lease time, milliseconds (integer > 0).
 -- ARGV[3]  owner     owner id recorded with the run's permit.
 -- ARGV[4]  limit     the caller's limit (integer >= 1), used when meta holds none.
+-- ARGV[5]  grace     optional: the restart grace, ms (see restart_grace in
+--                    lib_lock.lua): within it, permits not taken back yet by their
+--                    holders from before a data loss are held for them.
 -- Constants (see lib_lock.lua, lib_parking.lua): FENCE_MEMORY_MS, TAKEN_MEMORY_MS.
 --
 -- Returns {stamp, reply} (stamp: 'pt' and the first 8 characters of ARGV[1]);
@@ -65,6 +68,11 @@ end
 -- No reservation (it lapsed, or Redis lost it): a free permit, unless runs are
 -- parked ahead (then this one parks again, behind them).
 local limit = stored_limit(k.meta, tonumber(ARGV[4]))
+local grace = tonumber(ARGV[5])
+if grace then
+  local left, marker = restart_grace(k.holders, grace, now_us)
+  if left > 0 then hold_for_restart(k.holders, k.leases, limit, left, now, marker) end
+end
 if redis.call('ZCARD', k.parked) > 0 or free_for_parked(k, KEYS[5], limit, now) <= 0 then
   -- Remembered (rare: a reservation lapsed), so a re-sent take is refused again.
   if owner ~= '' then redis.call('HSET', k.payloads, 'r:' .. id, owner) end

@@ -19,6 +19,9 @@
 -- ARGV[5]  patience microseconds the head may wait before barging stops (not fair).
 -- ARGV[6]  wait     "1": if refused, join (or stay in) the wait queue; "0": do not.
 -- ARGV[7]  owner    optional, default "": owner id recorded for inspection.
+-- ARGV[8]  grace    optional: the restart grace, ms (see restart_grace in
+--                   lib_lock.lua): within it, permits not taken back yet by their
+--                   holders from before a data loss are held for them.
 -- The wake-up channel (waiters that may now take a permit are told) is derived from
 -- KEYS[1] (see wake_channel in lib_lock.lua).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS.
@@ -48,6 +51,12 @@ local expiry = redis.call('ZSCORE', holders, token)
 if expiry and tonumber(expiry) > now then
   return {STAMP, {1, tonumber(redis.call('HGET', leases, 'f:' .. token)), 0,
     tonumber(expiry) - now}}
+end
+
+local grace = tonumber(ARGV[8])
+if grace then
+  local left, marker = restart_grace(holders, grace, now_us)
+  if left > 0 then hold_for_restart(holders, leases, limit, left, now, marker) end
 end
 
 -- The caller's limit is the one enforced; store it for the releases and the views.

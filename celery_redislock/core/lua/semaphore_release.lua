@@ -15,6 +15,8 @@
 -- ARGV[1]  token    the lease's token.
 -- ARGV[2]  limit    the caller's limit, used when meta holds none (integer >= 1).
 -- ARGV[3]  fair     "1": only the queue's head may take a permit (strict FIFO).
+-- ARGV[5]  grace    optional: the restart grace, ms (see restart_grace in
+--                   lib_lock.lua); ARGV[4] is then "" when no tag is given.
 -- ARGV[4]  here     optional: the caller's own waiter tag (its event loop's, see
 --                   asyncio/notifier.py). Its waiters granted a permit here are not
 --                   told by message: the reply names them (see below).
@@ -81,6 +83,11 @@ local k = {holders = holders, leases = leases, queue = queue, alive = KEYS[4],
   asks = KEYS[6], fence = KEYS[7]}
 local fair = ARGV[3] == '1'
 local limit = stored_limit(KEYS[5], tonumber(ARGV[2]))
+local grace = tonumber(ARGV[5])
+if grace then
+  local left, marker = restart_grace(holders, grace, now_us)
+  if left > 0 then hold_for_restart(holders, leases, limit, left, now, marker) end
+end
 local live = redis.call('ZCARD', holders)
 local before = eligible(queue, limit - live - 1, fair)
 live = live - reap_holders(holders, leases, now)

@@ -13,21 +13,29 @@
 -- ARGV[2N + i] gen     optional: lease i's generation when the renewal was composed
 --                      (0 when left out).
 -- ARGV[N + i]  ttl      lease i's new lease time from now, milliseconds (integer > 0).
+-- ARGV[3N + i] fence    optional (with owner and grace, and gen then given): lease i's
+--                       fence, 0 when it is not to be put back after a data loss.
+-- ARGV[4N + i] owner    optional: lease i's owner id.
+-- ARGV[5N + i] grace    optional: lease i's restart grace, ms (see restart_grace in
+--                       lib_lock.lua).
 --
 -- Returns {stamp, reply}: stamp is 'N' and the first 8 characters of ARGV[1]
 -- (see LuaScript in scripts.py: a reply is never taken for another call's).
 -- reply is an array of N integers: 1 when lease i was live and now expires ttl ms
 -- from now, 2 when it is live but an explicit extend with a newer generation set its
--- TTL (left as it is), 0 when it was not (unknown, expired or released). A re-sent call
--- renews again and changes nothing else.
+-- TTL (left as it is), 0 when it was not (unknown, expired or released), 3 when it was
+-- missing because Redis lost its data after the lease was granted (the boot marker is
+-- missing or newer than its fence) and was put back (see reregister_permit). A
+-- re-sent call renews again and changes nothing else.
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
 
 local n = #KEYS / 2
-local gens = #ARGV == 3 * n
+local gens = #ARGV >= 3 * n
+local back = #ARGV == 6 * n
 local STAMP = 'N' .. string.sub(ARGV[1], 1, 8)
-local now = server_clock()
+local now, now_us = server_clock()
 local renewed = {}
 for i = 1, n do
   local holders, leases = KEYS[2 * i - 1], KEYS[2 * i]
@@ -41,6 +49,14 @@ for i = 1, n do
     redis.call('ZADD', holders, 'XX', string.format('%d', now + ttl), token)
     keep_keys(holders, leases, ttl, now)
     renewed[i] = 1
+  elseif back and not expiry and tonumber(ARGV[3 * n + i]) > 0 then
+    local fence = tonumber(ARGV[3 * n + i])
+    local left, marker = restart_grace(holders, tonumber(ARGV[5 * n + i]), now_us)
+    marker = tonumber(marker or redis.call('GET', (boot_keys(holders))))
+    if marker and marker > fence then
+      reregister_permit(holders, leases, token, ARGV[4 * n + i], ttl, now, ARGV[3 * n + i])
+      renewed[i] = 3
+    end
   end
 end
 return {STAMP, renewed}

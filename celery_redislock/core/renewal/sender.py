@@ -39,7 +39,7 @@ from ..scripts import LuaScript
 from .entry import Entry, Reply
 
 __all__ = ["MAX_BATCH", "Sender", "batch_call", "batch_replies", "check_batch_reply",
-           "failure", "splits"]
+           "failure", "splits"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +163,15 @@ def batch_call(items: list[tuple[Entry, int]]) -> tuple[list[Any], list[Any]]:
     keys = [key for entry, _ in items for key in entry.keys]
     args: list[Any] = [entry.token for entry, _ in items]
     args += [ttl_ms for _, ttl_ms in items]
-    if any(entry.gen for entry, _ in items):  # an explicit change of one: the order
+    graces = [getattr(entry.holder, "_restart_grace_ms", 0) for entry, _ in items]
+    if any(entry.gen for entry, _ in items) or any(graces):  # an explicit change: the order
         args += [entry.gen for entry, _ in items]
+    if any(graces):  # leases to put back if Redis lost them (see core/restart.py)
+        leases = [entry.lease() for entry, _ in items]
+        args += [lease.fence if lease is not None and grace else 0
+                 for lease, grace in zip(leases, graces, strict=True)]  # fmt: skip
+        args += [(lease.owner or "") if lease is not None else "" for lease in leases]
+        args += graces
     return keys, args
 
 
@@ -192,8 +199,11 @@ def failure(exc: Exception, items: list[tuple[Entry, int]]) -> str:
 
 def batch_replies(items: list[tuple[Entry, int]], renewed: list[Any], error: str) -> list[Reply]:
     """Each lease's outcome of one call, for :meth:`.schedule.Schedule.answered`."""
+    if not error and 3 in renewed:
+        log.warning("celery_redislock: Redis lost its data; %d lease(s) put back by their "
+                    "renewal (restart grace)", renewed.count(3))  # fmt: skip
     return [
         (entry, ttl_ms, None if not error and int(renewed[i]) == 2  # superseded
-         else not error and int(renewed[i]) == 1)
+         else not error and int(renewed[i]) in (1, 3))
         for i, (entry, ttl_ms) in enumerate(items)
     ]  # fmt: skip

@@ -1,0 +1,84 @@
+"""Restart grace: after the lock Redis lost its data, permits go back to their holders.
+
+A Redis restarted empty (or flushed) forgets every lease while the runs holding them
+go on. A semaphore made with ``restart_grace`` keeps the limit across that:
+
+* **Detection.** Before its first call with a grace, each client sets its prefix's
+  boot marker ``<prefix>:boot`` (:func:`mark`, once per client and prefix; no
+  expiry). A script sent a grace that finds the marker missing knows the data was
+  lost since: it sets the marker again (the server µs it found the loss).
+* **Grace.** It then sets ``<prefix>:boot:grace`` to expire ``grace`` after the
+  server's start (its uptime). Until then every script that hands permits out
+  (acquire, release hand-offs, park, pump, take) first fills each semaphore it
+  touches up to its limit with placeholder permits ``~restart:<i>`` expiring with the
+  grace: newcomers wait (or park).
+* **Putting back.** A renewal that finds its lease missing, with the marker newer than
+  the lease's fence (fences are the server's µs clock at the grant), puts the lease
+  back under its token, fence and owner, in a placeholder's place, and the lease is
+  not reported lost. A lease that expired or was released by force (the marker older
+  than its fence) is still reported lost.
+
+The grace must outlast the time every live holder takes to renew: its default is the
+lease TTL (renewal comes every TTL/3; a lease that did not renew within its TTL would
+have expired anyway, restart or not, so leases without renewal of at most that TTL
+are covered too). Standalone and Sentinel servers only: on Redis Cluster the marker
+keys are in another slot, and no grace is sent. A client that never reached the
+server before it lost its data (a process started afterwards) cannot tell a restart
+from a fresh server: its first call marks the server as fresh, and only the renewals
+that follow declare the grace.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from redis.cluster import RedisCluster
+
+from ..errors import ConfigurationError
+from .scripts import LuaScript
+from .validate import ttl_to_ms
+
+__all__ = ["grace_args", "grace_ms", "mark"]
+
+_MARK = LuaScript("boot_mark.lua")
+_marked: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+_guard = threading.Lock()
+
+
+def grace_ms(value: object, ttl_ms: int, client: Any, name: str = "restart_grace") -> int:
+    """The restart grace in ms for ``value``: None or False -- none (0); True -- the
+    lease TTL ``ttl_ms``; seconds > 0. 0 as well on Redis Cluster (see the module).
+    Anything else raises :class:`ConfigurationError` naming ``name``."""
+    if value is None or value is False:
+        return 0
+    if value is True:
+        ms = ttl_ms
+    elif isinstance(value, (int, float)):
+        ms = ttl_to_ms(value, name)
+    else:
+        raise ConfigurationError(f"{name} must be None, a bool or seconds > 0, got {value!r}")
+    return 0 if isinstance(client, RedisCluster) else ms
+
+
+def mark(client: Any, prefix: str) -> None:
+    """Set ``prefix``'s boot marker on ``client``'s server unless this client did so
+    before (one round trip, once per client and prefix)."""
+    with _guard:
+        done = _marked.get(client)
+        if done is not None and prefix in done:
+            return
+    _MARK(client, [f"{prefix}:boot"], [])
+    with _guard:
+        _marked.setdefault(client, set()).add(prefix)
+
+
+def grace_args(semaphore: Any) -> list[bytes]:
+    """``[grace]`` for a script's optional grace argument, when ``semaphore`` (a
+    ``RedisSemaphore``) has one, its server marked first (see :func:`mark`); else ``[]``."""
+    grace = semaphore._scripts.grace
+    if grace is None:
+        return []
+    mark(semaphore._client, semaphore._keys.prefix)
+    return [grace]

@@ -1,0 +1,103 @@
+"""Restart grace (core/restart.py): a semaphore's limit holds when its Redis restarts
+empty while renewing holders run -- they get their permits back, newcomers wait.
+
+Each test runs a redis-server of its own, SIGKILLs it and starts an empty one on the
+same port (no AOF, no RDB), as a crash without persistence does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from celery_redislock import RedisSemaphore
+from celery_redislock.core.lease import Lease
+from celery_redislock.core.renewal.entry import Entry
+from celery_redislock.core.renewal.sender import batch_call
+from celery_redislock.errors import ConfigurationError
+from celery_redislock.testing import RedisServer
+
+from ..integration.helpers import wait_until
+
+TTL = 1.5
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as private:
+        yield private
+
+
+def _client(server: RedisServer) -> redis.Redis:
+    return redis.Redis(port=server.port, socket_timeout=1, socket_connect_timeout=0.5)
+
+
+def _real_holders(sem: RedisSemaphore) -> set[str]:
+    """Token hints of the live permits, placeholders ("~restart:<i>") left out."""
+    return {h.token_hint for h in sem.info().holders if not h.token_hint.startswith("~restart")}
+
+
+def _holders_and_restart(server: RedisServer, grace: bool | None) -> tuple[
+        RedisSemaphore, list[Lease], RedisSemaphore]:  # fmt: skip
+    holder = RedisSemaphore(_client(server), "pool", limit=2, ttl=TTL, restart_grace=grace)
+    leases = [holder.acquire(blocking=False, renew=True) for _ in range(2)]
+    assert all(lease is not None for lease in leases)
+    newcomer = RedisSemaphore(_client(server), "pool", limit=2, ttl=TTL, restart_grace=grace)
+    assert newcomer.acquire(blocking=False) is None  # the marker is set: a client's first call
+    server.restart()  # SIGKILL, then an empty server on the same port
+    return holder, [lease for lease in leases if lease is not None], newcomer
+
+
+def test_renewing_holders_keep_their_permits_and_newcomers_wait(server: RedisServer) -> None:
+    holder, leases, newcomer = _holders_and_restart(server, True)
+    # Until the grace (the TTL) ends, and after it while both holders renew, no third
+    # permit: the restarted server sees placeholders, then the holders put back.
+    deadline = time.monotonic() + 2.5 * TTL
+    while time.monotonic() < deadline:
+        extra = newcomer.acquire(blocking=False)
+        assert extra is None, "a third permit beside two live holders"
+        time.sleep(0.05)
+    assert not any(lease.lost for lease in leases), [lease.lost_reason for lease in leases]
+    assert _real_holders(holder) == {lease.token[:8] for lease in leases}
+    fences = {h.fence for h in holder.info().holders}
+    assert fences == {lease.fence for lease in leases}, "put back with their own fences"
+    assert leases[0].release()
+    third = newcomer.acquire(timeout=2 * TTL)
+    assert third is not None, "the permit a holder gave back goes to the newcomer"
+    assert third.release() and leases[1].release()
+
+
+def test_without_a_grace_the_restart_lets_a_third_in(server: RedisServer) -> None:
+    """The gap the grace closes: the same restart without it over-grants."""
+    _, leases, newcomer = _holders_and_restart(server, None)
+    wait_until(lambda: newcomer.acquire(blocking=False) is not None, timeout=5,
+               what="a third permit while both holders run")  # fmt: skip
+    assert all(lease.lost_event.wait(3 * TTL) for lease in leases)
+
+
+def test_a_lease_taken_away_or_expired_is_still_lost(server: RedisServer) -> None:
+    client = _client(server)
+    sem = RedisSemaphore(client, "pool", limit=2, ttl=TTL, restart_grace=True)
+    lease = sem.acquire(blocking=False, renew=True)
+    assert lease is not None
+    assert sem.force_release() == 1  # the marker is older than its fence: not put back
+    assert lease.lost_event.wait(2 * TTL)
+    assert "no longer held" in lease.lost_reason
+    assert sem.info().holders == []
+    short = RedisSemaphore(client, "pool", limit=2, ttl=0.2, restart_grace=True)
+    expired = short.acquire(blocking=False)
+    assert expired is not None
+    time.sleep(0.4)  # expired on the server; a renewal sent now must not revive it
+    keys, args = batch_call([(Entry(expired, short, lambda _: None, None), 1000)])
+    assert list(short._renew_script(client, keys, args)) == [0]
+    assert short.info().holders == []
+
+
+def test_restart_grace_is_validated(server: RedisServer) -> None:
+    client = _client(server)
+    for bad in (0, -1.0, "30", float("nan")):
+        with pytest.raises(ConfigurationError, match="restart_grace"):
+            RedisSemaphore(client, "pool", limit=1, restart_grace=bad)  # type: ignore[arg-type]
