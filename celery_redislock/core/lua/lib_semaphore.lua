@@ -101,34 +101,3 @@ local function hand_over_permits(keys, free, now, now_us, channel, head, stale, 
   end
   return free
 end
-
--- Within a restart grace (restart_grace in lib_lock.lua) the permits not taken back
--- yet by holders from before the data loss are held by placeholders "~restart:<i>"
--- expiring with the grace (`left` ms): every path that hands permits out counts
--- them, so none goes to a newcomer until each holder renewed (reregister_permit) or
--- the grace ended. Filled once per semaphore and marker (the leases hash's
--- "~restart" field), up to `limit`.
-local function hold_for_restart(holders, leases, limit, left, now, marker)
-  if redis.call('HGET', leases, '~restart') == marker then return end
-  reap_holders(holders, leases, now)
-  local expiry = string.format('%d', now + left)
-  for i = 1, limit - redis.call('ZCARD', holders) do
-    redis.call('ZADD', holders, expiry, '~restart:' .. i)
-  end
-  redis.call('HSET', leases, '~restart', marker)
-  keep_keys(holders, leases, left, now)
-end
-
--- Put back a live lease that a data loss forgot (its renewal found it missing):
--- `token` with its own `fence` and `owner`, expiring `ttl` ms from now, in the place
--- of a placeholder when one is left.
-local function reregister_permit(holders, leases, token, owner, ttl, now, fence)
-  for _, t in ipairs(redis.call('ZRANGE', holders, 0, -1)) do
-    if string.sub(t, 1, 9) == '~restart:' then
-      redis.call('ZREM', holders, t)
-      break
-    end
-  end
-  grant_permit(holders, leases, token, owner, ttl, now, fence)
-  redis.call('HSET', leases, 's:' .. token, string.format('%d', math.floor(tonumber(fence) / 1000)))
-end

@@ -63,9 +63,13 @@ if redis.call('HEXISTS', k.payloads, 'p:' .. id) == 1 or redis.call('ZSCORE', KE
 end
 local grace = tonumber(ARGV[10])
 if grace then
+--!include lib_restart.lua
   local left, marker = restart_grace(k.holders, grace, now_us)
   if left > 0 then hold_for_restart(k.holders, k.leases, limit, left, now, marker) end
 end
+--!include lib_lock.lua
+--!include lib_semaphore.lua
+--!include lib_parking.lua
 unclaim_lapsed(k, now)
 if ARGV[8] == '1' and redis.call('EXISTS', k.parked) == 0
     and free_for_parked(k, KEYS[5], limit, now) > 0 then

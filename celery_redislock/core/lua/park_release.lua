@@ -89,9 +89,13 @@ local fair = ARGV[3] == '1'
 local limit = stored_limit(KEYS[5], tonumber(ARGV[2]))
 local grace = tonumber(ARGV[6])
 if grace then
+--!include lib_restart.lua
   local left, marker = restart_grace(holders, grace, now_us)
   if left > 0 then hold_for_restart(holders, leases, limit, left, now, marker) end
 end
+--!include lib_lock.lua
+--!include lib_semaphore.lua
+--!include lib_parking.lua
 unclaim_lapsed(k, now)
 local live = redis.call('ZCARD', holders)
 local before = eligible(queue, limit - live - removed, fair)

@@ -70,9 +70,13 @@ end
 local limit = stored_limit(k.meta, tonumber(ARGV[4]))
 local grace = tonumber(ARGV[5])
 if grace then
+--!include lib_restart.lua
   local left, marker = restart_grace(k.holders, grace, now_us)
   if left > 0 then hold_for_restart(k.holders, k.leases, limit, left, now, marker) end
 end
+--!include lib_lock.lua
+--!include lib_semaphore.lua
+--!include lib_parking.lua
 if redis.call('ZCARD', k.parked) > 0 or free_for_parked(k, KEYS[5], limit, now) <= 0 then
   -- Remembered (rare: a reservation lapsed), so a re-sent take is refused again.
   if owner ~= '' then redis.call('HSET', k.payloads, 'r:' .. id, owner) end

@@ -55,9 +55,12 @@ end
 
 local grace = tonumber(ARGV[8])
 if grace then
+--!include lib_restart.lua
   local left, marker = restart_grace(holders, grace, now_us)
   if left > 0 then hold_for_restart(holders, leases, limit, left, now, marker) end
 end
+--!include lib_lock.lua
+--!include lib_semaphore.lua
 
 -- The caller's limit is the one enforced; store it for the releases and the views.
 local stored = tonumber(redis.call('HGET', meta, 'limit'))

@@ -85,9 +85,12 @@ local fair = ARGV[3] == '1'
 local limit = stored_limit(KEYS[5], tonumber(ARGV[2]))
 local grace = tonumber(ARGV[5])
 if grace then
+--!include lib_restart.lua
   local left, marker = restart_grace(holders, grace, now_us)
   if left > 0 then hold_for_restart(holders, leases, limit, left, now, marker) end
 end
+--!include lib_lock.lua
+--!include lib_semaphore.lua
 local live = redis.call('ZCARD', holders)
 local before = eligible(queue, limit - live - 1, fair)
 live = live - reap_holders(holders, leases, now)

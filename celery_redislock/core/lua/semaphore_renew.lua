@@ -50,6 +50,7 @@ for i = 1, n do
     keep_keys(holders, leases, ttl, now)
     renewed[i] = 1
   elseif back and not expiry and tonumber(ARGV[3 * n + i]) > 0 then
+--!include lib_restart.lua
     local fence = tonumber(ARGV[3 * n + i])
     local left, marker = restart_grace(holders, tonumber(ARGV[5 * n + i]), now_us)
     marker = tonumber(marker or redis.call('GET', (boot_keys(holders))))

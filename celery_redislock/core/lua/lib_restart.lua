@@ -1,0 +1,83 @@
+-- lib_restart.lua: the restart grace's helpers (see core/restart.py), inlined by
+-- "--!include lib_restart.lua" into the semaphore scripts that hand permits out or
+-- renew. Not a script of its own, and calls no other lib's helpers: a script
+-- includes it alone inside its `if grace then` block, so without a grace its helpers
+-- are never made (each helper defined is a closure made on every run, see
+-- scripts.py); the code after the block includes what it needs again.
+
+-- Restart grace (see core/restart.py). A Redis that lost its data (restarted empty,
+-- flushed) forgot every lease, while their holders may still run. Every client that
+-- sends a grace sets its prefix's boot marker "<prefix>:boot" (the server µs it was
+-- set, no expiry) before its first such call, so a script sent a grace that finds the
+-- marker missing knows the data was lost since. It sets the marker again and, while
+-- the server is younger than the grace, sets "<prefix>:boot:grace" to expire when the
+-- server is `grace` ms old: until then permits go back to holders from before the
+-- loss first (hold_for_restart, reregister_permit below). Both keys
+-- are named after the holders key's prefix: a standalone server's keys (on Redis
+-- Cluster they are in another slot: no grace is sent there).
+local function boot_keys(holders)
+  local kind = string.sub(holders, 1, string.find(holders, '{', 1, true) - 2)
+  local prefix = string.match(kind, '^(.*):[^:]*$')
+  return prefix .. ':boot', prefix .. ':boot:grace'
+end
+
+-- The server's age in ms: INFO's uptime, whole seconds rounded down, so never older
+-- than it is (a grace measured by it never ends early).
+local function server_age_ms()
+  local info = redis.call('INFO', 'server')
+  return tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000
+end
+
+-- The restart grace left (ms, 0: none) for the primitive of `holders`, with `grace`
+-- (ms) the caller's; marks a server found without its marker (see above). Returns
+-- also the marker (the server µs the data loss was found) while a grace is left.
+local function restart_grace(holders, grace, now_us)
+  local boot, hold = boot_keys(holders)
+  local n = redis.call('EXISTS', hold, boot, boot)
+  if n == 2 then return 0 end
+  if n > 2 then return redis.call('PTTL', hold), redis.call('GET', boot) end
+  local marker = string.format('%d', now_us)
+  redis.call('SET', boot, marker)
+  local left = grace - server_age_ms()
+  if left <= 0 then return 0 end
+  if redis.call('PTTL', hold) < left then redis.call('SET', hold, marker, 'PX', left) end
+  return left, marker
+end
+
+-- Within a restart grace (restart_grace above) the permits not taken back yet by
+-- holders from before the data loss are held by placeholders "~restart:<i>" expiring
+-- with the grace (`left` ms): every path that hands permits out counts them, so none
+-- goes to a newcomer until each holder renewed (reregister_permit) or the grace
+-- ended. Filled once per semaphore and marker (the leases hash's "~restart" field),
+-- up to `limit` live permits.
+local function hold_for_restart(holders, leases, limit, left, now, marker)
+  if redis.call('HGET', leases, '~restart') == marker then return end
+  local live = redis.call('ZCOUNT', holders, string.format('(%d', now), '+inf')
+  local expiry = string.format('%d', now + left)
+  for i = 1, limit - live do
+    redis.call('ZADD', holders, expiry, '~restart:' .. i)
+  end
+  redis.call('HSET', leases, '~restart', marker)
+  for _, key in ipairs({holders, leases}) do
+    if redis.call('PTTL', key) < left then redis.call('PEXPIRE', key, left + 1000) end
+  end
+end
+
+-- Put back a live lease that a data loss forgot (its renewal found it missing):
+-- `token` with its own `fence` and `owner`, expiring `ttl` ms from now, in the place
+-- of a placeholder when one is left (as grant_permit in lib_semaphore.lua writes a
+-- lease; "s:" is the grant time its fence tells).
+local function reregister_permit(holders, leases, token, owner, ttl, now, fence)
+  for _, t in ipairs(redis.call('ZRANGE', holders, 0, -1)) do
+    if string.sub(t, 1, 9) == '~restart:' then
+      redis.call('ZREM', holders, t)
+      break
+    end
+  end
+  redis.call('ZADD', holders, string.format('%d', now + ttl), token)
+  redis.call('HSET', leases, 'f:' .. token, fence, 'o:' .. token, owner,
+    's:' .. token, string.format('%d', math.floor(tonumber(fence) / 1000)))
+  for _, key in ipairs({holders, leases}) do
+    if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl + 1000) end
+  end
+end
