@@ -35,7 +35,7 @@ from ..logs import mark_resent_by
 from ..signals import permit_parked
 from ..tokens import HEADERS, PARK_HEADER
 from .journal import forget, record
-from .settings import park_keep
+from .settings import park_keep, restart_grace
 
 __all__ = [
     "ATTEMPT",
@@ -123,7 +123,8 @@ def parking_for(app: Any, pool: str, limit: int, ttl: float, prefix: str,
     sem = ParkingSemaphore(client, pool, limit=limit, ttl=ttl, prefix=prefix,
                            keep=park_keep(app),
                            on_claimed=functools.partial(publish_claimed, app),
-                           standby=standby, **acks)  # fmt: skip
+                           standby=standby, restart_grace=restart_grace(app),
+                           **acks)  # fmt: skip
     with _semaphores_guard:
         _semaphores[cache_key] = sem
         while len(_semaphores) > _KEPT:

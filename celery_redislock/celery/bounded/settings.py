@@ -29,6 +29,7 @@ __all__ = [
     "check_limits",
     "check_seconds",
     "park_keep",
+    "restart_grace",
     "settings_of",
     "sweep_interval",
 ]
@@ -155,6 +156,16 @@ def park_keep(app: Celery) -> float:
     """``redislock_park_keep``, checked: seconds > 0 (default :data:`DEFAULT_KEEP`)."""
     value = app.conf.get("redislock_park_keep", DEFAULT_KEEP)
     return check_seconds(value, "redislock_park_keep", zero=False)
+
+
+def restart_grace(app: Celery) -> float | bool:
+    """``redislock_restart_grace``, checked: True (default) -- the pool's lease TTL;
+    False or None -- none; seconds > 0. After the lock Redis lost its data, permits are
+    held this long for the runs that held them (see ``core/restart.py``)."""
+    value = app.conf.get("redislock_restart_grace", True)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    return check_seconds(value, "redislock_restart_grace", zero=False)
 
 
 def sweep_interval(app: Celery) -> float:

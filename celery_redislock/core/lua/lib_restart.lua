@@ -48,16 +48,23 @@ end
 -- holders from before the data loss are held by placeholders "~restart:<i>" expiring
 -- with the grace (`left` ms): every path that hands permits out counts them, so none
 -- goes to a newcomer until each holder renewed (reregister_permit) or the grace
--- ended. Filled once per semaphore and marker (the leases hash's "~restart" field),
--- up to `limit` live permits.
+-- ended. The first call fills the semaphore up to its `limit`; a later one with a
+-- higher limit (a sweeper's pump knows none after the loss) adds the difference. The
+-- leases hash's "~restart" field keeps "<marker> <limit filled to>".
 local function hold_for_restart(holders, leases, limit, left, now, marker)
-  if redis.call('HGET', leases, '~restart') == marker then return end
-  local live = redis.call('ZCOUNT', holders, string.format('(%d', now), '+inf')
-  local expiry = string.format('%d', now + left)
-  for i = 1, limit - live do
-    redis.call('ZADD', holders, expiry, '~restart:' .. i)
+  local filled = 0
+  local done = redis.call('HGET', leases, '~restart')
+  if done and string.match(done, '^(%d+) ') == marker then
+    filled = tonumber(string.match(done, ' (%d+)$'))
   end
-  redis.call('HSET', leases, '~restart', marker)
+  if filled >= limit then return end
+  local first, last = filled + 1, limit
+  if filled == 0 then
+    last = limit - redis.call('ZCOUNT', holders, string.format('(%d', now), '+inf')
+  end
+  local expiry = string.format('%d', now + left)
+  for i = first, last do redis.call('ZADD', holders, expiry, '~restart:' .. i) end
+  redis.call('HSET', leases, '~restart', marker .. ' ' .. string.format('%d', limit))
   for _, key in ipairs({holders, leases}) do
     if redis.call('PTTL', key) < left then redis.call('PEXPIRE', key, left + 1000) end
   end
