@@ -42,8 +42,11 @@ def lock_server() -> Iterator[RedisServer]:
 
 def _app(make_app: MakeApp, lock_server: RedisServer) -> tuple[Celery, Any, str]:
     prefix = f"j{uuid.uuid4().hex[:8]}"
+    # No restart grace: it would hold the permits for the TTL (30 s) after a restart
+    # (see test_restart_grace.py); these tests look at the journal's recovery alone.
     app = make_app(redislock_url=lock_server.url, redislock_prefix=prefix,
-                   redislock_client_options={"socket_timeout": 2})  # fmt: skip
+                   redislock_client_options={"socket_timeout": 2},
+                   redislock_restart_grace=False)  # fmt: skip
 
     @bounded_task(app=app, concurrency_limit=1, concurrency_key="api")
     def call(n: int) -> int:  # pragma: no cover - never runs here

@@ -18,6 +18,7 @@ from celery_redislock.celery.bounded.settings import (
     DEFAULT_KEEP,
     DEFAULT_SWEEP_INTERVAL,
     park_keep,
+    restart_grace,
     sweep_interval,
 )
 from celery_redislock.errors import ConfigurationError
@@ -79,3 +80,15 @@ def test_the_sweep_reads_the_lease_time_checked(app: Celery) -> None:
     app.conf.redislock_lock_ttl = "30"
     with pytest.raises(ConfigurationError, match=_naming("redislock_lock_ttl", "30")):
         sweeper_module.sweep(app)  # before any Redis call
+
+
+def test_restart_grace_setting(app: Celery) -> None:
+    assert restart_grace(app) is True  # default: the pool's lease TTL
+    assert _parking(app)._restart_grace_ms == 30_000  # type: ignore[attr-defined]
+    for value, expected in ((False, False), (None, False), (2.5, 2.5)):
+        app.conf.redislock_restart_grace = value
+        assert restart_grace(app) == expected
+    for value in ("30 s", 0, -1, float("nan"), [30]):
+        app.conf.redislock_restart_grace = value
+        with pytest.raises(ConfigurationError, match=_naming("redislock_restart_grace", value)):
+            restart_grace(app)
