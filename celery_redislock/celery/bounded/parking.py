@@ -255,7 +255,7 @@ def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
     payload = _payload(task, request, entry_id, since, run.holds)
     try:
         record(task.app, entry_id, payload, pool=sem.name, limit=limit, ttl=sem.ttl,
-               prefix=sem.keys.prefix, owner=run.task_id)  # survives the lock Redis
+               prefix=sem.keys.prefix, owner=run.task_id)  # survives the lock Redis  # fmt: skip
         position = sem.park(entry_id, payload, owner=run.task_id,
                             sent=sent_at((request.headers or {}).get(SENT_HEADER)))  # fmt: skip
     except BaseException:
