@@ -75,31 +75,45 @@ def fan_out(masters: Sequence[Master], call: Call, timeout: float,
     pending: dict[int, int] = {}  # socket's fd -> master index
     now = time.monotonic()
     expires = now + timeout
-    all_raw = True
     packed = call.packed
+    fresh: list[int] = []  # masters to connect to, after the others' requests are out
+
+    def send(index: int, conn: Any) -> bool:  # False: through redis-py (TLS)
+        due = conn.redlock_due
+        # Replies still due are read with this round's (one read for both), unless the
+        # connection owes too many or the oldest is overdue.
+        if due and (len(due) >= MAX_DUE or due[0][1] <= now):
+            _catch_up(conn, masters[index].label)
+        request = packed if packed_for is None else packed_for(index, conn.redlock_run_id)
+        raw = conn.redlock_raw
+        if raw:
+            wire.write(conn, request)
+        else:
+            conn.send_packed_command([request], check_health=False)
+        due.append((call, expires, request))
+        pending[conn.redlock_fd] = index
+        return bool(raw)
+
+    all_raw = True
     for index, master in enumerate(masters):
         conn = conns[index] = master.take()
+        if conn._sock is None:
+            fresh.append(index)
+            continue
         try:
-            if conn._sock is None:
-                conn.connect()  # first: the request may name the server's run id
-            due = conn.redlock_due
-            # Replies still due are read with this round's (one read for both), unless
-            # the connection owes too many or the oldest is overdue.
-            if due and (len(due) >= MAX_DUE or due[0][1] <= now):
-                _catch_up(conn, master.label)
-            if packed_for is not None:
-                packed = packed_for(index, conn.redlock_run_id)
-            if conn.redlock_raw:
-                wire.write(conn, packed)
-            else:
-                all_raw = False
-                conn.send_packed_command([packed], check_health=False)
+            all_raw = send(index, conn) and all_raw
         except (RedisError, OSError) as exc:
             results[index] = _failed(conn, exc)
             conns[index] = None
-            continue
-        due.append((call, expires, packed))
-        pending[conn.redlock_fd] = index
+    for index in fresh:
+        master, conn = masters[index], conns[index]
+        try:
+            master.connect(conn)  # first: the request may name the server's run id
+            all_raw = send(index, conn) and all_raw
+        except (RedisError, OSError) as exc:
+            results[index] = _failed(conn, exc)
+            conns[index] = None
+            master.give_back(conn)  # not connected: made again on the next call
     # A round may end early only when every connection is read here (see wire.py):
     # one read by redis-py is never left with a reply due.
     need, counts = enough if enough is not None and all_raw else (count + 1, None)

@@ -9,12 +9,15 @@ through redis-py's pool (which checks each connection for unread data with a
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 import weakref
 from typing import Any, ClassVar
 
 from redis import Redis
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 
 from ...errors import ConfigurationError
@@ -22,13 +25,23 @@ from ..lease import current_pid
 from ..scripts import as_text
 from . import wire
 
-__all__ = ["IO_TIMEOUT", "Master", "check_masters", "server_label"]
+__all__ = ["IO_TIMEOUT", "RECONNECT_MAX", "RECONNECT_MIN", "Master", "check_masters",
+           "server_label"]  # fmt: skip
 
 IO_TIMEOUT = 1.0
 """Longest socket wait, in seconds, of a master's own connections (connect, and the
 handshake of a new connection, which redis-py does synchronously): a stopped or
 unreachable master delays a call by at most this much. A fan-out's replies are
 awaited only until its own deadline."""
+
+RECONNECT_MIN = 0.05
+"""Seconds a master is not reconnected to after its first failed connect (then
+doubled on each failure, with jitter, up to :data:`RECONNECT_MAX`)."""
+
+RECONNECT_MAX = 0.5
+"""Longest backoff between connects to a master that is down: it is back in use at
+most this long after it is."""
+
 
 class Master:
     """One independent Redis master of a Redlock: its client, its own connections,
@@ -60,6 +73,8 @@ class Master:
             self._kwargs[option] = min(self._kwargs.get(option) or IO_TIMEOUT, IO_TIMEOUT)
         self.label = server_label(client)
         self._idle: list[Any] = []
+        self._backoff = 0.0  # seconds: after a failed connect, doubled on each failure
+        self._retry_at = 0.0  # time.monotonic() before which no connect is tried
         self._pid = current_pid()
         weakref.finalize(self, _close_all, self._idle)
 
@@ -73,6 +88,24 @@ class Master:
             conn = self._make(**self._kwargs)
             conn.register_connect_callback(self._on_connect)
             return conn
+
+    def connect(self, conn: Any) -> None:
+        """Connect ``conn`` (its handshake learns the run id), unless a connect failed
+        less than the backoff ago: then raise ``ConnectionError`` at once. A master
+        that is down costs a round a refused connect at most every
+        :data:`RECONNECT_MAX` seconds -- or a whole connect timeout (up to
+        :data:`IO_TIMEOUT`) when it is unreachable -- not one per round."""
+        now = time.monotonic()
+        if now < self._retry_at:
+            raise RedisConnectionError(f"{self.label}: reconnecting in "
+                                       f"{self._retry_at - now:.3f}s (backoff)")  # fmt: skip
+        try:
+            conn.connect()
+        except BaseException:
+            self._backoff = min(max(self._backoff * 2, RECONNECT_MIN), RECONNECT_MAX)
+            self._retry_at = time.monotonic() + self._backoff * random.uniform(0.5, 1.0)
+            raise
+        self._backoff = self._retry_at = 0.0
 
     def give_back(self, conn: Any) -> None:
         """Return a connection (maybe with replies still due: see :mod:`.wire`)."""
@@ -115,9 +148,7 @@ def check_masters(clients: object) -> list[Master]:
     """The masters of ``clients``: a list of at least 3 ``redis.Redis``, an odd number,
     each naming a different server; else :class:`ConfigurationError` naming the value."""
     if isinstance(clients, (str, bytes)) or not isinstance(clients, (list, tuple)):
-        raise ConfigurationError(
-            f"clients must be a list of redis.Redis clients, got {clients!r}"
-        )
+        raise ConfigurationError(f"clients must be a list of redis.Redis clients, got {clients!r}")
     for client in clients:
         if not isinstance(client, Redis):
             raise ConfigurationError(
@@ -139,5 +170,3 @@ def check_masters(clients: object) -> list[Master]:
             )
         seen[label] = index
     return [Master.for_client(client) for client in clients]
-
-

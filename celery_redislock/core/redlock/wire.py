@@ -106,7 +106,7 @@ def _bytes(value: Any) -> bytes:
 def reset(conn: Any) -> None:
     """Fresh per-connection state (on every connect): no reply due, nothing buffered;
     whether its socket is read here (a plain socket) or by redis-py (TLS)."""
-    conn.redlock_due = []  # [(Call, sent at)], oldest first
+    conn.redlock_due = []  # [(Call, expires, request sent)], oldest first
     conn.redlock_buffer = b""
     sock = conn._sock
     conn.redlock_fd = sock.fileno()

@@ -11,9 +11,11 @@ from typing import Any
 import redis
 
 from celery_redislock import RedisLock, RedlockLock
+from celery_redislock.core.redlock import rounds
+from celery_redislock.core.redlock.masters import RECONNECT_MAX
 from celery_redislock.core.redlock.wait import SPLIT_RETRIES
 from celery_redislock.testing import RedisServer
-from tests.topologies.redlock.conftest import GRACE
+from tests.topologies.redlock.conftest import GRACE, mark_booted
 
 HOLDERS = "redislock:lock:{job}:holders"
 
@@ -87,5 +89,37 @@ def test_a_split_keeps_its_grants_while_it_asks_again(clients: list[redis.Redis]
 
     lock._try = recorded  # type: ignore[method-assign]
     assert lock.acquire(timeout=0.3) is None
-    assert give_backs[:SPLIT_RETRIES + 1] == [False] * SPLIT_RETRIES + [True], give_backs
+    assert give_backs[: SPLIT_RETRIES + 1] == [False] * SPLIT_RETRIES + [True], give_backs
     assert not clients[0].exists(HOLDERS)  # given back when the wait ended
+
+
+def test_a_master_that_is_down_is_tried_again_after_a_backoff_not_every_round(
+    masters: list[RedisServer], clients: list[redis.Redis]
+) -> None:
+    lock = make(clients)
+    warm = lock.acquire(blocking=False)  # connections made
+    assert warm is not None and warm.release()
+    masters[0].stop()
+
+    def probe() -> tuple[Any, float]:
+        start = time.monotonic()
+        outcome = rounds.attempt(lock._masters, lock._prepared, b"probe",
+                                 [1000, "", b"0", 0, round(GRACE * 1000)], 1000, 1.0)  # fmt: skip
+        took = time.monotonic() - start
+        lock._release_token("probe")
+        assert len(outcome.grants) >= lock.quorum, outcome
+        return outcome.errors.get(0), took
+
+    # The old connection fails first, then a connect is refused: from then on the
+    # master is skipped (no connect) until its backoff ends.
+    deadline = time.monotonic() + 3.0
+    while "backoff" not in str(probe()[0]):
+        assert time.monotonic() < deadline
+    error, took = probe()
+    assert "backoff" in str(error) and took < 0.5, (error, took)
+    masters[0].start()
+    mark_booted([clients[0]], GRACE)
+    deadline = time.monotonic() + RECONNECT_MAX + 2.0
+    while probe()[0] is not None:  # back in use once its backoff is over
+        assert time.monotonic() < deadline, "the master was not reconnected"
+        time.sleep(0.01)
