@@ -17,6 +17,8 @@ May import the core and the bounded feature's journal.
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any
 
 from ...core import Lease
@@ -25,6 +27,8 @@ from ...core.parking import DUPLICATE, TAKEN, ParkingSemaphore
 from .journal import forget
 
 __all__ = ["take_parked"]
+
+logger = logging.getLogger(__name__)
 
 
 def take_parked(app: Any, sem: ParkingSemaphore, entry_id: str, owner: str, *, standby: int,
@@ -46,11 +50,23 @@ def take_parked(app: Any, sem: ParkingSemaphore, entry_id: str, owner: str, *, s
     if lease is not None:  # reserved for it meanwhile (published again): one is enough
         lease.release()  # (its release tops the standbys up)
     else:  # refused a second permit, but the token is consumed: the run is this one
-        sem.client.hdel(sem.payloads_key, f"r:{entry_id}")  # take's note, not needed
-        # The release that handed it the permit still counted it as a standby on its
-        # way (its entry was claimed): the next one is published ahead now.
-        sem.pump()
+        # Off the run's path (it starts at once: the hand-off is what standbys save).
+        threading.Thread(target=_top_up, args=(sem, entry_id), daemon=True,
+                         name="celery_redislock-standby").start()  # fmt: skip
     return TAKEN, early
+
+
+def _top_up(sem: ParkingSemaphore, entry_id: str) -> None:
+    """Drop take's note of the refusal (not needed: the run has its permit), and
+    publish the next standby: the release that handed this one the permit still
+    counted it as on its way (its entry was claimed). On failure the next release
+    does it."""
+    try:
+        sem.client.hdel(sem.payloads_key, f"r:{entry_id}")
+        sem.pump()
+    except Exception as exc:
+        logger.debug("celery_redislock: standbys of pool %r not topped up (%s: %s)",
+                     sem.name, type(exc).__name__, exc)  # fmt: skip
 
 
 def _is_standby(sem: ParkingSemaphore, entry_id: str, standby: int) -> bool:
