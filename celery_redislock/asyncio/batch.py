@@ -20,8 +20,10 @@ write's replies are awaited until the latest deadline of its callers.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
@@ -31,7 +33,9 @@ from ..core.scripts import _DEADLINE, LuaScript
 from . import wire
 from .calls import by_deadline, call, read_timeout
 
-__all__ = ["MAX_BATCH", "MAX_IN_FLIGHT", "batched_call"]
+__all__ = ["MAX_BATCH", "MAX_IN_FLIGHT", "OnReply", "batched_call"]
+
+log = logging.getLogger(__name__)
 
 MAX_BATCH = 100
 """Most calls sent in one write."""
@@ -43,7 +47,9 @@ behind the whole burst (1,000 acquires: 10 writes, some 25 ms of Redis time)."""
 
 _ALONE = object()  # a future's result: send the call yourself (see the module docs)
 
-_Item = tuple[bytes, list[Any], "asyncio.Future[Any]", float | None]  # packed, args, deadline
+# packed, args, the caller's future, its deadline, what to do with the reply at once
+_Item = tuple[bytes, list[Any], "asyncio.Future[Any]", float | None, "OnReply | None"]
+OnReply = Callable[[Any], None]
 
 _batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[int, str], _Batch]] = (
     weakref.WeakKeyDictionary()
@@ -93,14 +99,18 @@ def _spawn(loop: asyncio.AbstractEventLoop, coroutine: Any) -> asyncio.Task[None
     return task
 
 
-async def batched_call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:
+async def batched_call(script: LuaScript, client: Any, keys: list[Any], args: list[Any],
+                       on_reply: OnReply | None = None) -> Any:  # fmt: skip
     """``call(script, client, keys, args)``, sent with the other such calls of this
     loop's turn (see the module docs); a cluster or single-connection client, or
-    Python 3.10, calls alone."""
+    Python 3.10, calls alone. ``on_reply`` is called with the reply once, as soon as
+    it is read: in a burst, before any caller of the burst resumes, and even when
+    its caller was cancelled meanwhile (a release's hand-over to this loop's waiters:
+    they go on without waiting for their releasers' turn). It must not raise."""
     pool = getattr(client, "connection_pool", None)
     alone = pool is None or getattr(client, "connection", None) is not None
     if alone or sys.version_info < (3, 11):
-        return await call(script, client, keys, args)
+        return _heard(on_reply, await call(script, client, keys, args))
     loop = asyncio.get_running_loop()
     per_loop = _batches.get(loop)
     if per_loop is None:
@@ -113,10 +123,16 @@ async def batched_call(script: LuaScript, client: Any, keys: list[Any], args: li
         loop.call_soon(batch.flush)
     deadline = _DEADLINE.get()
     packed = pack_evalsha(script.head, keys, args, key_encoder(client))
-    batch.items.append((packed, args, future, deadline))
+    batch.items.append((packed, args, future, deadline, on_reply))
     reply = await (future if deadline is None else by_deadline(future, deadline, script.name))
     if reply is _ALONE:
-        return await call(script, client, keys, args)
+        return _heard(on_reply, await call(script, client, keys, args))
+    return reply
+
+
+def _heard(on_reply: OnReply | None, reply: Any) -> Any:
+    if on_reply is not None:
+        on_reply(reply)
     return reply
 
 
@@ -180,6 +196,11 @@ async def _round(script: LuaScript, conn: Any, items: list[_Item],
             if not script._stamped(reply, item[1]):
                 raise _Stale
             reply = reply[1]
+        if item[4] is not None:
+            try:
+                item[4](reply)
+            except Exception:  # a bug: its caller still gets the reply
+                log.exception("celery_redislock: handling a %s reply failed", script.name)
         if not item[2].done():
             item[2].set_result(reply)
     return missing

@@ -204,19 +204,27 @@ class AsyncRedisSemaphore(AsyncPrimitive):
 
     async def _release_token(self, token: str) -> bool:
         # Waiters of this loop that the release grants are named in its reply and
-        # woken here: no message round for them (see AsyncNotifier.hand_over).
-        # Batched: holders whose sections end in the same turn (they began together)
-        # release in one write, and their successors then begin together too; each
-        # release alone would wake Redis and this loop once more per section. A
-        # release may be sent twice (a re-send answers as the first, grants included).
+        # woken as it is read (see AsyncNotifier.hand_over): no message round for
+        # them, nor a wait for this task's turn. Batched: holders whose sections end
+        # in the same turn (they began together) release in one write, and their
+        # successors then begin together too; each release alone would wake Redis and
+        # this loop once more per section. A release may be sent twice (a re-send
+        # answers as the first, grants included).
         scripts = self._scripts
         notifier = AsyncNotifier.current(self._client)
         here = None if notifier is None else notifier.tag
         keys, args = scripts.release_call(token), scripts.release_args(token, here)
-        released, grants = release_reply(await batched_call(RELEASE, self._client, keys, args))
-        if grants and notifier is not None:
-            notifier.hand_over(f"{scripts.channel}:{here}", grants)
-        return released
+        hand_over = None
+        if notifier is not None:
+            channel = f"{scripts.channel}:{here}"
+
+            def hand_over(reply: Any) -> None:
+                grants = release_reply(reply)[1]
+                if grants:
+                    notifier.hand_over(channel, grants)
+
+        reply = await batched_call(RELEASE, self._client, keys, args, hand_over)
+        return release_reply(reply)[0]
 
     async def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
         scripts = self._scripts
