@@ -24,11 +24,13 @@ answer to a later request); so is a connection whose oldest due reply is overdue
 from __future__ import annotations
 
 import logging
+import os
 import select
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -76,44 +78,54 @@ def fan_out(masters: Sequence[Master], call: Call, timeout: float,
     now = time.monotonic()
     expires = now + timeout
     packed = call.packed
-    fresh: list[int] = []  # masters to connect to, after the others' requests are out
+    owing: list[int] = []  # owing replies, or written by redis-py (TLS): sent after
+    fresh: list[int] = []  # to connect to first: sent last (a handshake may be slow)
 
-    def send(index: int, conn: Any) -> bool:  # False: through redis-py (TLS)
+    def send(index: int, conn: Any) -> None:
         due = conn.redlock_due
         # Replies still due are read with this round's (one read for both), unless the
         # connection owes too many or the oldest is overdue.
         if due and (len(due) >= MAX_DUE or due[0][1] <= now):
             _catch_up(conn, masters[index].label)
         request = packed if packed_for is None else packed_for(index, conn.redlock_run_id)
-        raw = conn.redlock_raw
-        if raw:
+        if conn.redlock_raw:
             wire.write(conn, request)
         else:
             conn.send_packed_command([request], check_health=False)
         due.append((call, expires, request))
         pending[conn.redlock_fd] = index
-        return bool(raw)
 
-    all_raw = True
+    # The common case inline (send's body): a connected raw socket owing nothing.
     for index, master in enumerate(masters):
         conn = conns[index] = master.take()
         if conn._sock is None:
             fresh.append(index)
             continue
+        if conn.redlock_due or not conn.redlock_raw:
+            owing.append(index)
+            continue
+        request = packed if packed_for is None else packed_for(index, conn.redlock_run_id)
         try:
-            all_raw = send(index, conn) and all_raw
+            wire.write(conn, request)
         except (RedisError, OSError) as exc:
             results[index] = _failed(conn, exc)
             conns[index] = None
-    for index in fresh:
+            continue
+        conn.redlock_due.append((call, expires, request))
+        pending[conn.redlock_fd] = index
+    all_raw = True
+    for index in (*owing, *fresh) if owing or fresh else ():
         master, conn = masters[index], conns[index]
         try:
-            master.connect(conn)  # first: the request may name the server's run id
-            all_raw = send(index, conn) and all_raw
+            if conn._sock is None:
+                master.connect(conn)  # first: the request may name the server's run id
+            send(index, conn)
         except (RedisError, OSError) as exc:
             results[index] = _failed(conn, exc)
             conns[index] = None
-            master.give_back(conn)  # not connected: made again on the next call
+            master.give_back(conn)  # disconnected: connected again on its next use
+            continue
+        all_raw = all_raw and conn.redlock_raw
     # A round may end early only when every connection is read here (see wire.py):
     # one read by redis-py is never left with a reply due.
     need, counts = enough if enough is not None and all_raw else (count + 1, None)
@@ -161,9 +173,12 @@ def _receive(conn: Any, call: Call | None) -> tuple[bool, Any]:
     due = conn.redlock_due
     if not conn.redlock_raw:
         return _take(conn, call, _read_via_redis(conn))
-    data = wire.receive(conn)
-    if data is None:
-        return False, None
+    try:
+        data = os.read(conn.redlock_fd, wire.READ_SIZE)  # (wire.receive, inline)
+    except BlockingIOError:
+        return False, None  # nothing there: a spurious wake-up
+    if not data:
+        raise RedisConnectionError("the master closed the connection")
     buffer = conn.redlock_buffer + data if conn.redlock_buffer else data
     found: tuple[bool, Any] = (False, None)
     pos, size = 0, len(buffer)

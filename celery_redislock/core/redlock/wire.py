@@ -30,7 +30,8 @@ from ..scripts import LuaScript, StaleReply
 
 __all__ = ["Call", "bulks", "is_raw", "next_reply", "parse", "receive", "reset", "write"]
 
-_READ_SIZE = 16384
+READ_SIZE = 16384
+"""Most bytes one ``read`` takes from a master's socket."""
 
 
 class Call:
@@ -133,7 +134,7 @@ def receive(conn: Any) -> bytes | None:
     """What a raw connection has to read now (None: nothing, a spurious wake-up).
     Raises ``ConnectionError`` when the server closed it."""
     try:
-        data = os.read(conn.redlock_fd, _READ_SIZE)
+        data = os.read(conn.redlock_fd, READ_SIZE)
     except BlockingIOError:
         return None
     if not data:
