@@ -22,11 +22,14 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from redis._parsers import _AsyncRESP2Parser, _AsyncRESP3Parser
-
 __all__ = ["FOREIGN", "PARTIAL", "parse", "read_buffered", "usable"]
 
-_PARSERS = (_AsyncRESP2Parser, _AsyncRESP3Parser)
+try:  # redis-py's own parsers (private names: a redis-py without them reads alone)
+    from redis._parsers import _AsyncRESP2Parser, _AsyncRESP3Parser
+
+    _PARSERS: tuple[type, ...] = (_AsyncRESP2Parser, _AsyncRESP3Parser)
+except ImportError:  # pragma: no cover
+    _PARSERS = ()
 PARTIAL: Any = object()  # parse()'s answer when the reply is not whole in the buffer yet
 FOREIGN: Any = object()  # ... when it is of a kind left to redis-py's parser
 
@@ -39,8 +42,8 @@ def usable(parser: Any, reader: Any) -> bool:
     reader with the buffer this module reads (asyncio's)."""
     return (
         parser.__class__ in _PARSERS
-        and not parser._buffer
-        and not parser._chunks
+        and not getattr(parser, "_buffer", True)  # absent: not the parser known here
+        and not getattr(parser, "_chunks", True)
         and reader.__class__ is asyncio.StreamReader
     )
 
