@@ -3,12 +3,16 @@ of every shape a script can give, errors as redis-py's exceptions."""
 
 from __future__ import annotations
 
+import socket
+from types import SimpleNamespace
+
 import pytest
 from redis._parsers.encoders import Encoder
 from redis.connection import PythonRespSerializer
 from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 
 from celery_redislock.core.lock_scripts import ACQUIRE, RELEASE
+from celery_redislock.core.redlock import fanout
 from celery_redislock.core.redlock.prepared import Prepared
 from celery_redislock.core.redlock.wire import Call, next_reply, parse
 from celery_redislock.core.scripts import StaleReply
@@ -83,3 +87,38 @@ def test_prepared_requests_are_what_redis_py_would_send() -> None:
 
 def pack_command(*args: object) -> list[bytes]:
     return PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode).pack(*args)
+
+
+def test_a_connection_reads_replies_split_across_reads_and_several_in_one() -> None:
+    ours, server = socket.socketpair()
+    ours.setblocking(False)
+    conn = SimpleNamespace(redlock_fd=ours.fileno(), redlock_raw=True, redlock_buffer=b"",
+                           redlock_due=[], _sock=ours)  # fmt: skip
+    first, second = (Call(RELEASE, [b"k"], [token]) for token in ("11111111x", "22222222x"))
+    conn.redlock_due += [(first, 0.0, first.packed), (second, 0.0, second.packed)]
+    one = b"*2\r\n$9\r\nr11111111\r\n:1\r\n"
+    two = b"*2\r\n$9\r\nr22222222\r\n*3\r\n:0\r\n:5\r\n$0\r\n\r\n"
+    try:
+        server.send(one + two[:7])  # an earlier call's reply, and the start of this one's
+        assert fanout._receive(conn, second) == (False, None)
+        assert conn.redlock_due == [(second, 0.0, second.packed)]
+        assert conn.redlock_buffer == two[:7]
+        server.send(two[7:])
+        assert fanout._receive(conn, second) == (True, [0, 5, b""])
+        assert conn.redlock_due == [] and conn.redlock_buffer == b""
+        assert fanout._receive(conn, None) == (False, None)  # nothing there
+        # NOSCRIPT: the same request sent again as EVAL with the script's text.
+        conn.redlock_due.append((first, 0.0, first.packed))
+        server.send(b"-NOSCRIPT No matching script.\r\n")
+        assert fanout._receive(conn, first) == (False, None)
+        assert conn.redlock_due[0][0] is first
+        sent = server.recv(65536)
+        assert sent.startswith(b"*5\r\n$4\r\nEVAL\r\n") and sent.endswith(first.packed[-30:])
+        server.send(one)
+        assert fanout._receive(conn, first) == (True, 1)
+        server.send(one)  # a reply nobody asked for
+        with pytest.raises(StaleReply):
+            fanout._receive(conn, None)
+    finally:
+        ours.close()
+        server.close()
