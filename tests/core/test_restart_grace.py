@@ -101,3 +101,23 @@ def test_restart_grace_is_validated(server: RedisServer) -> None:
     for bad in (0, -1.0, "30", float("nan")):
         with pytest.raises(ConfigurationError, match="restart_grace"):
             RedisSemaphore(client, "pool", limit=1, restart_grace=bad)  # type: ignore[arg-type]
+
+
+def test_a_flush_past_the_grace_does_not_put_a_lease_back_over_the_limit(
+        server: RedisServer) -> None:  # fmt: skip
+    """FLUSHALL (or an evicted marker) on a server older than the grace: no grace is
+    declared, so newcomers get the permits at once -- a lost lease's renewal must not
+    then put it back beside them (limit 1, two holders)."""
+    client = _client(server)
+    sem = RedisSemaphore(client, "pool", limit=1, ttl=TTL, restart_grace=True)
+    old = sem.acquire(blocking=False, renew=True)
+    assert old is not None
+    wait_until(lambda: int(client.info("server")["uptime_in_seconds"]) * 1000 > 2 * TTL * 1000,
+               timeout=10, what="a server older than the grace")  # fmt: skip
+    client.flushall()
+    newcomer = RedisSemaphore(_client(server), "pool", limit=1, ttl=TTL, restart_grace=True)
+    new = newcomer.acquire(blocking=False, renew=True)
+    assert new is not None, "no grace past the server's first TTL: the permit is free"
+    assert old.lost_event.wait(2 * TTL), "the flushed lease put back beside the newcomer's"
+    assert _real_holders(sem) == {new.token[:8]}
+    assert new.release()

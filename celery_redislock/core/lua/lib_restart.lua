@@ -73,13 +73,22 @@ end
 -- Put back a live lease that a data loss forgot (its renewal found it missing):
 -- `token` with its own `fence` and `owner`, expiring `ttl` ms from now, in the place
 -- of a placeholder when one is left (as grant_permit in lib_semaphore.lua writes a
--- lease; "s:" is the grant time its fence tells).
-local function reregister_permit(holders, leases, token, owner, ttl, now, fence)
+-- lease; "s:" is the grant time its fence tells). Returns false, putting nothing back,
+-- when placeholders were filled for this loss (`marker`) and none is left: the permits
+-- went to holders that renewed first or, once a placeholder expired, to newcomers,
+-- and one more lease would exceed the limit.
+local function reregister_permit(holders, leases, token, owner, ttl, now, fence, marker)
+  local placeholder = false
   for _, t in ipairs(redis.call('ZRANGE', holders, 0, -1)) do
     if string.sub(t, 1, 9) == '~restart:' then
       redis.call('ZREM', holders, t)
+      placeholder = true
       break
     end
+  end
+  if not placeholder then
+    local done = redis.call('HGET', leases, '~restart')
+    if done and string.match(done, '^(%d+) ') == marker then return false end
   end
   redis.call('ZADD', holders, string.format('%d', now + ttl), token)
   redis.call('HSET', leases, 'f:' .. token, fence, 'o:' .. token, owner,
@@ -87,4 +96,5 @@ local function reregister_permit(holders, leases, token, owner, ttl, now, fence)
   for _, key in ipairs({holders, leases}) do
     if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl + 1000) end
   end
+  return true
 end

@@ -25,7 +25,8 @@
 -- from now, 2 when it is live but an explicit extend with a newer generation set its
 -- TTL (left as it is), 0 when it was not (unknown, expired or released), 3 when it was
 -- missing because Redis lost its data after the lease was granted (the boot marker is
--- missing or newer than its fence) and was put back (see reregister_permit). A
+-- missing or newer than its fence) and was put back within the restart grace, in a
+-- placeholder's place when any were filled (see reregister_permit; else 0). A
 -- re-sent call renews again and changes nothing else.
 
 --!include lib_lock.lua
@@ -53,9 +54,11 @@ for i = 1, n do
 --!include lib_restart.lua
     local fence = tonumber(ARGV[3 * n + i])
     local left, marker = restart_grace(holders, tonumber(ARGV[5 * n + i]), now_us)
-    marker = tonumber(marker or redis.call('GET', (boot_keys(holders))))
-    if marker and marker > fence then
-      reregister_permit(holders, leases, token, ARGV[4 * n + i], ttl, now, ARGV[3 * n + i])
+    -- Only within the grace: past it (a flush or an evicted marker on a server older
+    -- than the grace declares none) newcomers were not held off, and a lease put back
+    -- would be one over the limit.
+    if left > 0 and tonumber(marker) > fence and reregister_permit(holders, leases,
+        token, ARGV[4 * n + i], ttl, now, ARGV[3 * n + i], marker) then
       renewed[i] = 3
     end
   end
