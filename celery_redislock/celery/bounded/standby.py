@@ -41,7 +41,12 @@ def take_parked(app: Any, sem: ParkingSemaphore, entry_id: str, owner: str, *, s
     if standby and _is_standby(sem, entry_id, standby):
         early = sem.acquire(timeout=wait, owner=owner, ttl=ttl, renew=True, on_lost=on_lost)
     forget(app, entry_id)  # before the token is consumed: see journal.py
-    status, lease = sem.take(entry_id, owner, ttl=ttl, renew=True, on_lost=on_lost)
+    try:
+        status, lease = sem.take(entry_id, owner, ttl=ttl, renew=True, on_lost=on_lost)
+    except BaseException:
+        if early is not None:  # no hold owns it yet: renewed for the process's life else
+            _give_back(early)
+        raise
     if early is None:
         return status, lease
     if status == DUPLICATE:  # another message of the entry ran: not this one
@@ -54,6 +59,16 @@ def take_parked(app: Any, sem: ParkingSemaphore, entry_id: str, owner: str, *, s
         threading.Thread(target=_top_up, args=(sem, entry_id), daemon=True,
                          name="celery_redislock-standby").start()  # fmt: skip
     return TAKEN, early
+
+
+def _give_back(lease: Lease) -> None:
+    """Release ``lease`` (renewal stopped first, so it expires if the release fails
+    too), never raising: the caller re-raises what made it give the lease back."""
+    try:
+        lease.release()
+    except Exception as exc:
+        logger.debug("celery_redislock: a standby's permit not given back, it expires (%s: "
+                     "%s)", type(exc).__name__, exc)  # fmt: skip
 
 
 def _top_up(sem: ParkingSemaphore, entry_id: str) -> None:
