@@ -14,11 +14,35 @@ from celery_redislock.celery.execution import Hold
 from celery_redislock.celery.singleton.guard import SingletonHold
 
 
+class _OwnTasks(Celery):
+    """An app whose tasks are its own: ``@app.task`` is ``shared=True`` by default, and a
+    shared task joins every app finalized after it (a bounded one then breaks a later
+    test's Redlock app, which refuses bounded tasks)."""
+
+    def task(self, *args: Any, **options: Any) -> Any:
+        options.setdefault("shared", False)
+        return super().task(*args, **options)
+
+
 @pytest.fixture
 def app() -> Celery:
-    app = Celery("edges", set_as_current=False, broker="memory://", backend="cache+memory://")
+    app = _OwnTasks("edges", set_as_current=False, broker="memory://",
+                    backend="cache+memory://")  # fmt: skip
     app.conf.task_always_eager = False
     return app
+
+
+def test_the_tasks_of_these_tests_join_no_later_app(app: Celery) -> None:
+    @bounded_task(app=app, concurrency_limit=2)
+    def capped() -> None: ...
+
+    @singleton_task(app=app)
+    def single() -> None: ...
+
+    later = Celery("later", set_as_current=False)
+    later.finalize()
+    assert capped.name in app.tasks and single.name in app.tasks
+    assert capped.name not in later.tasks and single.name not in later.tasks
 
 
 def test_a_decoration_error_names_the_task_as_celery_will(app: Celery) -> None:
