@@ -1,7 +1,7 @@
 """The backlog case of bench_bounded.py: a burst far over the limit, parked vs re-publish.
 
 ``count`` tasks of ``seconds`` each are sent at once to 2 workers x 4 processes
-(prefork) with ``concurrency_limit=limit``: most are refused a permit. Two task types,
+(prefork) with ``concurrency_limit=limit``: most are refused a permit. Our task types,
 interleaved round by round on the same workers, differ only in ``concurrency_park``:
 
 * **parked** (the default): a refused run is parked in Redis; the release that frees
@@ -13,15 +13,34 @@ interleaved round by round on the same workers, differ only in ``concurrency_par
 * **re-publish** (``concurrency_park=False``): a refused run is sent back to the
   broker with a countdown (0.2 s + up to 0.3 s of jitter) and tried again.
 
+Interleaved with them, two controls: the same body as a plain Celery task (no limit of
+ours) on a third worker whose *concurrency* is the limit, so Celery's own per-task
+hand-off is the only overhead; what a Celery-based design could at best keep:
+
+* **plain c2**: 1 worker x ``limit`` processes, ``--prefetch-multiplier 1``, the ack at
+  the start (Celery's default). Plain Celery's best FIFO: one consumer reads one list
+  in sending order, the pool's outbound buffer is first in first out and ``-O fair``
+  (the default) writes a job only to an idle process; the acked running runs do not
+  count against the prefetch (multiplier x concurrency = ``limit``), so the next
+  ``limit`` messages already wait in the worker's main process when a process frees:
+  a hand-off never waits on the broker. (2 workers x 1 process would be two consumers,
+  each starting what it happened to read first: not FIFO across them.)
+* **plain c2 acks_late** (``acks_late=True``, same worker): the ack at the end, so the
+  worker reads the next message only once a run ends: each hand-off goes through the
+  broker, as a release of ours does, without our scripts.
+
+"ours - plain" then prints the medians' differences: (a) p99 and drain.
+
 Per run: the drain time (first send to last end) over the ideal (count x seconds /
 limit), re-publishes per task (messages published, the broker's ``LPUSH`` calls / count,
 minus the one each task was sent as) and deliveries per task, the workers'
 CPU seconds per task (main processes and pool children, from /proc, over the whole
 batch) and per parked task beyond an unbounded batch of the same tasks, the log
 lines per task, the peak concurrency (interval sweep), the wait before each run
-started (p50/p99), two lateness figures side by side (and their maximum), and the hand-off itself:
+started (p50/p99), two lateness figures side by side (and their maximum), and the
+hand-off itself:
 
-* **(a) late vs nominal**: p99 of ``start - (first send + (i // limit) x seconds)``
+* **(a) late vs nominal**: p50/p99 of ``start - (first send + (i // limit) x seconds)``
   for run i sent i-th: the schedule a zero-cost FIFO would keep. Cumulative: every
   hand-off's delay *and* every run's own Celery overhead add up along the queue
   (a run of the 30th slot carries 29 of each), the drain ratio's excess in ms;
@@ -44,7 +63,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import textwrap
@@ -56,7 +74,8 @@ from typing import Any
 
 import _stages
 import redis
-from _common import percentile, print_table
+from _backlog_print import CONTROLS, MODES, print_backlog
+from _common import percentile
 
 from celery_redislock.testing import RedisServer
 
@@ -112,6 +131,11 @@ def republish(label, i, sent, seconds):
 @app.task(name="bench.plain")
 def plain(label, i, sent, seconds):
     _body(label, i, sent, seconds)
+
+
+@app.task(name="bench.late", acks_late=True)
+def late(label, i, sent, seconds):
+    _body(label, i, sent, seconds)
 '''
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -148,12 +172,12 @@ def _pushes(client: redis.Redis) -> int:
     return int(client.info("commandstats").get("cmdstat_lpush", {}).get("calls", 0))
 
 
-def _batch(task: Any, records: redis.Redis, directory: str, pids: list[int], count: int,
-           seconds: float, limit: int) -> dict[str, Any]:  # fmt: skip
+def _batch(task: Any, queue: str, records: redis.Redis, directory: str, pids: list[int],
+           count: int, seconds: float, limit: int) -> dict[str, Any]:  # fmt: skip
     label = f"runs-{uuid.uuid4().hex[:8]}"
     lines, received, cpu = _lines(directory), _pushes(records), _cpu(pids)
     first = time.time()
-    ids = {task.apply_async((label, i, time.time(), seconds), queue="bounded").id
+    ids = {task.apply_async((label, i, time.time(), seconds), queue=queue).id
            for i in range(count)}  # fmt: skip
     deadline = time.monotonic() + 60 + count * seconds * 4
     while records.llen(label) < count:
@@ -183,6 +207,7 @@ def _batch(task: Any, records: redis.Redis, directory: str, pids: list[int], cou
         "peak": peak([(start, end) for _, _, start, end in rows]),
         "wait p50": percentile(waits, 50),
         "wait p99": percentile(waits, 99),
+        "late p50": percentile(late, 50),
         "late p99": percentile(late, 99),
         "late max": max(late),
         "replayed p50": percentile(replayed, 50),
@@ -194,8 +219,8 @@ def _batch(task: Any, records: redis.Redis, directory: str, pids: list[int], cou
     }
 
 
-MODES = ("unbounded", "parked", "parked in child", "parked+standby", "re-publish")
-_TASKS = dict(zip(MODES, ("plain", "parked", "inchild", "standby", "republish"), strict=True))
+_TASKS = dict(zip(MODES, ("plain", "plain", "late", "parked", "inchild", "standby",
+                          "republish"), strict=True))  # fmt: skip
 
 
 def run_backlog(count: int, seconds: float, limit: int, rounds: int,
@@ -215,60 +240,21 @@ def run_backlog(count: int, seconds: float, limit: int, rounds: int,
         tasks = __import__(module)
         records = redis.Redis.from_url(f"{base}/3")
         pids = [stack.enter_context(worker(directory, module, "bounded", 4)) for _ in range(2)]
+        control = ([stack.enter_context(worker(directory, module, "control", limit, (
+            "--prefetch-multiplier", "1")))] if set(modes) & set(CONTROLS) else [])  # fmt: skip
+
+        def batch(mode: str, n: int, duration: float) -> dict[str, Any]:
+            queue, group = ("control", control) if mode in CONTROLS else ("bounded", pids)
+            task = getattr(tasks, _TASKS[mode])
+            return _batch(task, queue, records, directory, group, n, duration, limit)
+
         for mode in modes:  # warm-up
-            _batch(getattr(tasks, _TASKS[mode]), records, directory, pids, 16, 0.01, limit)
+            batch(mode, 16, 0.01)
         results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
         for _ in range(rounds):
             for mode in modes:
-                results[mode].append(_batch(getattr(tasks, _TASKS[mode]), records, directory,
-                                            pids, count, seconds, limit))  # fmt: skip
+                results[mode].append(batch(mode, count, seconds))
         records.close()
         stamps = _stages.collect(directory) if stages else {}
-    _print(results, count, seconds, limit, stamps)
+    print_backlog(results, count, seconds, limit, stamps)
 
-
-def _print(results: dict[str, list[dict[str, Any]]], count: int, seconds: float, limit: int,
-           stamps: dict[str, dict[str, float]]) -> None:  # fmt: skip
-    ideal = count * seconds / limit
-    plain = results.get("unbounded")
-    plain_cpu = statistics.median(r["cpu"] for r in plain) if plain else None
-    rows = []
-    for label in MODES:
-        for i, r in enumerate(results.get(label, ())):
-            bounded = label != "unbounded"
-            parked_share = max(1.0, count - limit)  # runs refused at least once
-            extra = ("-" if plain_cpu is None or not bounded else
-                     f"{(r['cpu'] - plain_cpu) * count / parked_share * 1000:.1f}")  # fmt: skip
-            rows.append([
-                f"{label} #{i + 1}", f"{r['drain']:.2f}",
-                f"{r['drain'] / ideal:.3f}" if bounded else "-",
-                f"{r['publishes'] - 1:.2f}", f"{r['publishes']:.2f}", f"{r['cpu'] * 1000:.1f}",
-                extra, f"{r['log lines']:.1f}",
-                int(r["peak"]), f"{r['wait p50']:.2f}", f"{r['wait p99']:.2f}",
-                f"{r['late p99'] * 1000:.0f} / {r['late max'] * 1000:.0f}" if bounded else "-",
-                f"{r['replayed p50'] * 1000:.1f} / {r['replayed p99'] * 1000:.1f} / "
-                f"{r['replayed max'] * 1000:.0f}" if bounded else "-",
-                f"{r['handoff p50'] * 1000:.1f} / {r['handoff p99'] * 1000:.1f}"
-                if bounded else "-",
-            ])  # fmt: skip
-    print(f"backlog: {count} tasks of {seconds * 1000:g} ms sent at once, limit {limit}, "
-          f"2 workers x 4 (prefork); ideal drain {ideal:.2f} s; unbounded = the same tasks "
-          "without a limit (all 8 slots)\n")
-    print_table(["run", "drain s", "/ ideal", "re-publishes/task", "deliveries/task",
-                 "worker CPU ms/task", "CPU ms/parked task", "log lines/task", "peak",
-                 "wait p50 s", "wait p99 s", "(a) late p99/max ms vs nominal",
-                 "(b) late p50/p99/max ms vs replayed FIFO", "hand-off p50/p99 ms"],
-                rows)  # fmt: skip
-    print("\n(a) start - (first send + (i // limit) x duration), run i sent i-th: "
-          "cumulative, every hand-off's and every run's overhead adds up along the queue;\n"
-          "(b) start - the moment the permit it gets under strict FIFO came free (the k-th "
-          "run sent gets the k-th permit freed, from the runs' actual ends): per hand-off "
-          "delay and queue order only.")  # fmt: skip
-    for label in MODES:
-        ids = set().union(*(r["ids"] for r in results.get(label, ())))
-        table = _stages.report(stamps, ids) if stamps else []
-        if table:
-            print(f"\nhand-off stages, {label} (ms, over every run published by a release):")
-            print_table(["stage", "what", "p50", "p99", "n"], table)
-    print(f"\npython {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
-          f"{os.getloadavg()[0]:.2f}")  # fmt: skip

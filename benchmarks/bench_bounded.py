@@ -5,7 +5,8 @@ Run from the repository root (about half a minute)::
     python benchmarks/bench_bounded.py                 # 200 tasks of 50 ms, limit 3
     python benchmarks/bench_bounded.py --tasks 100 --duration 0.02 --rounds 1
     python benchmarks/bench_bounded.py --backlog      # 60 tasks of 0.2 s, limit 2:
-                                                      # parked vs re-publish (_backlog.py)
+                                      # parked vs re-publish vs plain Celery at
+                                      # concurrency 2 (the control; _backlog.py)
     python benchmarks/bench_bounded.py --backlog --modes parked --stages
                                       # only the parked runs, each hand-off's stages timed
 
@@ -107,15 +108,18 @@ def peak(intervals: list[tuple[float, float]]) -> int:
 
 
 @contextmanager
-def worker(directory: str, module: str, queue: str, concurrency: int) -> Iterator[int]:
-    """A ``celery worker`` subprocess (prefork) on ``queue``, ready on entry; its pid."""
+def worker(directory: str, module: str, queue: str, concurrency: int,
+           options: tuple[str, ...] = ()) -> Iterator[int]:  # fmt: skip
+    """A ``celery worker`` subprocess (prefork) on ``queue``, ready on entry; its pid.
+
+    ``options``: more ``celery worker`` options, e.g. ``("--prefetch-multiplier", "1")``."""
     log_path = os.path.join(directory, f"{queue}-{uuid.uuid4().hex[:6]}.log")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
         directory, ROOT, os.environ.get("PYTHONPATH")]))}  # fmt: skip
     args = [sys.executable, "-m", "celery", "-A", f"{module}:app", "worker", "-P", "prefork",
             "-c", str(concurrency), "-Q", queue, "-n", f"{queue}-{uuid.uuid4().hex[:6]}@%h",
             "-l", "info", "--without-heartbeat", "--without-gossip",
-            "--without-mingle"]  # fmt: skip
+            "--without-mingle", *options]  # fmt: skip
     with open(log_path, "wb") as log:
         process = subprocess.Popen(args, cwd=directory, env=env, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
@@ -244,7 +248,8 @@ def main() -> None:
     parser.add_argument("--waiters", type=int, help="concurrency_waiters")
     parser.add_argument("--prefetch", type=int, default=4, help="worker_prefetch_multiplier")
     parser.add_argument("--modes", help="backlog: comma-separated subset of: unbounded, "
-                        "parked, parked in child, parked+standby, re-publish (all)")
+                        "plain c2, plain c2 acks_late, parked, parked in child, "
+                        "parked+standby, re-publish (all)")
     parser.add_argument("--stages", action="store_true",
                         help="backlog: stamp and print each hand-off's stages (_stages.py)")
     parser.add_argument("--dump", help="write every run's intervals to this JSON file")
