@@ -69,8 +69,11 @@ def reschedule(
         task.backend.store_result(run.task_id, None, states.PENDING, request=request)
     # Same task id, from inside the run: RedisLockTask.apply_async treats it as a
     # retry() of this run, so a singleton lock is handed over to the copy (see
-    # enqueue.py); same ``retries``, so max_retries is not spent.
-    task.apply_async(sig.args, sig.kwargs, **message)
+    # enqueue.py); same ``retries``, so max_retries is not spent. Not a child of this
+    # run (add_to_parent=False): its result would list the copy, and the kept
+    # AsyncResult would keep Celery's result subscription (Redis backend, pools whose
+    # join does not block) after the run.
+    task.apply_async(sig.args, sig.kwargs, add_to_parent=False, **message)
     PERMIT.info("celery_redislock: %s[%s] over the limit of pool %r (%d): re-sent to run "
                 "in %.2fs", task.name, run.task_id, pool, limit, countdown)  # fmt: skip
     permit_rescheduled.send(sender=task, task_id=run.task_id, key=pool, limit=limit,
