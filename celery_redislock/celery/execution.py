@@ -187,5 +187,6 @@ def resend(task: AnyTask, countdown: float, extra_headers: dict[str, str]) -> No
     # Marked re-sent: its "received" line is not logged again (see .logs).
     options["headers"] = {**headers, RESENT_HEADER: "1", **extra_headers}
     # Task.apply_async, not ours: the copy must be published although the lock is held,
-    # and it is not a retry, so max_retries is not spent.
-    Task.apply_async(task, sig.args, sig.kwargs, **options)
+    # and it is not a retry, so max_retries is not spent. Not a child of this run: a
+    # kept AsyncResult keeps Celery's result subscription (see bounded/reschedule.py).
+    Task.apply_async(task, sig.args, sig.kwargs, add_to_parent=False, **options)

@@ -1,6 +1,7 @@
-"""A run published again -- by the release that claimed it from the parking queue, or
-re-scheduled by the refused run itself -- leaves no subscription to its result channel
-in the publishing process, and is no child of the run that published it.
+"""A run published again -- by the release that claimed it from the parking queue,
+re-scheduled by the refused run itself, or a singleton duplicate re-sent by its run --
+leaves no subscription to its result channel in the publishing process, and is no
+child of the run that published it.
 
 Celery's Redis result backend subscribes to a task's result channel when the task is
 sent (``on_task_call``), unless joins block in that process (``task_join_will_block``:
@@ -21,8 +22,8 @@ import redis
 from celery import Celery
 from celery.signals import task_postrun
 
-from celery_redislock import bounded_task
-from celery_redislock.celery.signals import permit_rescheduled
+from celery_redislock import SingletonTask, bounded_task
+from celery_redislock.celery.signals import permit_rescheduled, singleton_duplicate
 
 from ..helpers import wait_until
 from ..workers import RESULTS_DB, AppModule, WorkerProcess, db_url
@@ -59,6 +60,39 @@ def test_a_rescheduled_copy_is_no_child_of_the_refused_run(
         task_postrun.disconnect(on_postrun)
     assert len(children) >= 3  # both runs and at least one refused copy
     assert children == [[]] * len(children)  # before: the refused run listed its copy
+
+
+def test_a_duplicate_resent_by_its_run_is_no_child_of_it(
+    app: Celery, worker: Any, capture: Any
+) -> None:
+    duplicates = capture(singleton_duplicate)
+    children: list[list[str]] = []
+    started, proceed = threading.Event(), threading.Event()
+
+    @app.task(base=SingletonTask, on_running_duplicate="reschedule", reschedule_countdown=0.1)
+    def job() -> str:
+        started.set()
+        proceed.wait(20)
+        return "ok"
+
+    def on_postrun(sender: Any = None, task: Any = None, **kwargs: Any) -> None:
+        if getattr(sender, "name", None) == job.name:
+            children.append([str(child.id) for child in task.request.children or ()])
+
+    task_postrun.connect(on_postrun, weak=False)
+    try:
+        worker(app)
+        running = job.delay()
+        assert started.wait(20)
+        bypass = app.send_task(job.name)  # no enqueue lock: a duplicate at run time
+        wait_until(lambda: duplicates, 20, "a re-send of the duplicate")
+        proceed.set()
+        assert running.get(timeout=20) == "ok"
+        assert app.AsyncResult(bypass.id).get(timeout=20) == "ok"
+    finally:
+        task_postrun.disconnect(on_postrun)
+    assert len(children) >= 3
+    assert children == [[]] * len(children)  # before: the duplicate listed its copy
 
 
 BODY = """
