@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -102,14 +101,14 @@ def _spawn(loop: asyncio.AbstractEventLoop, coroutine: Any) -> asyncio.Task[None
 async def batched_call(script: LuaScript, client: Any, keys: list[Any], args: list[Any],
                        on_reply: OnReply | None = None) -> Any:  # fmt: skip
     """``call(script, client, keys, args)``, sent with the other such calls of this
-    loop's turn (see the module docs); a cluster or single-connection client, or
-    Python 3.10, calls alone. ``on_reply`` is called with the reply once, as soon as
+    loop's turn (see the module docs); a cluster or single-connection client calls
+    alone. ``on_reply`` is called with the reply once, as soon as
     it is read: in a burst, before any caller of the burst resumes, and even when
     its caller was cancelled meanwhile (a release's hand-over to this loop's waiters:
     they go on without waiting for their releasers' turn). It must not raise."""
     pool = getattr(client, "connection_pool", None)
     alone = pool is None or getattr(client, "connection", None) is not None
-    if alone or sys.version_info < (3, 11):
+    if alone:
         return _heard(on_reply, await call(script, client, keys, args))
     loop = asyncio.get_running_loop()
     per_loop = _batches.get(loop)
