@@ -6,6 +6,8 @@ either protocol and decoding read so."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import random
 from typing import Any
 
 import pytest
@@ -115,5 +117,94 @@ def test_script_calls_over_either_protocol_and_decoding(
         assert lease is not None and (await sem.info()).holders[0].fence == lease.fence
         assert await lease.release()
         await client.aclose()
+
+    asyncio.run(main())
+
+
+def _random_reply(rnd: random.Random, resp3: bool, depth: int = 0) -> bytes:
+    """Any RESP value (errors and RESP3 types included, nested in arrays, maps, sets)."""
+    kinds = ["int", "bulk", "simple", "null", "error", "not-utf8"] + (
+        ["double", "bool", "big", "verbatim"] if resp3 else [])  # fmt: skip
+    if depth < 3:
+        kinds += ["array", "array"] + (["map", "set", "push"] if resp3 and depth == 0 else [])
+    kind = rnd.choice(kinds)
+    if kind == "int":
+        return b":%d\r\n" % rnd.randint(-(10**20), 10**20)
+    if kind == "bulk":
+        text = bytes(rnd.choice(b"a\r\n\x00") for _ in range(rnd.choice([0, 1, 3, 70000])))
+        return b"$%d\r\n%s\r\n" % (len(text), text)
+    if kind == "simple":
+        return b"+" + b"ok " * rnd.randint(0, 2) + b"\r\n"
+    if kind == "null":
+        return b"_\r\n" if resp3 else rnd.choice([b"$-1\r\n", b"*-1\r\n"])
+    if kind == "error":
+        return b"-ERR wrong\r\n"
+    if kind == "not-utf8":
+        return b"$2\r\n\xff\xfe\r\n"
+    fixed = {"double": b",-1.5\r\n", "bool": b"#f\r\n", "big": b"(-12345678901234567890123\r\n",
+             "verbatim": b"=7\r\ntxt:abc\r\n"}  # fmt: skip
+    if kind in fixed:
+        return fixed[kind]
+    count = rnd.randint(0, 3)
+    parts = count * (2 if kind == "map" else 1)
+    body = b"".join(_random_reply(rnd, resp3, depth + 1) for _ in range(parts))
+    if kind == "push":  # a push message, then the reply it came before
+        return b">%d\r\n%s" % (count, body) + _random_reply(rnd, resp3, depth + 1)
+    return {"array": b"*", "map": b"%", "set": b"~"}[kind] + b"%d\r\n" % count + body
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Exception):
+        return (type(value).__name__, str(value))
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return [(repr(_plain(key)), _plain(item)) for key, item in value.items()]
+    return value
+
+
+async def _replies(kind: type, raw: bytes, decode: bool, cuts: list[int] | None) -> list[Any]:
+    """Two replies (or the error ending them) as redis-py reads ``raw`` alone, or (cuts
+    given) as wire.read does, ``raw`` arriving in parts cut at ``cuts``."""
+    reader = asyncio.StreamReader()
+    parser = _parser(kind, reader, decode)
+    loop = asyncio.get_running_loop()
+    ends = [0, *(cuts or []), len(raw)]
+    parts = [raw[a:b] for a, b in itertools.pairwise(ends)]
+    reader.feed_data(parts[0])
+    for i, part in enumerate(parts[1:], 1):
+        loop.call_later(0.0005 * i, reader.feed_data, part)
+    loop.call_later(0.0005 * len(parts), reader.feed_eof)
+    out: list[Any] = []
+    for _ in range(2):
+        try:
+            got = None
+            if cuts is not None and replies.usable(parser, reader):
+                got = await replies.read_buffered(parser, reader)
+            out.append(_plain(await parser.read_response() if got is None else got[0]))
+        except Exception as exc:  # compared with redis-py's own
+            out.append(type(exc).__name__)
+            break
+    await asyncio.sleep(0.0005 * (len(parts) + 1))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_any_reply_in_any_parts_reads_as_redis_py_reads_it(seed: int) -> None:
+    """Adversarial buffers: random nested replies of every RESP2/RESP3 type (errors
+    inside arrays, pushes, non-UTF-8 strings decoded, 70 kB bulk strings), cut at
+    random points, read through replies.read_buffered then redis-py's parser as
+    wire.read does: the same values (or errors) as redis-py's parser alone reads."""
+    rnd = random.Random(seed)
+
+    async def main() -> None:
+        for _ in range(150):
+            resp3 = rnd.random() < 0.5
+            kind = _AsyncRESP3Parser if resp3 else _AsyncRESP2Parser
+            decode = rnd.random() < 0.5
+            raw = _random_reply(rnd, resp3) + _random_reply(rnd, resp3)
+            cuts = sorted({rnd.randint(1, len(raw) - 1) for _ in range(rnd.randint(1, 3))})
+            theirs = await _replies(kind, raw, decode, None)
+            assert await _replies(kind, raw, decode, cuts) == theirs, (raw[:300], cuts)
 
     asyncio.run(main())
