@@ -24,7 +24,7 @@ from celery import Celery, Task
 from celery.result import AsyncResult
 
 from . import cleanup, kombu_fix, logs
-from .bounded import sweeper
+from .bounded import intake, sweeper
 from .bounded.guard import CONCURRENCY
 from .bounded.options import PoolKey
 from .execution import Guard, current_run, outcome_of, start_run
@@ -230,5 +230,6 @@ class SingletonTask(RedisLockTask[_P, _R]):
 
 cleanup.connect()
 sweeper.connect()
+intake.connect()
 kombu_fix.connect()
 logs.install()

@@ -36,7 +36,8 @@ import weakref
 from datetime import datetime, timezone
 from typing import Any
 
-from celery.worker.state import task_ready
+from celery.signals import worker_init
+from celery.worker.state import reserved_requests, task_ready
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...core.parking import HANDED_OVER, NOT_PARKED, new_entry_id
@@ -49,7 +50,7 @@ from .guard import CONCURRENCY, semaphore_for
 from .journal import forget, record
 from .parking import ATTEMPT, PARK_HEADER, SENT_HEADER, encode_request, sent_at
 
-__all__ = ["INTAKE_BUDGET", "INTAKE_REST", "BoundedRequest", "park_at_intake"]
+__all__ = ["INTAKE_BUDGET", "INTAKE_REST", "BoundedRequest", "connect", "park_at_intake"]
 
 INTAKE_BUDGET = 1.0
 """Seconds the worker's main process waits for an intake park's reply."""
@@ -58,6 +59,7 @@ INTAKE_REST = 5.0
 their pool process, as before)."""
 
 _resting: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()  # app -> until
+_workers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # app -> its worker
 
 logger = logging.getLogger("celery_redislock.celery.bounded.parking")
 
@@ -111,7 +113,7 @@ def park_at_intake(request: Any) -> bool:
     message[ATTEMPT] = entry_id
     # Handed over (a permit is free): acknowledged here, its entry the run's only copy
     # (as a published parked run's), so acks_late keeps the path of before.
-    hand_over = not sem.standby and not task.acks_late
+    hand_over = not sem.standby and not task.acks_late and _a_process_is_free(task.app)
     try:
         record(task.app, entry_id, payload, pool=pool, limit=limit, ttl=sem.ttl,
                prefix=sem.keys.prefix, owner=request.id)  # survives the lock Redis  # fmt: skip
@@ -141,6 +143,30 @@ def park_at_intake(request: Any) -> bool:
     permit_parked.send(sender=task, task_id=request.id, key=pool, limit=limit,
                        position=position, waited=0.0)  # fmt: skip
     return True
+
+
+def _a_process_is_free(app: Any) -> bool:
+    """False when this worker's requests waiting for or holding a pool process (this one
+    included) outnumber its processes: a permit handed over would sit idle, reserved
+    for a run queued behind busy processes, while other workers' runs stay parked."""
+    ref = _workers.get(app)
+    concurrency = getattr(ref() if ref is not None else None, "concurrency", None)
+    if not isinstance(concurrency, int):  # not known (no worker_init seen): as before
+        return True
+    return len(reserved_requests) <= concurrency
+
+
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    app = getattr(sender, "app", None)
+    if app is not None:
+        _workers[app] = weakref.ref(sender)
+
+
+def connect() -> None:
+    """Know each worker's process count (its main process; idempotent): see
+    :func:`_a_process_is_free`."""
+    worker_init.connect(_on_worker_init, weak=False,
+                        dispatch_uid="celery_redislock.intake.worker_init")  # fmt: skip
 
 
 def _not_due(eta: datetime | None) -> bool:
