@@ -12,10 +12,12 @@ go on. A semaphore made with ``restart_grace`` keeps the limit across that:
   (acquire, release hand-offs, park, pump, take) first fills each semaphore it
   touches up to its limit with placeholder permits ``~restart:<i>`` expiring with the
   grace: newcomers wait (or park).
-* **Putting back.** A renewal that finds its lease missing, with the marker newer than
-  the lease's fence (fences are the server's µs clock at the grant), puts the lease
-  back under its token, fence and owner, in a placeholder's place, and the lease is
-  not reported lost. A lease that expired or was released by force (the marker older
+* **Putting back.** A renewal that finds its lease missing within the grace, with the
+  marker newer than the lease's fence (fences are the server's µs clock at the
+  grant), puts the lease back under its token, fence and owner, in a placeholder's
+  place, and the lease is not reported lost. Past the grace (a flush or an evicted
+  marker on a server older than it declares none), or with the placeholders all
+  taken, it is reported lost: newcomers may hold its permit by then. A lease that expired or was released by force (the marker older
   than its fence) is still reported lost.
 
 The grace must outlast the time every live holder takes to renew: its default is the
@@ -24,8 +26,9 @@ have expired anyway, restart or not, so leases without renewal of at most that T
 are covered too). Standalone and Sentinel servers only: on Redis Cluster the marker
 keys are in another slot, and no grace is sent. A client that never reached the
 server before it lost its data (a process started afterwards) cannot tell a restart
-from a fresh server: its first call marks the server as fresh, and only the renewals
-that follow declare the grace.
+from a fresh server: its first call marks the server as fresh, and when that call
+is the first to reach a restarted server the loss goes unnoticed -- no grace (the
+renewals that follow find the marker and report their leases lost).
 """
 
 from __future__ import annotations
