@@ -6,8 +6,10 @@ their replies read in order, where each call alone would take a connection from 
 pool, write and wake Redis once.
 
 Each call keeps the meaning of :func:`.calls.call`: the same script, the same stamp
-check. A call alone in its turn, and every call left unanswered by an error (a
-connection error, a stale reply, NOSCRIPT twice), is sent again by its own caller
+check. A write whose connection fails is sent again once, its unanswered calls
+together, on a new connection. A call alone in its turn, and every call left
+unanswered by an error (a connection error twice, a timeout, a stale reply, NOSCRIPT
+twice), is sent again by its own caller
 through :func:`.calls.call` (which retries, loads the script, and keeps the caller's
 deadline and cancellation). Only for calls that may be sent twice (an acquire
 attempt: a re-sent one finds its own queue place or lease; a semaphore release: a
@@ -25,6 +27,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from ..core.resp import key_encoder, pack_evalsha
@@ -159,7 +162,14 @@ async def _send(script: LuaScript, client: Any, items: list[_Item]) -> None:
     last = None if None in deadlines else max(d for d in deadlines if d is not None)
     clean = False
     try:
-        missing = await _round(script, conn, items, last)
+        try:
+            missing = await _round(script, conn, items, last)
+        except (RedisConnectionError, OSError):
+            # Reset mid-burst: the calls not answered go out again together, once, on
+            # a new connection. Each sent alone would take a connection of its own at
+            # once: a burst's hundreds emptied the pool (MaxConnectionsError).
+            await conn.disconnect(nowait=True)
+            missing = await _round(script, conn, [it for it in items if not it[2].done()], last)
         if missing:  # NOSCRIPT (a restart, SCRIPT FLUSH): load it, send those again
             await conn.send_command("SCRIPT", "LOAD", script.text)
             await wire.read(conn, read_timeout(conn, last))
@@ -180,6 +190,8 @@ async def _send(script: LuaScript, client: Any, items: list[_Item]) -> None:
 async def _round(script: LuaScript, conn: Any, items: list[_Item],
                  deadline: float | None) -> list[_Item]:  # fmt: skip
     """One write of ``items`` and their replies read; those answered NOSCRIPT."""
+    if not items:
+        return []
     await wire.send(conn, b"".join(item[0] for item in items))
     missing: list[_Item] = []
     for item in items:

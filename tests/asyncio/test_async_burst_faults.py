@@ -1,0 +1,46 @@
+"""A burst's write whose connection fails (asyncio/batch.py): its unanswered calls go
+out again together on a new connection, not each alone -- hundreds of calls taking a
+connection each at once emptied the pool (MaxConnectionsError) -- and each call is
+answered once, as its first execution answered (no second lease, no lost release)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis
+import redis.asyncio as aioredis
+
+from celery_redislock.asyncio import AsyncRedisSemaphore
+from celery_redislock.core.semaphore_scripts import ACQUIRE, RELEASE
+from tests.faults import FaultProxy
+
+
+def test_a_burst_whose_replies_are_lost_is_sent_again_together(
+    r: redis.Redis, fault_proxy: FaultProxy
+) -> None:
+    async def main() -> None:
+        # A pool of 100 connections (redis-py's default): a burst re-sent call by call
+        # takes 200 at once.
+        client = aioredis.Redis(host="127.0.0.1", port=fault_proxy.port, db=fault_proxy.db)
+        sem = AsyncRedisSemaphore(client, "burst-reset", limit=500, ttl=30)
+        try:
+            await (await sem.acquire(blocking=False)).release()  # type: ignore[union-attr]
+            # Both writes in flight run in Redis; their replies are lost with their
+            # connections.
+            fault_proxy.drop_reply(ACQUIRE.sha.encode(), times=2)
+            got = await asyncio.gather(*(sem.acquire(blocking=False) for _ in range(450)),
+                                       return_exceptions=True)  # fmt: skip
+            assert fault_proxy.dropped == 2
+            assert [g for g in got if not hasattr(g, "fence")] == []  # each granted, no error
+            assert len({lease.fence for lease in got}) == 450  # type: ignore[union-attr]
+            assert r.zcard("redislock:semaphore:{burst-reset}:holders") == 450  # none twice
+            fault_proxy.drop_reply(RELEASE.sha.encode(), times=2)
+            released = await asyncio.gather(*(lease.release() for lease in got),  # type: ignore[union-attr]
+                                            return_exceptions=True)  # fmt: skip
+            assert fault_proxy.dropped == 4
+            assert released == [True] * 450
+            assert r.zcard("redislock:semaphore:{burst-reset}:holders") == 0
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
