@@ -25,11 +25,27 @@ park token is handed on in the request (:data:`.parking` keeps it as an attempt)
 a park whose reply was lost is re-sent by the run under the same token and never
 parks it twice.
 
+**Redelivery.** The park token is not random: it is derived from what a redelivered
+copy of the message carries unchanged (:func:`intake_token`) -- the task id, the
+``retries`` count and the sending time ``apply_async`` stamps (:data:`SENT_HEADER`,
+µs). A main killed between the park's reply and the message's ack leaves the message
+unacknowledged; the broker hands it out again (kombu's Redis transport restores it
+after ``visibility_timeout``, AMQP at once, flagged ``redelivered``), and its park is
+then a re-sent park of a token Redis knows: nothing is parked again, the copy is
+acknowledged and dropped (its run is parked, published, or has run). A retry
+(``retries`` + 1) and a second ``apply_async(task_id=same)`` (its own sending time)
+are new runs. A message without the header (a producer other than this package's
+``apply_async``: ``send_task`` from another app) falls back to a digest of its body:
+two such sends of one task id with the same arguments and options within the token
+memory (:data:`~celery_redislock.core.parking.TAKEN_MEMORY_MS`) are taken for one
+message, and run once.
+
 May import the bounded feature's modules and the shared glue.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import weakref
@@ -40,7 +56,7 @@ from celery.signals import worker_init
 from celery.worker.state import reserved_requests, task_ready
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ...core.parking import HANDED_OVER, NOT_PARKED, new_entry_id
+from ...core.parking import HANDED_OVER, NOT_PARKED
 from ...core.scripts import reply_deadline
 from ..logs import QuietRequest
 from ..options import options_of
@@ -50,7 +66,8 @@ from .guard import CONCURRENCY, semaphore_for
 from .journal import forget, record
 from .parking import ATTEMPT, PARK_HEADER, SENT_HEADER, encode_request, sent_at
 
-__all__ = ["INTAKE_BUDGET", "INTAKE_REST", "BoundedRequest", "connect", "park_at_intake"]
+__all__ = ["INTAKE_BUDGET", "INTAKE_REST", "BoundedRequest", "connect", "intake_token",
+           "park_at_intake"]
 
 INTAKE_BUDGET = 1.0
 """Seconds the worker's main process waits for an intake park's reply."""
@@ -103,7 +120,7 @@ def park_at_intake(request: Any) -> bool:
         sem = semaphore_for(task, pool, limit, lock.lock_ttl, lock.prefix, lock.replicas,
                             options.standby)  # fmt: skip
         since = time.time()
-        entry_id = new_entry_id()
+        entry_id = intake_token(request)
         payload = encode_request(task, request, entry_id, since)
     except Exception as exc:
         logger.debug("celery_redislock: %s[%s] not looked at on intake (%s: %s)", task.name,
@@ -167,6 +184,22 @@ def connect() -> None:
     :func:`_a_process_is_free`."""
     worker_init.connect(_on_worker_init, weak=False,
                         dispatch_uid="celery_redislock.intake.worker_init")  # fmt: skip
+
+
+def intake_token(request: Any) -> str:
+    """The park token of ``request``'s intake park: the same for every delivery of one
+    message, different for every publish (see the module docs, *Redelivery*)."""
+    message = request.request_dict
+    sent = message.get(SENT_HEADER)
+    if sent is not None:
+        identity = f"sent {sent}".encode()
+    else:  # not sent by our apply_async: what a redelivery keeps is the body
+        body = request.body
+        raw = body if isinstance(body, bytes) else repr(body).encode()
+        identity = b"body " + hashlib.sha256(raw).digest()
+    seed = b"%s\0%d\0%s" % (str(request.id).encode(), int(message.get("retries") or 0),
+                             identity)  # fmt: skip
+    return hashlib.sha256(b"redislock intake\0" + seed).hexdigest()[:32]
 
 
 def _not_due(eta: datetime | None) -> bool:
