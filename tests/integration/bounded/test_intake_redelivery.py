@@ -58,8 +58,12 @@ def _gated(app: Celery, runs: list[int], proceed: threading.Event) -> Any:
 
 def _drained(locks: redis.Redis, task: Any) -> None:
     lot = _lot(task)
-    wait_until(lambda: lot.parking_info().parked == 0 and lot.parking_info().claimed == 0
-               and not holders(locks, "api"), what="the queue drained, the permit back")  # fmt: skip
+
+    def drained() -> bool:
+        info = lot.parking_info()
+        return info.parked == 0 and info.claimed == 0 and not holders(locks, "api")
+
+    wait_until(drained, what="the queue drained, the permit back")
 
 
 def test_a_parked_message_delivered_twice_is_parked_once_and_runs_once(
