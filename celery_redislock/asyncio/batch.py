@@ -6,10 +6,10 @@ their replies read in order, where each call alone would take a connection from 
 pool, write and wake Redis once.
 
 Each call keeps the meaning of :func:`.calls.call`: the same script, the same stamp
-check. A write whose connection fails is sent again once, its unanswered calls
-together, on a new connection. A call alone in its turn, and every call left
-unanswered by an error (a connection error twice, a timeout, a stale reply, NOSCRIPT
-twice), is sent again by its own caller
+check. A write whose connection fails or times out is sent again once, its
+unanswered calls together, on a new connection. A call alone in its turn, and every
+call left unanswered by an error (a connection error or timeout twice, a stale
+reply, NOSCRIPT twice), is sent again by its own caller
 through :func:`.calls.call` (which retries, loads the script, and keeps the caller's
 deadline and cancellation). Only for calls that may be sent twice (an acquire
 attempt: a re-sent one finds its own queue place or lease; a semaphore release: a
@@ -29,6 +29,7 @@ from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.resp import key_encoder, pack_evalsha
 from ..core.scripts import _DEADLINE, LuaScript
@@ -164,10 +165,11 @@ async def _send(script: LuaScript, client: Any, items: list[_Item]) -> None:
     try:
         try:
             missing = await _round(script, conn, items, last)
-        except (RedisConnectionError, OSError):
-            # Reset mid-burst: the calls not answered go out again together, once, on
-            # a new connection. Each sent alone would take a connection of its own at
-            # once: a burst's hundreds emptied the pool (MaxConnectionsError).
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            # Reset or stalled mid-burst: the calls not answered (nor past their
+            # deadlines) go out again together, once, on a new connection. Each sent
+            # alone would take a connection of its own at once: a burst's hundreds
+            # emptied the pool (MaxConnectionsError).
             await conn.disconnect(nowait=True)
             missing = await _round(script, conn, [it for it in items if not it[2].done()], last)
         if missing:  # NOSCRIPT (a restart, SCRIPT FLUSH): load it, send those again

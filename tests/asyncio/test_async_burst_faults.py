@@ -44,3 +44,26 @@ def test_a_burst_whose_replies_are_lost_is_sent_again_together(
             await client.aclose()
 
     asyncio.run(main())
+
+
+def test_a_burst_stalled_past_the_socket_timeout_is_sent_again_together(
+    r: redis.Redis, fault_proxy: FaultProxy
+) -> None:
+    async def main() -> None:
+        client = aioredis.Redis(host="127.0.0.1", port=fault_proxy.port, db=fault_proxy.db,
+                                socket_timeout=0.5)  # fmt: skip
+        sem = AsyncRedisSemaphore(client, "burst-stall", limit=500, ttl=30)
+        try:
+            await (await sem.acquire(blocking=False)).release()  # type: ignore[union-attr]
+            fault_proxy.pause()  # longer than the socket timeout, shorter than two
+            asyncio.get_running_loop().call_later(0.75, fault_proxy.resume)
+            got = await asyncio.gather(*(sem.acquire(blocking=False) for _ in range(450)),
+                                       return_exceptions=True)  # fmt: skip
+            assert [g for g in got if not hasattr(g, "fence")] == []  # each granted, no error
+            assert r.zcard("redislock:semaphore:{burst-stall}:holders") == 450
+            assert all(await asyncio.gather(*(lease.release() for lease in got)))  # type: ignore[union-attr]
+        finally:
+            fault_proxy.resume()
+            await client.aclose()
+
+    asyncio.run(main())
