@@ -17,8 +17,9 @@ go on. A semaphore made with ``restart_grace`` keeps the limit across that:
   grant), puts the lease back under its token, fence and owner, in a placeholder's
   place, and the lease is not reported lost. Past the grace (a flush or an evicted
   marker on a server older than it declares none), or with the placeholders all
-  taken, it is reported lost: newcomers may hold its permit by then. A lease that expired or was released by force (the marker older
-  than its fence) is still reported lost.
+  taken, it is reported lost: newcomers may hold its permit by then. A lease that
+  expired or was released by force (the marker older than its fence) is still
+  reported lost.
 
 The grace must outlast the time every live holder takes to renew: its default is the
 lease TTL (renewal comes every TTL/3; a lease that did not renew within its TTL would
