@@ -121,3 +121,21 @@ def test_a_flush_past_the_grace_does_not_put_a_lease_back_over_the_limit(
     assert old.lost_event.wait(2 * TTL), "the flushed lease put back beside the newcomer's"
     assert _real_holders(sem) == {new.token[:8]}
     assert new.release()
+
+
+def test_a_lease_longer_than_the_grace_is_renewed_within_it(server: RedisServer) -> None:
+    """A lease of 8x the grace (renewed every third of its own TTL it would first
+    renew ~4 s after the restart, long after the 1.5 s grace): renewed on the grace's
+    cadence, it is put back before newcomers get in."""
+    holder = RedisSemaphore(_client(server), "pool", limit=1, ttl=TTL, restart_grace=True)
+    newcomer = RedisSemaphore(_client(server), "pool", limit=1, ttl=TTL, restart_grace=True)
+    lease = holder.acquire(blocking=False, renew=True, ttl=8 * TTL)
+    assert lease is not None
+    assert newcomer.acquire(blocking=False) is None  # the marker is set
+    server.restart()
+    deadline = time.monotonic() + 3 * TTL
+    while time.monotonic() < deadline:
+        assert newcomer.acquire(blocking=False) is None, "a permit beside the live holder"
+        time.sleep(0.05)
+    assert not lease.lost, lease.lost_reason
+    assert lease.release()

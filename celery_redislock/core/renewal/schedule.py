@@ -26,6 +26,16 @@ DUE = 1 / 3
 EARLY = 1 / 6
 """... and take along every lease at least this far into its TTL."""
 
+
+def period(entry: Entry, ttl: float) -> float:
+    """The span ``ttl`` s leases are renewed on (DUE, EARLY of it): the TTL, or the
+    holder's restart grace when shorter (see ``core/restart.py``) -- after Redis lost
+    its data, a lease is put back only by a renewal within the grace, whatever its
+    own TTL."""
+    grace = getattr(entry.holder, "_restart_grace_ms", 0)
+    return min(ttl, grace / 1000.0) if grace else ttl
+
+
 Lost = list[tuple[LeaseState, str]]
 """Leases found lost, with the reason: report them (``entry.report``) outside any lock."""
 
@@ -55,7 +65,8 @@ class Schedule:
             entry.final = True
             self.push(entry, lease.deadline, lease.deadline)
         else:
-            self.push(entry, granted + lease.ttl * DUE, granted + lease.ttl * EARLY)
+            span = period(entry, lease.ttl)
+            self.push(entry, granted + span * DUE, granted + span * EARLY)
         if len(self.heap) > 2 * self.live + 1024:
             self.heap = [item for item in self.heap if current(item)]
             heapq.heapify(self.heap)
@@ -122,7 +133,8 @@ class Schedule:
         """An explicit change sent at ``sent_at`` set the lease to ``ttl`` s: renew it
         on that TTL's schedule (not the old one, which may come after it expired)."""
         if not entry.dead and not entry.final:
-            self.push(entry, sent_at + ttl * DUE, sent_at + ttl * EARLY)
+            span = period(entry, ttl)
+            self.push(entry, sent_at + span * DUE, sent_at + span * EARLY)
 
     def answered(self, replies: list[Reply], sent_at: float, error: str, now: float,
                  lost: Lost) -> None:  # fmt: skip
@@ -152,4 +164,5 @@ class Schedule:
                     entry.final = True
                     self.push(entry, lease.deadline, lease.deadline)
                 else:
-                    self.push(entry, sent_at + ttl * DUE, sent_at + ttl * EARLY)
+                    span = period(entry, ttl)
+                    self.push(entry, sent_at + span * DUE, sent_at + span * EARLY)
