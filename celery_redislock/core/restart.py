@@ -22,10 +22,11 @@ go on. A semaphore made with ``restart_grace`` keeps the limit across that:
   reported lost.
 
 The grace must outlast the time every live holder takes to renew: its default is the
-lease TTL (renewal comes every TTL/3; a lease that did not renew within its TTL would
-have expired anyway, restart or not, so leases without renewal of at most that TTL
-are covered too). Standalone and Sentinel servers only: on Redis Cluster the marker
-keys are in another slot, and no grace is sent. A client that never reached the
+lease TTL (renewal comes every TTL/3, and a lease longer than the grace is renewed
+every grace/3; a lease that did not renew within its TTL would have expired anyway,
+restart or not, so leases without renewal of at most the grace are covered too).
+Standalone and Sentinel servers only: on Redis Cluster the marker keys are in another
+slot, and no grace is sent. A client that never reached the
 server before it lost its data (a process started afterwards) cannot tell a restart
 from a fresh server: its first call marks the server as fresh, and when that call
 is the first to reach a restarted server the loss goes unnoticed -- no grace (the
