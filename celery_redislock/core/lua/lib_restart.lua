@@ -22,10 +22,12 @@ local function boot_keys(holders)
 end
 
 -- The server's age in ms: INFO's uptime, whole seconds rounded down, so never older
--- than it is (a grace measured by it never ends early).
+-- than it is (a grace measured by it never ends early). Redis counts it on the wall
+-- clock: a clock stepped back after the start makes it negative, taken as 0 (the
+-- longest grace; a pattern of digits alone would fail the script).
 local function server_age_ms()
   local info = redis.call('INFO', 'server')
-  return tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000
+  return math.max(0, tonumber(string.match(info, 'uptime_in_seconds:(-?%d+)')) * 1000)
 end
 
 -- The restart grace left (ms, 0: none) for the primitive of `holders`, with `grace`
@@ -97,4 +99,16 @@ local function reregister_permit(holders, leases, token, owner, ttl, now, fence,
     if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl + 1000) end
   end
   return true
+end
+
+-- After a data loss the fence key is gone and a new fence is the server's µs clock,
+-- which may be behind the lost server's (a clock stepped back, a VM restored): a
+-- lease granted before the loss, put back or not, tells its `fence` when it renews
+-- within the grace, and the fence key is raised to it so later grants go above
+-- (next_fence in lib_lock.lua: max(last + 1, now)).
+local function raise_fence(holders, fence)
+  local key = string.sub(holders, 1, -8) .. 'fence'
+  if tonumber(redis.call('GET', key) or 0) < tonumber(fence) then
+    redis.call('SET', key, fence, 'PX', {{FENCE_MEMORY_MS}})
+  end
 end

@@ -63,7 +63,9 @@ if boot then
     taken = taken - 3
   else
     local info = redis.call('INFO', 'server')
-    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000
+    -- Negative after a wall clock stepped back since the start: taken as 0 (see
+    -- server_age_ms in lib_restart.lua).
+    local up = math.max(0, tonumber(string.match(info, 'uptime_in_seconds:(-?%d+)')) * 1000)
     local grace = tonumber(ARGV[6])
     if up < grace then return {STAMP, {0, grace - up, '', 'restarted'}} end
     redis.call('SET', boot, string.format('%d', now), 'PX', {{BOOT_MARKER_MS}})

@@ -19,6 +19,8 @@
 -- ARGV[5N + i] grace    optional: lease i's restart grace, ms (see restart_grace in
 --                       lib_lock.lua).
 --
+-- Constants (see lib_lock.lua): FENCE_MEMORY_MS.
+--
 -- Returns {stamp, reply}: stamp is 'N' and the first 8 characters of ARGV[1]
 -- (see LuaScript in scripts.py: a reply is never taken for another call's).
 -- reply is an array of N integers: 1 when lease i was live and now expires ttl ms
@@ -26,7 +28,9 @@
 -- TTL (left as it is), 0 when it was not (unknown, expired or released), 3 when it was
 -- missing because Redis lost its data after the lease was granted (the boot marker is
 -- missing or newer than its fence) and was put back within the restart grace, in a
--- placeholder's place when any were filled (see reregister_permit; else 0). A
+-- placeholder's place when any were filled (see reregister_permit; else 0). Within
+-- a grace each lease given a fence also raises its semaphore's fence key (the
+-- holders key, "holders" replaced by "fence") to it: see raise_fence. A
 -- re-sent call renews again and changes nothing else.
 
 --!include lib_lock.lua
@@ -54,6 +58,7 @@ for i = 1, n do
 --!include lib_restart.lua
     local fence = tonumber(ARGV[3 * n + i])
     local left, marker = restart_grace(holders, tonumber(ARGV[5 * n + i]), now_us)
+    if left > 0 then raise_fence(holders, ARGV[3 * n + i]) end
     -- Only within the grace: past it (a flush or an evicted marker on a server older
     -- than the grace declares none) newcomers were not held off, and a lease put back
     -- would be one over the limit.
