@@ -46,12 +46,11 @@ from .validate import ttl_to_ms
 __all__ = [
     "DEAD_LETTERS", "HANDED_OVER", "NOT_PARKED", "PARKING_CONSTANTS", "TAKEN_MEMORY_MS",
     "OnClaimed", "Parked", "ParkingInfo", "ParkingSemaphore", "new_entry_id",
-    "parking_pools", "pools_key",
-]  # fmt: skip
+    "parking_pools", "pools_key"]  # fmt: skip
 
 TAKEN_MEMORY_MS: Final = 3_600_000
-"""How long a consumed park token is remembered (a duplicate message of the entry
-arriving later than this would run again)."""
+"""How long a consumed park token is remembered by default (a duplicate message of the
+entry arriving later than this would run again); ``taken_memory`` sets it per object."""
 
 DEAD_LETTERS: Final = 1000
 """Dead-lettered entries kept per pool (the oldest are dropped first)."""
@@ -79,10 +78,7 @@ NOT_PARKED: Final = -1
 HANDED_OVER: Final = -2
 """``park(intake=True, hand_over=True)``'s answer when a permit was free for the entry."""
 
-TAKEN: Final = "granted"
-REFUSED: Final = "refused"
-DUPLICATE: Final = "duplicate"
-
+TAKEN, REFUSED, DUPLICATE = "granted", "refused", "duplicate"  # what take() answers
 
 OnClaimed = Callable[["ParkingSemaphore", list[Parked]], None]
 """Called with the entries an operation claimed; it publishes them (and hands any it
@@ -98,6 +94,8 @@ class ParkingSemaphore(RedisSemaphore):
             stores it with the pool: releases and pumps through any object (a
             sweeper's) reserve what the latest park asked for.
         keep: seconds the parking keys outlive the latest park (payloads included).
+        taken_memory: seconds a consumed park token is remembered (default
+            :data:`TAKEN_MEMORY_MS`): longer than a broker may take to redeliver.
         on_claimed: publishes the entries an operation claimed (see :data:`OnClaimed`);
             without it claimed entries wait for their reservation to lapse.
         standby: runs to keep claimed ahead of the next release, without a permit: the
@@ -126,6 +124,7 @@ class ParkingSemaphore(RedisSemaphore):
         keep: float = 86400.0,
         on_claimed: OnClaimed | None = None,
         standby: int = 0,
+        taken_memory: float | None = None,
         **acks: Any,
     ) -> None:
         super().__init__(client, name, limit=limit, ttl=ttl, fair=fair, prefix=prefix,
@@ -133,6 +132,8 @@ class ParkingSemaphore(RedisSemaphore):
         self._reserve_ms = self._ttl_ms if reserve_ttl is None else ttl_to_ms(
             reserve_ttl, "reserve_ttl")  # fmt: skip
         self._keep_ms = ttl_to_ms(keep, "keep")
+        self._taken_ms = TAKEN_MEMORY_MS if taken_memory is None else ttl_to_ms(
+            taken_memory, "taken_memory")  # fmt: skip
         self.on_claimed = on_claimed
         if isinstance(standby, bool) or not isinstance(standby, int) or standby < 0:
             raise ConfigurationError(f"standby must be an int >= 0, got {standby!r}")
@@ -195,9 +196,7 @@ class ParkingSemaphore(RedisSemaphore):
         """Hand every free permit to the queue's head (lapsed reservations go back to
         the queue first). Returns the entries still parked and those claimed (already
         given to :attr:`on_claimed`)."""
-        released, parked, claimed = self._release_and_claim("")
-        del released
-        return parked, claimed
+        return self._release_and_claim("")[1:]
 
     def take(
         self,
@@ -222,7 +221,8 @@ class ParkingSemaphore(RedisSemaphore):
         reply = _TAKE(self._client,
                       [k.holders, k.leases, k.fence, k.meta, k.queue, self.parked_key,
                        self.payloads_key, self.claimed_key, self.taken_key],
-                      [entry_id, ttl_ms, owner or "", self.limit, *grace_args(self)])  # fmt: skip
+                      [entry_id, ttl_ms, owner or "", self.limit, *(grace_args(self) or [b""]),
+                       self._taken_ms])  # fmt: skip
         status = int(reply[0])
         if status < 0:
             return DUPLICATE, None

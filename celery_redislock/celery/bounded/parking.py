@@ -35,7 +35,7 @@ from ..logs import mark_resent_by
 from ..signals import permit_parked
 from ..tokens import HEADERS, PARK_HEADER
 from .journal import forget, record
-from .settings import park_keep, restart_grace
+from .settings import park_keep, restart_grace, taken_memory
 
 __all__ = [
     "ATTEMPT",
@@ -124,6 +124,7 @@ def parking_for(app: Any, pool: str, limit: int, ttl: float, prefix: str,
                            keep=park_keep(app),
                            on_claimed=functools.partial(publish_claimed, app),
                            standby=standby, restart_grace=restart_grace(app),
+                           taken_memory=taken_memory(app),
                            **acks)  # fmt: skip
     with _semaphores_guard:
         _semaphores[cache_key] = sem

@@ -1,7 +1,7 @@
 """The ``redislock_concurrency_*`` settings, their defaults and the checks of their values
 (shared with the task options in :mod:`.options`).
 
-Imports the shared glue's config only.
+Imports the shared glue's config and the core's parking default.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Final
 from celery import Celery
 
 from ...errors import ConfigurationError
+from ...core.parking import TAKEN_MEMORY_MS
 from ..config import check_ttl
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "restart_grace",
     "settings_of",
     "sweep_interval",
+    "taken_memory",
 ]
 
 # The defaults come from benchmarks/bench_bounded.py (see the README). By default a
@@ -166,6 +168,28 @@ def restart_grace(app: Celery) -> float | bool:
     if value is None or isinstance(value, bool):
         return bool(value)
     return check_seconds(value, "redislock_restart_grace", zero=False)
+
+
+def taken_memory(app: Celery) -> float:
+    """Seconds a consumed park token is remembered: twice the broker's redelivery delay,
+    at least an hour (:data:`~celery_redislock.core.parking.TAKEN_MEMORY_MS`). A Redis
+    (or SQS) broker hands an unacknowledged message out again after its
+    ``visibility_timeout`` (``broker_transport_options``; kombu's default for Redis is
+    an hour) plus a restore interval; a message parked or handed over at intake whose
+    ack was lost (its worker main killed) must still find its token known then, so it
+    is dropped instead of run again. AMQP redelivers at once: the hour does."""
+    floor = TAKEN_MEMORY_MS / 1000
+    options = app.conf.get("broker_transport_options") or {}
+    value = options.get("visibility_timeout") if isinstance(options, Mapping) else None
+    if value is None:
+        url = app.conf.get("broker_url") or app.conf.get("broker_read_url") or ""
+        scheme = str(url).split(":", 1)[0].lower() if isinstance(url, str) else ""
+        value = floor if scheme in _REDIS_SCHEMES else 0.0  # kombu's Redis default: 1 h
+    seconds = check_seconds(value, "broker_transport_options['visibility_timeout']", zero=True)
+    return max(floor, 2 * seconds)
+
+
+_REDIS_SCHEMES: Final = frozenset({"redis", "rediss", "sentinel", "redis+socket"})
 
 
 def sweep_interval(app: Celery) -> float:

@@ -17,7 +17,9 @@
 -- ARGV[4]  limit     the caller's limit (integer >= 1), used when meta holds none.
 -- ARGV[5]  grace     optional: the restart grace, ms (see restart_grace in
 --                    lib_lock.lua): within it, permits not taken back yet by their
---                    holders from before a data loss are held for them.
+--                    holders from before a data loss are held for them. Empty: none.
+-- ARGV[6]  memory    optional: ms the consumed id is remembered (default
+--                    TAKEN_MEMORY_MS); the key lives as long as its longest memory.
 -- Constants (see lib_lock.lua, lib_parking.lua): FENCE_MEMORY_MS, TAKEN_MEMORY_MS.
 --
 -- Returns {stamp, reply} (stamp: 'pt' and the first 8 characters of ARGV[1]);
@@ -48,8 +50,9 @@ if redis.call('ZSCORE', taken, id) then
   return {STAMP, {-1}}
 end
 redis.call('ZREMRANGEBYSCORE', taken, '-inf', string.format('%d', now))
-redis.call('ZADD', taken, string.format('%d', now + {{TAKEN_MEMORY_MS}}), id)
-redis.call('PEXPIRE', taken, {{TAKEN_MEMORY_MS}})
+local memory = tonumber(ARGV[6] or '') or {{TAKEN_MEMORY_MS}}
+redis.call('ZADD', taken, string.format('%d', now + memory), id)
+if redis.call('PTTL', taken) < memory then redis.call('PEXPIRE', taken, memory) end
 redis.call('ZREM', k.claimed, id)
 redis.call('ZREM', k.parked, id)
 redis.call('HDEL', k.payloads, 'p:' .. id, 'o:' .. id, 't:' .. id)
