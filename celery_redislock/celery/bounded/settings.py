@@ -12,8 +12,8 @@ from typing import Final
 
 from celery import Celery
 
-from ...errors import ConfigurationError
 from ...core.parking import TAKEN_MEMORY_MS
+from ...errors import ConfigurationError
 from ..config import check_ttl
 
 __all__ = [
