@@ -139,3 +139,24 @@ def test_a_lease_longer_than_the_grace_is_renewed_within_it(server: RedisServer)
         time.sleep(0.05)
     assert not lease.lost, lease.lost_reason
     assert lease.release()
+
+
+def test_put_backs_before_any_acquire_stay_within_the_limit(server: RedisServer) -> None:
+    """Renewals that reach a restarted server before any acquire put back no more
+    leases than the limit: a lease released by force just before the restart (its
+    renewal not yet told) and the newcomer that took its permit both renew -- one
+    permit at limit 1, not two."""
+    client = _client(server)
+    sem = RedisSemaphore(client, "pool", limit=1, ttl=TTL, restart_grace=True)
+    forced = sem.acquire(blocking=False)
+    assert forced is not None
+    assert sem.force_release() == 1
+    taker = sem.acquire(blocking=False)
+    assert taker is not None
+    server.restart()
+    answers = []
+    for lease in (forced, taker):  # the renewals that were due, in either order
+        keys, args = batch_call([(Entry(lease, sem, lambda _: None, None), 1500)])
+        answers += list(sem._renew_script(_client(server), keys, args))
+    assert answers.count(3) == 1, answers
+    assert len(_real_holders(sem)) == 1

@@ -18,6 +18,9 @@
 -- ARGV[4N + i] owner    optional: lease i's owner id.
 -- ARGV[5N + i] grace    optional: lease i's restart grace, ms (see restart_grace in
 --                       lib_lock.lua).
+-- ARGV[6N + i] limit    with grace: the limit of lease i's semaphore; a lease is put
+--                       back only after the placeholders are filled to it, in one's
+--                       place (see hold_for_restart), so never more than the limit.
 --
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS.
 --
@@ -28,7 +31,7 @@
 -- TTL (left as it is), 0 when it was not (unknown, expired or released), 3 when it was
 -- missing because Redis lost its data after the lease was granted (the boot marker is
 -- missing or newer than its fence) and was put back within the restart grace, in a
--- placeholder's place when any were filled (see reregister_permit; else 0). Within
+-- placeholder's place (see hold_for_restart and reregister_permit; else 0). Within
 -- a grace each lease given a fence also raises its semaphore's fence key (the
 -- holders key, "holders" replaced by "fence") to it: see raise_fence. A
 -- re-sent call renews again and changes nothing else.
@@ -38,7 +41,7 @@
 
 local n = #KEYS / 2
 local gens = #ARGV >= 3 * n
-local back = #ARGV == 6 * n
+local back = #ARGV == 7 * n
 local STAMP = 'N' .. string.sub(ARGV[1], 1, 8)
 local now, now_us = server_clock()
 local renewed = {}
@@ -58,7 +61,10 @@ for i = 1, n do
 --!include lib_restart.lua
     local fence = tonumber(ARGV[3 * n + i])
     local left, marker = restart_grace(holders, tonumber(ARGV[5 * n + i]), now_us)
-    if left > 0 then raise_fence(holders, ARGV[3 * n + i]) end
+    if left > 0 then
+      raise_fence(holders, ARGV[3 * n + i])
+      hold_for_restart(holders, leases, tonumber(ARGV[6 * n + i]), left, now, marker)
+    end
     -- Only within the grace: past it (a flush or an evicted marker on a server older
     -- than the grace declares none) newcomers were not held off, and a lease put back
     -- would be one over the limit.

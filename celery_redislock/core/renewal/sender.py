@@ -172,6 +172,9 @@ def batch_call(items: list[tuple[Entry, int]]) -> tuple[list[Any], list[Any]]:
                  for lease, grace in zip(leases, graces, strict=True)]  # fmt: skip
         args += [(lease.owner or "") if lease is not None else "" for lease in leases]
         args += graces
+        # Its limit: a put-back fills the placeholders first (none may be yet), so no
+        # more leases than the limit are put back (see reregister_permit).
+        args += [getattr(entry.holder, "_limit", 0) for entry, _ in items]
     return keys, args
 
 
