@@ -3,15 +3,13 @@
 The async twin of :mod:`celery_redislock.core.notifier`, reading the same messages
 with the same rules (:func:`~celery_redislock.core.notifier.read_wake`): a release
 publishes, on ``<wake channel>:<process tag>``, the token of the waiter that may go
-on, or ``<token> <fence>`` when it already granted that waiter its lease. Every
-waiter of one loop and client shares one subscriber connection, read by one reader
-task; a waiter awaits its own :class:`asyncio.Event`.
+on, or ``<token> <fence>`` when it already granted that waiter its lease. The
+waiters of one loop and client share one subscriber connection and reader task.
 
-Nothing crosses loops: the notifier of a (loop, client) pair is found only from
-inside that loop, and dropped with the loop. Channels stay subscribed for
-:data:`~celery_redislock.core.notifier.IDLE_UNSUBSCRIBE` seconds after their last
-waiter left; the reader task ends, closing its connection, once no channel is left
-(or when its loop cancels it at shutdown).
+Nothing crosses loops: a (loop, client) pair's notifier is found only from inside
+that loop, and dropped with it. Channels stay subscribed ``IDLE_UNSUBSCRIBE`` seconds
+after their last waiter left; the reader task ends, closing its connection, once no
+channel is left (or when its loop cancels it at shutdown).
 """
 
 from __future__ import annotations
@@ -37,7 +35,7 @@ from ..core.notifier import (
 )
 from ..core.primitive import fresh_token
 from ..core.scripts import as_text
-from .waiters import AsyncWaiter, Signal, _Channel
+from .waiters import AsyncWaiter, Signal, Tries, _Channel
 
 __all__ = ["POLL_GRID", "AsyncNotifier", "AsyncWaiter", "Signal"]
 
@@ -81,21 +79,19 @@ class AsyncNotifier:
 
     def __init__(self, client: Any) -> None:
         self._client = weakref.ref(client)
-        # This loop's own waiter tag: the process's and a number. A semaphore waiter's
-        # token ends in ".<tag>", so releases publish its wake-ups on a channel only
-        # this loop reads, and a release sent from this loop has its own waiters'
-        # grants named in the reply instead (see hand_over).
+        # This loop's waiter tag (the process's and a number): a semaphore waiter's token
+        # ends in ".<tag>", so releases wake it on a channel only this loop reads, and a
+        # release sent from this loop names its grants in the reply (see hand_over).
         self.tag = f"{fresh_token()[1]}n{next(_numbers)}"
         self._pubsub: Any = None
         self._channels: dict[str, _Channel] = {}
         self._reader: asyncio.Task[None] | None = None
         # One SUBSCRIBE in flight at a time: redis.asyncio's PubSub.connect, run by
-        # concurrent callers before it has a connection, takes a pooled connection
-        # for each and keeps the last; the others are never given back (a blocking
-        # pool ran dry, every call hung until its timeout). Not an asyncio.Lock:
-        # that keeps its loop alive, and the registry is weak on the loop.
+        # concurrent callers before it has a connection, takes a pooled connection for
+        # each and keeps the last, never giving back the others (a blocking pool ran
+        # dry). Not an asyncio.Lock: that keeps its loop alive (the registry is weak).
         self._subscribing = False
-        self._trying: dict[str, int] = {}  # channel -> acquires trying unsubscribed
+        self._trying: dict[str, Tries] = {}  # channel -> acquires trying unsubscribed
         self._subscribed = Signal()
 
     def subscribed(self, channel: str) -> bool:
@@ -130,26 +126,28 @@ class AsyncNotifier:
         entry = self._channels.get(channel)
         if entry is not None and (entry.waiters or entry.confirmed.is_set()):
             return False
-        return self._trying.get(channel, 0) < room
+        tries = self._trying.get(channel)
+        return tries is None or tries.count < room
 
     @contextlib.contextmanager
     def trying(self, channel: str) -> Iterator[None]:
         """Mark an acquire's try on ``channel`` made before subscribing (see :meth:`alone`)."""
-        trying = self._trying
-        trying[channel] = trying.get(channel, 0) + 1
+        tries = self._trying.get(channel)
+        if tries is None:
+            tries = self._trying[channel] = Tries()
+        tries.count += 1
         try:
             yield
         finally:
-            left = trying[channel] - 1
-            if left:
-                trying[channel] = left
-            else:
-                del trying[channel]
+            tries.count -= 1
+            if not tries.count:
+                del self._trying[channel]
+                tries.done.set()
 
     async def join(self, channel: str, token: str, deadline: float | None = None) -> AsyncWaiter:
         """Register ``token`` on ``channel``; returns once the subscription is confirmed
-        (or ``SUBSCRIBE_CONFIRM_TIMEOUT`` passed: the waiter then relies on polls).
-        Pair with :meth:`leave` in a ``finally``."""
+        and this loop's tries made before it are answered (or ``SUBSCRIBE_CONFIRM_TIMEOUT``
+        passed: the waiter then relies on polls). Pair with :meth:`leave` in a ``finally``."""
         waiter = AsyncWaiter()
         entry = self._channels.get(channel)
         if entry is None:
@@ -169,11 +167,15 @@ class AsyncNotifier:
             task.add_done_callback(lambda _: setattr(entry, "starting", None))
         elif entry.sent:
             self._ensure_reader()
-        wait = SUBSCRIBE_CONFIRM_TIMEOUT
-        if deadline is not None:  # never past the caller's deadline
-            wait = min(wait, deadline - time.monotonic())
-        if wait > 0:
-            await entry.confirmed.wait(wait)
+        until = time.monotonic() + SUBSCRIBE_CONFIRM_TIMEOUT
+        until = until if deadline is None else min(until, deadline)  # never past it
+        if until > time.monotonic():
+            await entry.confirmed.wait(until - time.monotonic())
+        tries = self._trying.get(channel)
+        if tries is not None and until > time.monotonic():
+            # Queue behind them: an earlier acquire's try still in flight (maybe on a new
+            # connection) would reach Redis after this waiter's first attempt (not FIFO).
+            await tries.done.wait(until - time.monotonic())
         return waiter
 
     def leave(self, channel: str, token: str) -> None:
@@ -244,8 +246,7 @@ class AsyncNotifier:
                     else:
                         message = await pubsub.get_message(timeout=_READ_SLICE)
                 except (RedisError, OSError) as exc:
-                    # Redis restarted or unreachable: redis-py reconnects and subscribes
-                    # again on the next read; meanwhile the waiters poll.
+                    # Redis restarted or down: redis-py subscribes again on the next read.
                     log.debug("celery_redislock: async subscriber error: %r", exc)
                     for entry in self._channels.values():
                         entry.confirmed.clear()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-__all__ = ["AsyncWaiter", "Signal"]
+__all__ = ["AsyncWaiter", "Signal", "Tries"]
 
 
 class Signal:
@@ -72,6 +72,17 @@ class AsyncWaiter:
         future = self.future
         if future is not None and not future.done():
             future.set_result(None)
+
+
+class Tries:
+    """The acquires of one loop trying a channel before subscribing to it: how many,
+    and a flag set once the last of them is answered."""
+
+    __slots__ = ("count", "done")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.done = Signal()
 
 
 class _Channel:

@@ -167,3 +167,40 @@ def test_a_burst_s_first_limit_acquires_are_granted_in_one_write(
 
     asyncio.run(main())
     assert writes[0] == 4  # the four tries, unsubscribed, in one write
+
+
+def test_waiters_that_subscribed_first_queue_behind_the_loop_s_earlier_tries(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst's first acquires try before the loop subscribes; the later ones subscribe
+    first. Those tries' write is slow (its connection is new: the loop's kept one was in
+    use): the later acquires still queue behind them, so the earlier get the permits
+    freed first (FIFO within a loop, under redis-py 5.3 as under 8)."""
+    send = batch._send
+    slow = [True]
+
+    async def late_first_tries(script: Any, client: Any, items: list[Any]) -> None:
+        if script is ACQUIRE and slow:
+            slow.clear()
+            await asyncio.sleep(0.3)  # well past the subscription's confirmation
+        await send(script, client, items)
+
+    monkeypatch.setattr(batch, "_send", late_first_tries)
+
+    async def main() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        sem = AsyncRedisSemaphore(client, "tries-first", limit=2, ttl=10)
+        held = [await sem.acquire(blocking=False) for _ in range(2)]
+        queued = [asyncio.ensure_future(sem.acquire(timeout=10)) for _ in range(4)]
+        while (await sem.info()).waiters < 4:
+            await asyncio.sleep(0.01)
+        assert all(await asyncio.gather(*(lease.release() for lease in held if lease)))
+        first = await asyncio.wait_for(asyncio.gather(*queued[:2]), 2)  # handed over
+        assert not any(task.done() for task in queued[2:])
+        for lease in first:
+            assert await lease.release()
+        for lease in await asyncio.wait_for(asyncio.gather(*queued[2:]), 2):
+            assert await lease.release()
+        await client.aclose()
+
+    asyncio.run(main())
