@@ -95,10 +95,12 @@ def fan_out(masters: Sequence[Master], call: Call, timeout: float,
         due.append((call, expires, request))
         pending[conn.redlock_fd] = index
 
-    # The common case inline (send's body): a connected raw socket owing nothing.
     for index, master in enumerate(masters):
-        conn = conns[index] = master.take()
-        if conn._sock is None:
+        conns[index] = master.take()
+    closed = _closed_idle(conns)
+    # The common case inline (send's body): a connected raw socket owing nothing.
+    for index, conn in enumerate(conns):
+        if conn._sock is None or (closed and conn.redlock_fd in closed):
             fresh.append(index)
             continue
         if conn.redlock_due or not conn.redlock_raw:
@@ -117,7 +119,8 @@ def fan_out(masters: Sequence[Master], call: Call, timeout: float,
     for index in (*owing, *fresh) if owing or fresh else ():
         master, conn = masters[index], conns[index]
         try:
-            if conn._sock is None:
+            if conn._sock is None or (closed and conn.redlock_fd in closed):
+                conn.disconnect()
                 master.connect(conn)  # first: the request may name the server's run id
             send(index, conn)
         except (RedisError, OSError) as exc:
@@ -164,6 +167,17 @@ def fan_out(masters: Sequence[Master], call: Call, timeout: float,
         if conn is not None and conn._sock is not None:
             master.give_back(conn)
     return results
+
+
+def _closed_idle(conns: list[Any]) -> list[int]:
+    """The sockets among ``conns``' connected raw ones owing nothing that can be read:
+    closed by their server meanwhile (its ``timeout``, ``CLIENT KILL``, a proxy), as
+    one owing no reply has nothing else to read. Connected again before the request
+    is written (as redis-py's pool checks a connection it hands out), not counted as
+    a master that did not answer. One ``select`` for all, not polling each."""
+    idle = [conn.redlock_fd for conn in conns
+            if conn._sock is not None and not conn.redlock_due and conn.redlock_raw]  # fmt: skip
+    return select.select(idle, [], [], 0)[0] if idle else []
 
 
 def _receive(conn: Any, call: Call | None) -> tuple[bool, Any]:
