@@ -36,6 +36,7 @@ __all__ = [
     "RECHECK_HEADER",
     "RESENT_HEADER",
     "TOKEN_HEADER",
+    "park_token",
     "parse_owner",
     "queued_owner",
     "run_token",
@@ -67,6 +68,15 @@ HEADERS: Final = (TOKEN_HEADER, KEY_HEADER, NONCE_HEADER, RECHECK_HEADER, RESENT
 
 _QUEUED: Final = "#"
 _RUNNING: Final = "@"
+
+
+def park_token(task_id: str, retries: int, identity: bytes) -> str:
+    """The park token of a fresh message's run: derived, not random, so every delivery
+    of one message (a broker's redelivery) parks under one token, which Redis knows the
+    second time. ``identity`` tells two publishes of one task id and ``retries`` apart
+    (the ``redislock_sent`` stamp, or a digest of the body)."""
+    seed = b"%s\0%d\0%s" % (task_id.encode(), retries, identity)
+    return hashlib.sha256(b"redislock intake\0" + seed).hexdigest()[:32]
 
 
 def run_token(seed: str) -> str:

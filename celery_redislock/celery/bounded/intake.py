@@ -61,13 +61,19 @@ from ...core.scripts import reply_deadline
 from ..logs import QuietRequest
 from ..options import options_of
 from ..signals import permit_parked
-from ..tokens import KEY_HEADER, TOKEN_HEADER
+from ..tokens import KEY_HEADER, TOKEN_HEADER, park_token
 from .guard import CONCURRENCY, semaphore_for
-from .journal import forget, record
-from .parking import ATTEMPT, PARK_HEADER, SENT_HEADER, encode_request, sent_at
+from .journal import forget, forget_if_taken, record
+from .parking import ATTEMPT, PARK_HEADER, SENT_HEADER, encode_request, sent_at, sent_identity
 
-__all__ = ["INTAKE_BUDGET", "INTAKE_REST", "BoundedRequest", "connect", "intake_token",
-           "park_at_intake"]
+__all__ = [
+    "INTAKE_BUDGET",
+    "INTAKE_REST",
+    "BoundedRequest",
+    "connect",
+    "intake_token",
+    "park_at_intake",
+]
 
 INTAKE_BUDGET = 1.0
 """Seconds the worker's main process waits for an intake park's reply."""
@@ -155,6 +161,10 @@ def park_at_intake(request: Any) -> bool:
         return False
     request.acknowledge()
     task_ready(request)
+    if position == 0 and forget_if_taken(task.app, sem, entry_id):
+        logger.debug("celery_redislock: %s[%s] delivered again after its run started: "
+                     "dropped on intake", task.name, request.id)  # fmt: skip
+        return True
     logger.debug("celery_redislock: %s[%s] over the limit of pool %r (%d): parked at place "
                  "%d on intake", task.name, request.id, pool, limit, position)  # fmt: skip
     permit_parked.send(sender=task, task_id=request.id, key=pool, limit=limit,
@@ -192,14 +202,12 @@ def intake_token(request: Any) -> str:
     message = request.request_dict
     sent = message.get(SENT_HEADER)
     if sent is not None:
-        identity = f"sent {sent}".encode()
+        identity = sent_identity(sent)
     else:  # not sent by our apply_async: what a redelivery keeps is the body
         body = request.body
         raw = body if isinstance(body, bytes) else repr(body).encode()
         identity = b"body " + hashlib.sha256(raw).digest()
-    seed = b"%s\0%d\0%s" % (str(request.id).encode(), int(message.get("retries") or 0),
-                             identity)  # fmt: skip
-    return hashlib.sha256(b"redislock intake\0" + seed).hexdigest()[:32]
+    return park_token(str(request.id), int(message.get("retries") or 0), identity)
 
 
 def _not_due(eta: datetime | None) -> bool:

@@ -41,7 +41,7 @@ from ..outage import OUTAGE_ERRORS
 from ..sentinel import is_sentinel_url, sentinel_client
 from .settings import park_keep
 
-__all__ = ["JOURNAL_URL", "forget", "journal_for", "read_value", "record"]
+__all__ = ["JOURNAL_URL", "forget", "forget_if_taken", "journal_for", "read_value", "record"]
 
 JOURNAL_URL: Final = "redislock_park_journal_url"
 _KEYS: Final = (JOURNAL_URL, "redislock_prefix", "redislock_park_keep", *CLIENT_KEYS)
@@ -143,7 +143,7 @@ def _make(app: Celery) -> ParkJournal | None:
     if setting is not None:
         if not isinstance(setting, str) or _scheme(setting) not in _SCHEMES:
             raise ConfigurationError(f"{JOURNAL_URL} must be a redis://, rediss://, unix:// "
-                                     f"or sentinel:// URL, or False, got {setting!r}")
+                                     f"or sentinel:// URL, or False, got {setting!r}")  # fmt: skip
         transport = "redislock_transport_options"
         return ParkJournal(_client(app, setting, transport, options), prefix)
     broker = _broker_url(app.conf.broker_write_url)
@@ -196,3 +196,20 @@ def _server(app: Celery, url: str, setting: str) -> Hashable:
         return "unix", os.path.realpath(parts.path)
     host = parts.hostname or "localhost"
     return "tcp", "127.0.0.1" if host == "localhost" else host, parts.port or 6379
+
+
+def forget_if_taken(app: Celery, sem: Any, entry_id: str) -> bool:
+    """After a park that answered place 0: True when the run of ``entry_id`` took its
+    token already -- the message was a copy (a redelivery) and the park changed nothing
+    -- and its journal record, written before the park, is dropped (a lock Redis that
+    lost its data would park that run again). False otherwise (claimed at once and
+    published: the record stays for its run), or when the lock Redis did not answer."""
+    try:
+        if sem.client.zscore(sem.taken_key, entry_id) is None:
+            return False
+    except Exception as exc:
+        logger.debug("celery_redislock: park token %s not looked up (%s: %s)", entry_id,
+                     type(exc).__name__, exc)  # fmt: skip
+        return False
+    forget(app, entry_id)
+    return True

@@ -33,8 +33,8 @@ from ..client import get_redis, replica_options
 from ..execution import AnyTask, RunState
 from ..logs import mark_resent_by
 from ..signals import permit_parked
-from ..tokens import HEADERS, PARK_HEADER
-from .journal import forget, record
+from ..tokens import HEADERS, PARK_HEADER, park_token
+from .journal import forget, forget_if_taken, record
 from .settings import park_keep, restart_grace, taken_memory
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "parking_for",
     "publish_claimed",
     "sent_at",
+    "sent_identity",
 ]
 
 logger = logging.getLogger(__name__)
@@ -206,6 +207,12 @@ def sent_at(raw: Any) -> float | None:
         return None
 
 
+def sent_identity(sent: Any) -> bytes:
+    """What tells apart two publishes of one task id (and retries count) that carry a
+    :data:`SENT_HEADER`: its value (µs), for :func:`~..tokens.park_token`."""
+    return f"sent {sent}".encode()
+
+
 def park_state(request: Any) -> tuple[str, float] | None:
     """``(park token, first refusal in epoch seconds)`` of a parked run's message, or
     None (no header, or one a ``retry()`` copied from an earlier attempt)."""
@@ -249,7 +256,7 @@ def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
     as to a retry; if parking fails they are kept by this run, which may try again.
     """
     request = task.request
-    entry_id = park_attempt(request) or new_entry_id()
+    entry_id = park_attempt(request) or _fresh_token(request)
     # Kept on the request: a park whose reply was lost to an outage is tried again
     # under the same id (see outage.py), which never parks the run twice.
     setattr(request, ATTEMPT, entry_id)
@@ -265,6 +272,8 @@ def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
         raise
     for hold in run.holds:
         hold.on_parked()
+    if position == 0:  # a copy whose run started already leaves no journal record
+        forget_if_taken(task.app, sem, entry_id)
     _quiet(run.task_id)
     waited = max(0.0, time.time() - since)
     logger.debug("celery_redislock: %s[%s] over the limit of pool %r (%d): parked at "
@@ -272,3 +281,14 @@ def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
     permit_parked.send(sender=task, task_id=run.task_id, key=sem.name, limit=limit,
                        position=position, waited=waited)  # fmt: skip
     return position
+
+
+def _fresh_token(request: Any) -> str:
+    """The park token of a run refused in its pool process: a fresh message's is its
+    intake token (see intake.py), so a delivery of it again (``acks_late``: a main killed
+    before the ack) parks under the same token and changes nothing; a published parked
+    run refused at its take, or one without :data:`SENT_HEADER`, gets a random one."""
+    sent = (request.headers or {}).get(SENT_HEADER)
+    if sent is None or park_state(request) is not None:
+        return new_entry_id()
+    return park_token(str(request.id), int(request.retries or 0), sent_identity(sent))

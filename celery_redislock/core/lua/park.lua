@@ -15,7 +15,8 @@
 -- KEYS[10] done      string "<prefix>:semaphore:{name}:done:<id>": the ids this park
 --                    claimed, kept RELEASE_MEMORY_MS, so a re-sent park (its reply
 --                    lost) answers as the first did.
--- ARGV[1]  id        the new entry's id (its park token: random, unguessable).
+-- ARGV[1]  id        the new entry's id (its park token: random, or derived from
+--                    the message so that a redelivered copy re-sends a known id).
 -- ARGV[2]  payload   opaque bytes: what to publish when the entry is claimed.
 -- ARGV[3]  owner     owner id of the reserved permit (e.g. the task id).
 -- ARGV[4]  limit     the caller's limit (integer >= 1): obeyed, and stored in meta

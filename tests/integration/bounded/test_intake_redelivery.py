@@ -11,10 +11,13 @@ from typing import Any
 
 import redis
 from celery import Celery
+from celery.signals import task_prerun
 
 from celery_redislock import bounded_task
 from celery_redislock.celery.bounded.guard import semaphore_for
+from celery_redislock.celery.bounded.journal import journal_for
 from celery_redislock.core.parking import ParkingSemaphore
+from celery_redislock.testing import RedisServer
 
 from ..helpers import wait_until
 from .helpers import holders
@@ -118,3 +121,95 @@ def test_two_sends_under_one_task_id_are_two_runs(
     assert first.get(timeout=10) == 0 and again[1].get(timeout=10) == 1
     _drained(locks, call)
     assert sorted(runs) == [0, 1, 1], runs
+
+
+def test_a_copy_delivered_after_its_run_leaves_no_journal_record(
+    make_app: Any, locks: redis.Redis, worker: Any, monkeypatch: Any
+) -> None:
+    # The journal (the broker's Redis, another server than the lock Redis) is written
+    # before the park; a copy whose token was taken already must not leave its record
+    # there: a lock Redis losing its data later would park that run again.
+    with RedisServer() as lock_server:
+        app = make_app(redislock_url=lock_server.url, redislock_restart_grace=False)
+        runs: list[int] = []
+        proceed = threading.Event()
+        call = _gated(app, runs, proceed)
+        sent: list[tuple[Any, ...]] = []
+        real = app.amqp.send_task_message
+
+        def keep(producer: Any, name: str, message: Any, **kwargs: Any) -> Any:
+            sent.append((name, message, kwargs))
+            return real(producer, name, message, **kwargs)
+
+        monkeypatch.setattr(app.amqp, "send_task_message", keep)
+        worker(app, concurrency=2)
+        first = call.delay(0)
+        lot = _lot(call)
+        wait_until(lambda: lot.info().holders, what="the first run's permit")
+        second = call.delay(1)  # parked at intake (journaled), then runs
+        wait_until(lambda: lot.parking_info().parked == 1, what="the run parked")
+        proceed.set()
+        assert first.get(timeout=10) == 0 and second.get(timeout=10) == 1
+        wait_until(lambda: not lot.info().holders, what="the permit back")
+        journal = journal_for(app)
+        assert journal is not None and len(journal) == 0
+        proceed.clear()
+        third = call.delay(0)  # busy again, so the copy below would be parked
+        wait_until(lambda: lot.info().holders, what="the third run's permit")
+        name, message, kwargs = sent[1]
+        with app.producer_or_acquire() as producer:  # run 1's message, delivered again
+            real(producer, name, message, **kwargs)
+        wait_until(lambda: _all_acked(app), what="the copy looked at on intake")
+        assert lot.parking_info().parked == 0 and len(journal) == 0
+        proceed.set()
+        assert third.get(timeout=10) == 0
+        wait_until(lambda: not lot.info().holders, what="the permit back")
+        assert sorted(runs) == [0, 0, 1], runs
+
+
+def test_an_acks_late_run_parked_in_its_process_delivered_again_runs_once(
+    app: Celery, locks: redis.Redis, worker: Any, monkeypatch: Any
+) -> None:
+    # acks_late: a run refused in before_start is parked from its pool process and its
+    # message acknowledged only after that; delivered again (its main killed before
+    # the ack), the copy parks under the same token on intake and changes nothing.
+    runs: list[int] = []
+    held: list[Any] = []
+    sent: list[tuple[Any, ...]] = []
+
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", acks_late=True)
+    def call(n: int) -> int:
+        runs.append(n)
+        return n
+
+    lot = _lot(call)
+
+    def take_the_permit(task: Any = None, **_: Any) -> None:
+        if getattr(task, "name", None) == call.name and not held:  # after intake let it go, before before_start
+            held.append(lot.acquire(blocking=False))
+
+    task_prerun.connect(take_the_permit, weak=False)
+    try:
+        real = app.amqp.send_task_message
+
+        def keep(producer: Any, name: str, message: Any, **kwargs: Any) -> Any:
+            sent.append((name, message, kwargs))
+            return real(producer, name, message, **kwargs)
+
+        monkeypatch.setattr(app.amqp, "send_task_message", keep)
+        worker(app, concurrency=2)
+        first = call.delay(1)
+        wait_until(lambda: lot.parking_info().parked == 1 and _all_acked(app),
+                   what="the run parked from its process, its message acknowledged")  # fmt: skip
+        assert held and held[0] is not None
+        name, message, kwargs = sent[0]
+        with app.producer_or_acquire() as producer:  # the same message, delivered again
+            real(producer, name, message, **kwargs)
+        wait_until(lambda: _all_acked(app), what="the copy looked at on intake")
+        assert lot.parking_info().parked == 1  # not parked a second time
+        held[0].release()
+        assert first.get(timeout=10) == 1
+        _drained(locks, call)
+        assert runs == [1]
+    finally:
+        task_prerun.disconnect(take_the_permit)
