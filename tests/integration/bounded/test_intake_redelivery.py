@@ -185,7 +185,8 @@ def test_an_acks_late_run_parked_in_its_process_delivered_again_runs_once(
     lot = _lot(call)
 
     def take_the_permit(task: Any = None, **_: Any) -> None:
-        if getattr(task, "name", None) == call.name and not held:  # after intake let it go, before before_start
+        # After intake let the run go, before its before_start.
+        if getattr(task, "name", None) == call.name and not held:
             held.append(lot.acquire(blocking=False))
 
     task_prerun.connect(take_the_permit, weak=False)
