@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -227,7 +228,28 @@ def _read_reply(conn: Any, deadline: float | None) -> Any:
     socket_timeout = getattr(conn, "socket_timeout", None)
     if socket_timeout is not None:
         timeout = min(timeout, socket_timeout)
-    return conn.read_response(timeout=timeout)
+    cls = conn.__class__
+    takes = _TAKES_TIMEOUT.get(cls)
+    if takes is None:
+        takes = _TAKES_TIMEOUT[cls] = "timeout" in inspect.signature(cls.read_response).parameters
+    if takes:
+        return conn.read_response(timeout=timeout)
+    # redis-py < 8 reads take no timeout: set it on the socket for this read, as
+    # redis-py 8 does itself; a socket timeout still raises redis' TimeoutError and
+    # disconnects (``_sock`` then is None, or a new socket: leave that one alone).
+    sock = conn._sock
+    if sock is None:
+        return conn.read_response()  # redis-py raises its ConnectionError
+    sock.settimeout(timeout)
+    try:
+        return conn.read_response()
+    finally:
+        if conn._sock is sock:
+            sock.settimeout(socket_timeout)
+
+
+# Per connection class: does its read_response() take ``timeout`` (redis-py >= 8)?
+_TAKES_TIMEOUT: dict[type, bool] = {}
 
 
 def discard_idle_connections(client: Any) -> None:

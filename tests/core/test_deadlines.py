@@ -15,6 +15,7 @@ import redis
 
 from celery_redislock import RedisLock, RedisSemaphore
 from celery_redislock.core.notifier import Notifier
+from celery_redislock.core.scripts import reply_deadline
 from tests.faults import FaultProxy
 
 
@@ -111,3 +112,45 @@ def test_info_counts_only_waiters_whose_heartbeat_has_not_lapsed(
     r.zadd(primitive.keys.alive, {"dead.00000000": 1})  # its heartbeat long lapsed
     assert primitive.info().waiters == 0  # nobody polled since to reap it
     assert holder.release()
+
+
+class _PreEightConnection(redis.Connection):
+    """redis-py < 8's ``read_response``: no ``timeout`` parameter (5.3 to 7.4)."""
+
+    def read_response(  # type: ignore[override]
+        self, disable_decoding: bool = False, *, disconnect_on_error: bool = True,
+        push_request: bool = False,
+    ) -> Any:  # fmt: skip
+        return super().read_response(disable_decoding, disconnect_on_error=disconnect_on_error,
+                                     push_request=push_request)  # fmt: skip
+
+
+def test_a_deadline_holds_on_a_connection_whose_read_takes_no_timeout(
+    r: redis.Redis, fault_proxy: FaultProxy
+) -> None:
+    holder = RedisLock(r, "job").acquire()
+    assert holder is not None
+    client = fault_proxy.client(socket_timeout=5.0)
+    client.connection_pool.connection_class = _PreEightConnection
+    lock = RedisLock(client, "job")
+    assert lock.acquire(blocking=False) is None  # connected; scripts cached
+    time.sleep(0.1)
+    fault_proxy.pause()
+    started = time.monotonic()
+    try:  # Before: every read with a deadline raised TypeError on redis-py < 8.
+        with pytest.raises(redis.TimeoutError):
+            lock.acquire(timeout=1.0)
+    finally:
+        elapsed = time.monotonic() - started
+        fault_proxy.resume()
+    assert elapsed < 1.5, elapsed
+    # A read with a deadline that Redis answers (no waiting: redis-py 8's own PubSub
+    # would pass its read a timeout this connection class does not take).
+    with reply_deadline(time.monotonic() + 1.0):
+        assert lock.acquire(blocking=False) is None
+    conn = client.connection_pool.get_connection()
+    assert isinstance(conn, _PreEightConnection) and conn._sock is not None
+    assert conn._sock.gettimeout() == 5.0  # the per-read timeout was undone
+    client.connection_pool.release(conn)
+    assert holder.release()
+    client.close()
