@@ -6,6 +6,8 @@ result backend and process boundaries intact.
 
 from __future__ import annotations
 
+import redis
+
 __all__ = [
     "ConfigurationError",
     "DuplicateTask",
@@ -13,6 +15,7 @@ __all__ = [
     "LockTimeout",
     "NotReplicated",
     "RedisLockError",
+    "RedisRestarting",
     "RedlockUnavailable",
     "RedisUnavailable",
 ]
@@ -119,6 +122,13 @@ class NotReplicated(RedisLockError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class RedisRestarting(RedisLockError, redis.ConnectionError):
+    """The lock Redis lost its data and is within its restart grace (see
+    ``core/restart.py``): whether the lock is free cannot be told yet (a lease it
+    forgot may still run). A ``redis.ConnectionError``: what retries an outage
+    retries this; the grace ends within the lock's ``restart_grace``."""
 
 
 class RedisUnavailable(RedisLockError):

@@ -39,6 +39,7 @@ __all__ = [
     "check_prefix",
     "check_ttl",
     "conf_fingerprint",
+    "restart_grace",
     "settings_for",
     "task_option",
 ]
@@ -152,6 +153,17 @@ def check_ttl(value: object, argument: str) -> float:
     return ttl_to_ms(value, argument) / 1000.0
 
 
+def restart_grace(app: Celery) -> float | bool:
+    """``redislock_restart_grace``, checked: True (default) -- the lease TTL of each
+    lock or pool; False or None -- none; seconds > 0. After the lock Redis lost its
+    data, singleton locks and permits are held this long for the runs that held them,
+    which their renewal puts back (see ``core/restart.py``)."""
+    value = app.conf.get("redislock_restart_grace", True)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    return check_ttl(value, "redislock_restart_grace")
+
+
 def check_on_duplicate(value: object, argument: str = "on_duplicate") -> str:
     """Return ``value`` if it is one of :data:`ON_DUPLICATE`, else raise."""
     if not isinstance(value, str) or value not in ON_DUPLICATE:
@@ -182,4 +194,3 @@ def task_option(task: object, name: str, default: Any = None) -> Any:
     if value is _NOTHING:
         value = getattr(type(task), name, default)
     return value.__func__ if isinstance(value, staticmethod) else value
-

@@ -35,8 +35,8 @@ from .lock_scripts import (
     acquire_reply,
     adopt_reply,
     leave_reply,
-    refusal_holder,
     refusal_wait_ms,
+    refused_holder,
 )
 from .primitive import Primitive, fresh_token
 from .replicas import DEFAULT_REPLICA_TIMEOUT
@@ -45,7 +45,7 @@ from .validate import acquire_deadline
 from .waiting import Grant, Notifier, poll_slice, wait_until_granted
 
 __all__ = ["BOOT_MARKER_MS", "FENCE_MEMORY_MS", "RELEASE_MEMORY_MS", "SCRIPT_CONSTANTS",
-           "RedisLock"]
+           "RedisLock"]  # fmt: skip
 
 
 class RedisLock(LockOperations, Primitive):
@@ -68,6 +68,8 @@ class RedisLock(LockOperations, Primitive):
         replica_timeout: seconds a grant waits for its replicas (> 0).
         wait_aof: confirm with ``WAITAOF 1 min_replicas`` (Redis >= 7.2, AOF on)
             instead of ``WAIT``.
+        restart_grace: as for ``RedisSemaphore`` (see :mod:`.restart`); a free lock
+            is then refused with :class:`~celery_redislock.errors.RedisRestarting`.
     """
 
     kind = "lock"
@@ -84,12 +86,13 @@ class RedisLock(LockOperations, Primitive):
         min_replicas: int = 0,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
         wait_aof: bool = False,
+        restart_grace: float | bool | None = None,
     ) -> None:
         super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold,
                          min_replicas=min_replicas, replica_timeout=replica_timeout,
                          wait_aof=wait_aof)  # fmt: skip
         # Keys encoded once; arguments and replies read as the async lock reads them.
-        self._scripts = scripts = LockScripts(self._client, self._keys)
+        self._scripts = scripts = LockScripts(self._client, self._keys, restart_grace, self._ttl_ms)
         self._acquire_keys = scripts.acquire_keys  # the hot path's, read directly
 
     def acquire(
@@ -179,6 +182,8 @@ class RedisLock(LockOperations, Primitive):
             # The first attempt is inline: the uncontended path makes no closure. The
             # script's trailing defaults (no owner, no wait) are left out.
             args: list[Any] = [token, ttl_ms, owner] if owner else [token, ttl_ms]
+            if self._scripts.grace is not None:  # a restart grace (see .restart)
+                args = self._scripts.graced_args(token, ttl_ms, owner)
             sent_at = time.monotonic()
             if self._ack is None:
                 answer = ACQUIRE(self._client, self._acquire_keys, args)
@@ -192,7 +197,7 @@ class RedisLock(LockOperations, Primitive):
                 if deadline is not None and deadline > time.monotonic():
                     grant = self._wait(token, owner, ttl_ms, channel, reply, deadline)
         if grant is None:  # refused (blocking=False, timeout=0) or timed out
-            return None, refusal_holder(reply)
+            return None, refused_holder(reply)
         lease = self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
                                 max_hold, acked)  # fmt: skip
         return lease, None

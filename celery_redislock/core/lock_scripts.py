@@ -14,8 +14,10 @@ import secrets
 import time
 from typing import Any
 
+from ..errors import RedisRestarting
 from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
+from .restart import grace_ms, mark
 from .scripts import LuaScript, as_text, key_encoder
 from .waiting import WAITER_HEARTBEAT_MS, Grant, granted_lease
 
@@ -24,7 +26,7 @@ __all__ = [
     "INFO", "LEAVE", "NO_RECORD", "RELEASE", "RELEASE_MEMORY_MS", "RELEASE_OWNER", "RENEW",
     "SCRIPT_CONSTANTS", "LockScripts",
     "acquire_reply", "adopt_reply", "info_reply", "leave_reply", "refusal_holder",
-    "refusal_wait_ms", "release_reply",
+    "refusal_wait_ms", "refused_holder", "release_reply",
 ]  # fmt: skip
 
 FENCE_MEMORY_MS = 3_600_000
@@ -75,11 +77,16 @@ class LockScripts:
     The scripts derive the wake-up channel from the holders key (``channel``).
     """
 
-    __slots__ = ("_base", "_encode", "_keys", "acquire_keys", "release_keys")
+    __slots__ = ("_base", "_client", "_encode", "_keys", "acquire_keys", "grace",
+                 "release_keys")  # fmt: skip
 
-    def __init__(self, client: Any, keys: KeySpace) -> None:
+    def __init__(self, client: Any, keys: KeySpace, restart_grace: object = None,
+                 ttl_ms: int = 0) -> None:  # fmt: skip
         encode = self._encode = key_encoder(client)
-        self._keys = keys
+        self._keys, self._client = keys, client
+        # The restart grace (restart.py) sent with each acquire, if any.
+        ms = grace_ms(restart_grace, ttl_ms, client)
+        self.grace: bytes | None = b"%d" % ms if ms else None
         # The common part encoded once, the parts appended as bytes: a lock is cheap
         # to build per call (what redis-py would send for each key's str). Only the
         # uncontended path's lists are made here; the others when asked for.
@@ -125,10 +132,18 @@ class LockScripts:
         owner, no wait) left out, each argument costs client CPU."""
         return [token, ttl_ms, owner] if owner else [token, ttl_ms]
 
-    @staticmethod
-    def wait_args(token: str, ttl_ms: int, owner: str | None) -> list[Any]:
+    def wait_args(self, token: str, ttl_ms: int, owner: str | None) -> list[Any]:
         """An attempt that joins (or stays in) the wait queue when refused."""
+        if self.grace is not None:
+            return self.graced_args(token, ttl_ms, owner, _WAIT)
         return [token, ttl_ms, owner or "", _WAIT]
+
+    def graced_args(self, token: str, ttl_ms: int, owner: str | None,
+                    wait: bytes = b"0") -> list[Any]:  # fmt: skip
+        """An attempt with the restart grace, the server marked first (sync clients
+        only: see :func:`.restart.mark`)."""
+        mark(self._client, self._keys.prefix)
+        return [token, ttl_ms, owner or "", wait, b"", self.grace]
 
     @staticmethod
     def extend_args(token: str, ttl_ms: int, gen: int = 0) -> list[Any]:
@@ -199,6 +214,17 @@ def release_reply(answer: Any, sends: list[None], deadline: float) -> bool:
 def refusal_wait_ms(answer: Any) -> int:
     """The holder's TTL left (ms, 0 when unknown) in a refusal of ``lock_acquire.lua``."""
     return int(answer[1])
+
+
+def refused_holder(answer: Any) -> str | None:
+    """:func:`refusal_holder`, but :class:`RedisRestarting` for a free lock refused
+    within a restart grace (see ``core/restart.py``)."""
+    if len(answer) > 3:
+        raise RedisRestarting(
+            "the lock Redis lost its data and is in its restart grace for "
+            f"{int(answer[1]) / 1000:g} s more: a lease it forgot may still be live"
+        )
+    return refusal_holder(answer)
 
 
 def refusal_holder(answer: Any) -> str | None:

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from celery_redislock import RedisSemaphore
+from celery_redislock import RedisLock, RedisSemaphore
 from celery_redislock.core.lease import Lease
 from celery_redislock.core.renewal.entry import Entry
 from celery_redislock.core.renewal.sender import batch_call
-from celery_redislock.errors import ConfigurationError
+from celery_redislock.errors import ConfigurationError, RedisRestarting
 from celery_redislock.testing import RedisServer
 
 from ..integration.helpers import wait_until
@@ -101,6 +101,8 @@ def test_restart_grace_is_validated(server: RedisServer) -> None:
     for bad in (0, -1.0, "30", float("nan")):
         with pytest.raises(ConfigurationError, match="restart_grace"):
             RedisSemaphore(client, "pool", limit=1, restart_grace=bad)  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match="restart_grace"):
+            RedisLock(client, "lock", restart_grace=bad)  # type: ignore[arg-type]
 
 
 def test_a_flush_past_the_grace_does_not_put_a_lease_back_over_the_limit(
@@ -160,3 +162,52 @@ def test_put_backs_before_any_acquire_stay_within_the_limit(server: RedisServer)
         answers += list(sem._renew_script(_client(server), keys, args))
     assert answers.count(3) == 1, answers
     assert len(_real_holders(sem)) == 1
+
+
+def _lock_and_restart(server: RedisServer, grace: bool | None) -> tuple[
+        RedisLock, Lease, RedisLock]:  # fmt: skip
+    lock = RedisLock(_client(server), "job", ttl=TTL, restart_grace=grace)
+    lease = lock.acquire(blocking=False, owner="first", renew=True)
+    assert lease is not None
+    other = RedisLock(_client(server), "job", ttl=TTL, restart_grace=grace)
+    assert other.try_acquire(owner="second") == (None, "first")  # marks the server too
+    server.restart()
+    return lock, lease, other
+
+
+def test_a_renewing_lock_holder_keeps_its_lock_and_nobody_else_takes_it(
+    server: RedisServer,
+) -> None:
+    lock, lease, other = _lock_and_restart(server, True)
+    refusals = set()
+    deadline = time.monotonic() + 2.5 * TTL
+    while time.monotonic() < deadline:
+        try:  # in the grace and free: unknown; once put back: held by its owner
+            granted, holder = other.try_acquire(owner="second")
+        except RedisRestarting:
+            refusals.add("restarting")
+        else:
+            assert granted is None, "a second holder beside a live one"
+            refusals.add(holder)
+        time.sleep(0.05)
+    assert refusals >= {"first"} and not lease.lost, lease.lost_reason
+    info = lock.info()
+    assert [(h.owner, h.fence) for h in info.holders] == [("first", lease.fence)]
+    assert lease.release()
+    second = other.acquire(timeout=2 * TTL, owner="second")
+    assert second is not None and second.fence > lease.fence and second.release()
+
+
+def test_without_a_grace_a_second_lock_holder_gets_in(server: RedisServer) -> None:
+    _, lease, other = _lock_and_restart(server, None)
+    wait_until(lambda: other.try_acquire(owner="second")[0] is not None, timeout=5,
+               what="a second holder while the first runs")  # fmt: skip
+    assert lease.lost_event.wait(3 * TTL)
+
+
+def test_a_lock_lease_released_by_force_is_still_lost(server: RedisServer) -> None:
+    lock = RedisLock(_client(server), "job", ttl=TTL, restart_grace=True)
+    lease = lock.acquire(blocking=False, renew=True)
+    assert lease is not None
+    assert lock.force_release()
+    assert lease.lost_event.wait(2 * TTL) and "no longer held" in lease.lost_reason

@@ -14,7 +14,7 @@ from celery import Celery
 
 from ...core.parking import TAKEN_MEMORY_MS
 from ...errors import ConfigurationError
-from ..config import check_ttl
+from ..config import check_ttl, restart_grace
 
 __all__ = [
     "DEFAULT_COUNTDOWN",
@@ -158,16 +158,6 @@ def park_keep(app: Celery) -> float:
     """``redislock_park_keep``, checked: seconds > 0 (default :data:`DEFAULT_KEEP`)."""
     value = app.conf.get("redislock_park_keep", DEFAULT_KEEP)
     return check_seconds(value, "redislock_park_keep", zero=False)
-
-
-def restart_grace(app: Celery) -> float | bool:
-    """``redislock_restart_grace``, checked: True (default) -- the pool's lease TTL;
-    False or None -- none; seconds > 0. After the lock Redis lost its data, permits are
-    held this long for the runs that held them (see ``core/restart.py``)."""
-    value = app.conf.get("redislock_restart_grace", True)
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    return check_seconds(value, "redislock_restart_grace", zero=False)
 
 
 def taken_memory(app: Celery) -> float:

@@ -14,6 +14,7 @@ from typing import Final
 from ...core import Lease, RedisLock, RedlockLock
 from ...core.lease import current_pid
 from ..client import get_redis
+from ..config import restart_grace
 from ..execution import AnyTask
 from ..redlock import CeleryRedlock, redlock_clients
 from .options import SingletonOptions
@@ -49,7 +50,8 @@ def lock_for(task: AnyTask, key: str, options: SingletonOptions) -> SingletonLoc
                              max_ttl=max_ttl)  # fmt: skip
     else:
         lock = RedisLock(get_redis(task.app), key, ttl=options.lock_ttl,
-                         prefix=options.prefix, **options.replicas)  # fmt: skip
+                         prefix=options.prefix, restart_grace=restart_grace(task.app),
+                         **options.replicas)  # fmt: skip
     if len(options.locks) >= _LOCKS_KEPT:
         options.locks.clear()  # one C call, safe beside other threads; refilled on use
     options.locks[key] = (pid, lock)

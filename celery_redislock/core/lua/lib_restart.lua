@@ -112,3 +112,21 @@ local function raise_fence(holders, fence)
     redis.call('SET', key, fence, 'PX', {{FENCE_MEMORY_MS}})
   end
 end
+
+-- Put back a live lock lease that a data loss forgot (its renewal found it missing):
+-- `token` with its own `fence` and `owner`, expiring `ttl` ms from now, when the lock
+-- is free or held by the same owner (its other leases, put back first); as
+-- grant_lock in lib_lock.lua writes it. Returns 1 when put back, 0 when another owner
+-- holds the lock (taken before the holder renewed: it stays lost).
+local function reregister_lock(holders, token, owner, ttl, now, fence)
+  local holder = redis.call('HGET', holders, 'owner')
+  if holder and holder ~= owner then return 0 end
+  local expiry = string.format('%d', now + ttl)
+  if not holder then
+    redis.call('HSET', holders, 'owner', owner, 'fence', fence,
+      'since', string.format('%d', math.floor(tonumber(fence) / 1000)))
+  end
+  redis.call('HSET', holders, 't:' .. token, expiry, 'f:' .. token, fence)
+  if redis.call('PTTL', holders) < ttl then redis.call('PEXPIREAT', holders, expiry) end
+  return 1
+end

@@ -21,6 +21,8 @@
 --                   microsecond scale; a new fence is max(last + 1, now in µs, floor).
 -- ARGV[6]  grace    with KEYS[6]: milliseconds after start during which a server
 --                   without its boot marker grants nothing (the longest lease TTL).
+--                   Without KEYS[6], optional: the restart grace, ms (see
+--                   lib_restart.lua): within it a free lock is granted to nobody.
 -- ARGV[7]  ticket   optional (Redlock): the waiter's place in the queue (µs), the
 --                   same on every master; default: the server's clock.
 -- (A caller leaves trailing defaults out: each argument costs client CPU.)
@@ -39,7 +41,8 @@
 -- has left); {0, wait_ms, holder} when refused: wait_ms is the holder's TTL left,
 -- or 0 when the lock is free but reserved for an earlier waiter; holder is the
 -- holding owner id ("" when none or free); {0, wait_ms, "", "restarted"} when the
--- boot marker is missing within the grace (wait_ms: until the grace ends).
+-- boot marker is missing within the grace, or the lock is free within a restart
+-- grace (wait_ms: until the grace ends).
 
 local holders, fence_key, queue = KEYS[1], KEYS[2], KEYS[3]
 local token, ttl, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3] or ''
@@ -72,7 +75,17 @@ if boot then
   end
 else
   taken = redis.call('EXISTS', holders, queue)
+  -- A standalone lock's restart grace (see lib_restart.lua): a free lock is granted
+  -- to nobody until the server is `grace` old after a loss of its data (a lease
+  -- it forgot may still run; its renewal puts it back).
+  local grace = tonumber(ARGV[6])
+  if grace and taken == 0 then
+--!include lib_restart.lua
+    local left = restart_grace(holders, grace, now_us)
+    if left > 0 then return {STAMP, {0, left, '', 'restarted'}} end
+  end
 end
+--!include lib_lock.lua
 -- The fence base: the server's µs clock, or the caller's floor when higher.
 local fence_us = now_us
 local floor = tonumber(ARGV[5])

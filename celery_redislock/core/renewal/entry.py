@@ -22,6 +22,7 @@ from ..scripts import LuaScript
 
 __all__ = [
     "Entry", "HeapItem", "Renewable", "Reply", "current", "loss_reason", "pop_superseded", "report",
+    "restart_grace_ms",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -156,3 +157,9 @@ def report(lost: list[tuple[LeaseState, str]]) -> None:
             lease._mark_lost(reason)
         except Exception:
             log.exception("celery_redislock: on_lost callback of %r failed", lease)
+
+
+def restart_grace_ms(holder: object) -> int:
+    """The restart grace (ms) a holder's leases are renewed with (see core/restart.py),
+    0 for none: its scripts' ``grace`` (a lock's or a semaphore's)."""
+    return int(getattr(getattr(holder, "_scripts", None), "grace", None) or 0)

@@ -16,7 +16,16 @@ import math
 from collections.abc import Callable
 
 from ..lease_state import LeaseState
-from .entry import NOT_HELD, Entry, HeapItem, Reply, current, loss_reason, pop_superseded
+from .entry import (
+    NOT_HELD,
+    Entry,
+    HeapItem,
+    Reply,
+    current,
+    loss_reason,
+    pop_superseded,
+    restart_grace_ms,
+)
 
 __all__ = ["DUE", "EARLY", "Lost", "Schedule"]
 
@@ -32,7 +41,7 @@ def period(entry: Entry, ttl: float) -> float:
     holder's restart grace when shorter (see ``core/restart.py``) -- after Redis lost
     its data, a lease is put back only by a renewal within the grace, whatever its
     own TTL."""
-    grace = getattr(entry.holder, "_restart_grace_ms", 0)
+    grace = restart_grace_ms(entry.holder)
     return min(ttl, grace / 1000.0) if grace else ttl
 
 

@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - older redis-py
     _NO_MAINT = None
 
 from ..scripts import LuaScript
-from .entry import Entry, Reply
+from .entry import Entry, Reply, restart_grace_ms
 
 __all__ = ["MAX_BATCH", "Sender", "batch_call", "batch_replies", "check_batch_reply",
            "failure", "splits"]  # fmt: skip
@@ -163,7 +163,7 @@ def batch_call(items: list[tuple[Entry, int]]) -> tuple[list[Any], list[Any]]:
     keys = [key for entry, _ in items for key in entry.keys]
     args: list[Any] = [entry.token for entry, _ in items]
     args += [ttl_ms for _, ttl_ms in items]
-    graces = [getattr(entry.holder, "_restart_grace_ms", 0) for entry, _ in items]
+    graces = [restart_grace_ms(entry.holder) for entry, _ in items]
     if any(entry.gen for entry, _ in items) or any(graces):  # an explicit change: the order
         args += [entry.gen for entry, _ in items]
     if any(graces):  # leases to put back if Redis lost them (see core/restart.py)
@@ -210,3 +210,4 @@ def batch_replies(items: list[tuple[Entry, int]], renewed: list[Any], error: str
          else not error and int(renewed[i]) in (1, 3))
         for i, (entry, ttl_ms) in enumerate(items)
     ]  # fmt: skip
+

@@ -377,14 +377,19 @@ def test_lost_lease_is_reported_and_the_task_goes_on(
     assert [(r["reason"], r["released"]) for r in released] == [("SUCCESS", False)]
 
 
-def test_redis_restart_is_reported_as_lost(make_app: MakeApp, worker: Any,
-                                           capture: Any) -> None:  # fmt: skip
+@pytest.mark.parametrize("grace", [True, False])
+def test_a_running_singleton_across_a_lock_redis_restart(make_app: MakeApp, worker: Any,
+                                                         capture: Any, grace: bool) -> None:
+    """The lock Redis restarts empty while the singleton runs. With the restart grace
+    (default) the run's renewal puts its lock back: a copy sent then is a duplicate of
+    the running one and nothing is reported lost. Without it the lock is reported lost
+    and a copy would run beside the first."""
     lost = capture(lease_lost)
     started, proceed = threading.Event(), threading.Event()
     with RedisServer() as lock_server:
-        app = make_app(redislock_url=lock_server.url)
+        app = make_app(redislock_url=lock_server.url, redislock_restart_grace=grace)
 
-        @app.task(base=SingletonTask, lock_ttl=0.5)
+        @app.task(base=SingletonTask, lock_ttl=1.0)
         def job() -> str:
             started.set()
             proceed.wait(10)
@@ -393,8 +398,14 @@ def test_redis_restart_is_reported_as_lost(make_app: MakeApp, worker: Any,
         worker(app)
         result = job.delay()
         assert started.wait(10)
-        lock_server.restart()  # empty: the lock is gone
-        wait_until(lambda: lost, timeout=5, what="lease_lost after the restart")
+        lock_server.restart()  # empty: the lock is gone, the run goes on
+        if grace:
+            lock = RedisLock(redis.Redis.from_url(lock_server.url), call_key(job))
+            wait_until(lock.locked, timeout=5, what="the lock put back by the run's renewal")
+            assert job.delay().id == result.id and not lost  # a duplicate of the running one
+        else:
+            wait_until(lambda: lost, timeout=5, what="lease_lost after the restart")
+            assert job.delay().id != result.id  # would run beside the first
         proceed.set()
         assert result.get(timeout=10) == "done"
         assert job.delay().id != result.id  # the lock works again
