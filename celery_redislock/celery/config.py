@@ -95,7 +95,8 @@ CLIENT_KEYS: Final = ("redislock_url", "redislock_client_options", "redislock_cl
 ``broker_url`` and ``broker_write_url`` feed the default URL)."""
 
 SETTINGS_KEYS: Final = ("redislock_prefix", "redislock_lock_ttl", "redislock_queued_ttl",
-                        "redislock_on_duplicate", *CLIENT_KEYS)  # fmt: skip
+                        "redislock_on_duplicate", "redislock_restart_grace",
+                        *CLIENT_KEYS)  # fmt: skip
 """The settings :class:`Settings` and the client are read from. The client's count too:
 options made under one Settings object may keep lock objects on the client of that
 moment (``SingletonOptions.locks``)."""

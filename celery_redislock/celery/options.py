@@ -25,7 +25,7 @@ from .bounded.options import OPTIONS as BOUNDED_OPTIONS
 from .bounded.options import BoundedOptions, check_bounded_options, resolve_bounded
 from .bounded.settings import SETTINGS as BOUNDED_SETTINGS
 from .client import replica_options
-from .config import SETTINGS_KEYS, conf_fingerprint, settings_for, task_option
+from .config import SETTINGS_KEYS, conf_fingerprint, restart_grace, settings_for, task_option
 from .redlock import redlock_max_ttl
 from .singleton.options import OPTIONS as SINGLETON_OPTIONS
 from .singleton.options import SingletonOptions, check_singleton_options, resolve_singleton
@@ -79,7 +79,10 @@ def options_of(task: Any) -> TaskOptions:
     singleton, bounded = resolve_singleton(task, settings_for(app)), resolve_bounded(task)
     if singleton.enabled or bounded.enabled:  # they take locks or permits: on what terms
         singleton = replace(
-            singleton, replicas=replica_options(app), redlock_max_ttl=_redlock_ttl(app, singleton)
+            singleton,
+            replicas=replica_options(app),
+            redlock_max_ttl=_redlock_ttl(app, singleton),
+            restart_grace=restart_grace(app),
         )
     options = TaskOptions(singleton, bounded)
     if fingerprint is not None:  # None: the configuration is not loaded yet

@@ -30,12 +30,13 @@ from kombu import serialization
 
 from ...core.parking import Parked, ParkingSemaphore, new_entry_id
 from ..client import get_redis, replica_options
+from ..config import restart_grace
 from ..execution import AnyTask, RunState
 from ..logs import mark_resent_by
 from ..signals import permit_parked
 from ..tokens import HEADERS, PARK_HEADER, park_token
 from .journal import forget, forget_if_taken, record
-from .settings import park_keep, restart_grace, taken_memory
+from .settings import park_keep, taken_memory
 
 __all__ = [
     "ATTEMPT",

@@ -14,7 +14,7 @@ from celery import Celery
 
 from ...core.parking import TAKEN_MEMORY_MS
 from ...errors import ConfigurationError
-from ..config import check_ttl, restart_grace
+from ..config import check_ttl
 
 __all__ = [
     "DEFAULT_COUNTDOWN",
@@ -30,7 +30,6 @@ __all__ = [
     "check_limits",
     "check_seconds",
     "park_keep",
-    "restart_grace",
     "settings_of",
     "sweep_interval",
     "taken_memory",

@@ -14,7 +14,6 @@ from typing import Final
 from ...core import Lease, RedisLock, RedlockLock
 from ...core.lease import current_pid
 from ..client import get_redis
-from ..config import restart_grace
 from ..execution import AnyTask
 from ..redlock import CeleryRedlock, redlock_clients
 from .options import SingletonOptions
@@ -50,7 +49,7 @@ def lock_for(task: AnyTask, key: str, options: SingletonOptions) -> SingletonLoc
                              max_ttl=max_ttl)  # fmt: skip
     else:
         lock = RedisLock(get_redis(task.app), key, ttl=options.lock_ttl,
-                         prefix=options.prefix, restart_grace=restart_grace(task.app),
+                         prefix=options.prefix, restart_grace=options.restart_grace,
                          **options.replicas)  # fmt: skip
     if len(options.locks) >= _LOCKS_KEPT:
         options.locks.clear()  # one C call, safe beside other threads; refilled on use

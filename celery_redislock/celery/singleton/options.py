@@ -78,6 +78,8 @@ class SingletonOptions:
     redlock_max_ttl: float | None = None
     """Under Redlock (``redislock_urls``): the longest lease its locks take (see
     :mod:`..redlock`); None: locks on the app's Redis."""
+    restart_grace: float | bool = False
+    """``redislock_restart_grace`` (see :func:`..config.restart_grace`)."""
     remember_keys: bool = False
     """True when the keys of calls may be remembered (:attr:`call_keys`): the task
     gives no ``lock_key`` (whose keys may change from call to call), its ``unique_on``

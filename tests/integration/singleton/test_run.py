@@ -378,8 +378,9 @@ def test_lost_lease_is_reported_and_the_task_goes_on(
 
 
 @pytest.mark.parametrize("grace", [True, False])
-def test_a_running_singleton_across_a_lock_redis_restart(make_app: MakeApp, worker: Any,
-                                                         capture: Any, grace: bool) -> None:
+def test_a_running_singleton_across_a_lock_redis_restart(
+    make_app: MakeApp, worker: Any, capture: Any, grace: bool
+) -> None:
     """The lock Redis restarts empty while the singleton runs. With the restart grace
     (default) the run's renewal puts its lock back: a copy sent then is a duplicate of
     the running one and nothing is reported lost. Without it the lock is reported lost

@@ -18,9 +18,9 @@ from celery_redislock.celery.bounded.settings import (
     DEFAULT_KEEP,
     DEFAULT_SWEEP_INTERVAL,
     park_keep,
-    restart_grace,
     sweep_interval,
 )
+from celery_redislock.celery.config import restart_grace
 from celery_redislock.errors import ConfigurationError
 
 BAD = ["a day", None, True, 0, -1, float("nan"), float("inf"), [86400]]
