@@ -210,4 +210,3 @@ def batch_replies(items: list[tuple[Entry, int]], renewed: list[Any], error: str
          else not error and int(renewed[i]) in (1, 3))
         for i, (entry, ttl_ms) in enumerate(items)
     ]  # fmt: skip
-
