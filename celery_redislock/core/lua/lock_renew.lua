@@ -14,6 +14,7 @@
 --                       fence, 0 when it is not to be put back after a data loss.
 -- ARGV[4N + i] owner    optional: lease i's owner id.
 -- ARGV[5N + i] grace    optional: lease i's restart grace, ms (see lib_restart.lua).
+-- Constants (see lib_lock.lua): FENCE_MEMORY_MS.
 --
 -- Returns {stamp, reply}: stamp is 'n' and the first 8 characters of ARGV[1]
 -- (see LuaScript in scripts.py: a reply is never taken for another call's).
