@@ -14,6 +14,7 @@
 --                       fence, 0 when it is not to be put back after a data loss.
 -- ARGV[4N + i] owner    optional: lease i's owner id.
 -- ARGV[5N + i] grace    optional: lease i's restart grace, ms (see lib_restart.lua).
+-- ARGV[6N + i] limit    optional: ignored (the batch's semaphore leases' limits).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS.
 --
 -- Returns {stamp, reply}: stamp is 'n' and the first 8 characters of ARGV[1]
@@ -29,7 +30,7 @@
 
 local n = #KEYS
 local gens = #ARGV >= 3 * n
-local back = #ARGV == 6 * n
+local back = #ARGV >= 6 * n
 local STAMP = 'n' .. string.sub(ARGV[1], 1, 8)
 local now, now_us = server_clock()
 local renewed = {}
