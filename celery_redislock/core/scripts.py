@@ -158,6 +158,7 @@ class LuaScript:
             try:
                 if with_text:
                     raise NoScriptError("EVAL at once")  # the EVAL branch below
+                _connect_by(conn, deadline)
                 conn.send_packed_command([packed])
                 reply = _read_reply(conn, deadline)
             except NoScriptError:
@@ -246,6 +247,29 @@ def _read_reply(conn: Any, deadline: float | None) -> Any:
     finally:
         if conn._sock is sock:
             sock.settimeout(socket_timeout)
+
+
+def _connect_by(conn: Any, deadline: float | None) -> None:
+    """Connect ``conn`` if it is not, its handshake (HELLO, CLIENT) capped by
+    ``deadline``: redis-py reads it under its own socket timeout (5 s), which a
+    reconnect after a timed-out read (the leave that follows one) would wait out."""
+    if deadline is None or getattr(conn, "_sock", True) is not None:
+        return
+    cap = max(_LAST_LOOK, deadline - time.monotonic())
+    saved = conn.socket_timeout, conn.socket_connect_timeout
+    conn.socket_timeout = cap if saved[0] is None else min(saved[0], cap)
+    conn.socket_connect_timeout = cap if saved[1] is None else min(saved[1], cap)
+    try:  # once: the caller's Retry re-sends, and stops at the deadline (connect()
+        # would retry the handshake itself, 10 times by default)
+        check = getattr(conn, "connect_check_health", None)
+        if check is not None and "retry_socket_connect" in inspect.signature(check).parameters:
+            check(check_health=True, retry_socket_connect=False)
+        else:
+            conn.connect()
+    finally:
+        conn.socket_timeout, conn.socket_connect_timeout = saved
+        if conn._sock is not None:
+            conn._sock.settimeout(saved[0])
 
 
 # Per connection class: does its read_response() take ``timeout`` (redis-py >= 8)?

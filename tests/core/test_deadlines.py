@@ -154,3 +154,34 @@ def test_a_deadline_holds_on_a_connection_whose_read_takes_no_timeout(
     client.connection_pool.release(conn)
     assert holder.release()
     client.close()
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_a_deadline_holds_when_the_notifier_is_already_subscribed(
+    r: redis.Redis, fault_proxy: FaultProxy, kind: str
+) -> None:
+    holder = (RedisLock(r, "job") if kind == "lock"
+              else RedisSemaphore(r, "job", limit=1)).acquire()  # fmt: skip
+    assert holder is not None
+    client = fault_proxy.client()  # redis-py's defaults: a 5 s socket timeout, Retry x10
+    primitive = (RedisLock(client, "job") if kind == "lock"
+                 else RedisSemaphore(client, "job", limit=1))  # fmt: skip
+    # A first wait subscribes the notifier; the channel stays subscribed after it.
+    assert primitive.acquire(timeout=0.2) is None
+    time.sleep(0.1)
+    fault_proxy.pause()
+    started = time.monotonic()
+    try:
+        with pytest.raises(redis.TimeoutError):
+            primitive.acquire(timeout=1.0)
+    finally:
+        elapsed = time.monotonic() - started
+        fault_proxy.resume()
+    # Before: a read skipped the deadline cap once subscribed, and took ~6 s.
+    assert elapsed < 2.5, elapsed
+    deadline = time.monotonic() + 10  # left the queue, or its 5 s heartbeat lapsed
+    while primitive.info().waiters and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert primitive.info().waiters == 0
+    assert holder.release()
+    client.close()
