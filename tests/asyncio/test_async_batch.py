@@ -16,20 +16,14 @@ import redis.asyncio as aioredis
 from celery_redislock import RedisSemaphore
 from celery_redislock.asyncio import AsyncRedisSemaphore, batch
 from celery_redislock.core.semaphore_scripts import ACQUIRE, RELEASE
+from tests.asyncio import write_sizes
 from tests.faults import FaultProxy
 
 
 def test_a_burst_of_attempts_is_one_write_with_each_reply_its_own(
     r: redis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sizes: list[int] = []
-    send = batch._send
-
-    async def counted(script: Any, client: Any, items: list[Any]) -> None:
-        sizes.append(len(items))
-        await send(script, client, items)
-
-    monkeypatch.setattr(batch, "_send", counted)
+    sizes = write_sizes(monkeypatch)
 
     async def main() -> list[Any]:
         client = aioredis.Redis.from_url(redis_url)  # a pool of 100 connections at most
@@ -151,15 +145,7 @@ async def _hold_and_queue(sem: AsyncRedisSemaphore, waiters: int) -> tuple[list[
 def test_releases_of_one_turn_are_one_write_each_handing_over_its_own_grant(
     r: redis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sizes: list[int] = []
-    send = batch._send
-
-    async def counted(script: Any, client: Any, items: list[Any]) -> None:
-        if script is RELEASE:
-            sizes.append(len(items))
-        await send(script, client, items)
-
-    monkeypatch.setattr(batch, "_send", counted)
+    sizes = write_sizes(monkeypatch, RELEASE)
     before = int(r.info("commandstats").get("cmdstat_publish", {}).get("calls", 0))
 
     async def main() -> None:

@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 
 from celery_redislock.asyncio import AsyncRedisLock, AsyncRedisSemaphore, batch
 from celery_redislock.core.semaphore_scripts import ACQUIRE
+from tests.asyncio import write_sizes
 
 
 def script_calls(r: redis.Redis) -> int:
@@ -139,15 +140,7 @@ def test_a_burst_s_first_limit_acquires_are_granted_in_one_write(
     """Up to ``limit`` acquires of a loop try before it subscribes, together: a burst's
     first ``limit`` permits are granted at once, not one before the subscription and
     the others after it."""
-    writes: list[int] = []
-    send = batch._send
-
-    async def counted(script: Any, client: Any, items: list[Any]) -> None:
-        if script is ACQUIRE:
-            writes.append(len(items))
-        await send(script, client, items)
-
-    monkeypatch.setattr(batch, "_send", counted)
+    writes = write_sizes(monkeypatch, ACQUIRE)
 
     async def main() -> None:
         client = aioredis.Redis.from_url(redis_url)
