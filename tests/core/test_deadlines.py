@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,26 +20,36 @@ from celery_redislock.core.scripts import reply_deadline
 from tests.faults import FaultProxy
 
 
+def _primitive(client: redis.Redis, kind: str) -> RedisLock | RedisSemaphore:
+    """A lock or a one-permit semaphore named "job" on ``client``."""
+    return RedisLock(client, "job") if kind == "lock" else RedisSemaphore(client, "job", limit=1)
+
+
+def _timed_out_while_paused(fault_proxy: FaultProxy, call: Callable[[], object]) -> float:
+    """Seconds ``call`` took to raise ``redis.TimeoutError`` while Redis does not
+    answer (the proxy paused, as when Redis is SIGSTOPped; resumed after)."""
+    started = time.monotonic()
+    fault_proxy.pause()
+    try:
+        with pytest.raises(redis.TimeoutError):
+            call()
+    finally:
+        elapsed = time.monotonic() - started
+        fault_proxy.resume()
+    return elapsed
+
+
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
 def test_a_waiter_returns_by_its_deadline_while_redis_is_paused(
     r: redis.Redis, fault_proxy: FaultProxy, kind: str
 ) -> None:
-    holder = (RedisLock(r, "job") if kind == "lock"
-              else RedisSemaphore(r, "job", limit=1)).acquire()  # fmt: skip
+    holder = _primitive(r, kind).acquire()
     assert holder is not None
     client = fault_proxy.client()  # redis-py's defaults: a 5 s socket timeout, Retry x10
-    primitive = (RedisLock(client, "job") if kind == "lock"
-                 else RedisSemaphore(client, "job", limit=1))  # fmt: skip
+    primitive = _primitive(client, kind)
     assert primitive.acquire(blocking=False) is None  # connected; scripts cached
     time.sleep(0.1)
-    started = time.monotonic()
-    fault_proxy.pause()  # Redis stops answering (as when SIGSTOPped)
-    try:
-        with pytest.raises(redis.TimeoutError):
-            primitive.acquire(timeout=1.0)
-    finally:
-        elapsed = time.monotonic() - started
-        fault_proxy.resume()
+    elapsed = _timed_out_while_paused(fault_proxy, lambda: primitive.acquire(timeout=1.0))
     # Before: the blocked read waited out the socket timeout (and its retries).
     assert elapsed < 1.5, elapsed
     assert holder.release()
@@ -100,11 +111,8 @@ def test_dead_waiters_are_dropped_while_the_lock_is_held(r: redis.Redis, redis_u
 
 
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
-def test_info_counts_only_waiters_whose_heartbeat_has_not_lapsed(
-    r: redis.Redis, kind: str
-) -> None:
-    primitive = (RedisLock(r, "job") if kind == "lock"
-                 else RedisSemaphore(r, "job", limit=1))  # fmt: skip
+def test_info_counts_only_waiters_whose_heartbeat_has_not_lapsed(r: redis.Redis, kind: str) -> None:
+    primitive = _primitive(r, kind)
     holder = primitive.acquire()
     assert holder is not None
     assert primitive.acquire(timeout=0.05) is None  # a waiter that left
@@ -135,14 +143,8 @@ def test_a_deadline_holds_on_a_connection_whose_read_takes_no_timeout(
     lock = RedisLock(client, "job")
     assert lock.acquire(blocking=False) is None  # connected; scripts cached
     time.sleep(0.1)
-    fault_proxy.pause()
-    started = time.monotonic()
-    try:  # Before: every read with a deadline raised TypeError on redis-py < 8.
-        with pytest.raises(redis.TimeoutError):
-            lock.acquire(timeout=1.0)
-    finally:
-        elapsed = time.monotonic() - started
-        fault_proxy.resume()
+    # Before: every read with a deadline raised TypeError on redis-py < 8.
+    elapsed = _timed_out_while_paused(fault_proxy, lambda: lock.acquire(timeout=1.0))
     assert elapsed < 1.5, elapsed
     # A read with a deadline that Redis answers (no waiting: redis-py 8's own PubSub
     # would pass its read a timeout this connection class does not take).
@@ -160,23 +162,14 @@ def test_a_deadline_holds_on_a_connection_whose_read_takes_no_timeout(
 def test_a_deadline_holds_when_the_notifier_is_already_subscribed(
     r: redis.Redis, fault_proxy: FaultProxy, kind: str
 ) -> None:
-    holder = (RedisLock(r, "job") if kind == "lock"
-              else RedisSemaphore(r, "job", limit=1)).acquire()  # fmt: skip
+    holder = _primitive(r, kind).acquire()
     assert holder is not None
     client = fault_proxy.client()  # redis-py's defaults: a 5 s socket timeout, Retry x10
-    primitive = (RedisLock(client, "job") if kind == "lock"
-                 else RedisSemaphore(client, "job", limit=1))  # fmt: skip
+    primitive = _primitive(client, kind)
     # A first wait subscribes the notifier; the channel stays subscribed after it.
     assert primitive.acquire(timeout=0.2) is None
     time.sleep(0.1)
-    fault_proxy.pause()
-    started = time.monotonic()
-    try:
-        with pytest.raises(redis.TimeoutError):
-            primitive.acquire(timeout=1.0)
-    finally:
-        elapsed = time.monotonic() - started
-        fault_proxy.resume()
+    elapsed = _timed_out_while_paused(fault_proxy, lambda: primitive.acquire(timeout=1.0))
     # Before: a read skipped the deadline cap once subscribed, and took ~6 s.
     assert elapsed < 2.5, elapsed
     deadline = time.monotonic() + 10  # left the queue, or its 5 s heartbeat lapsed
