@@ -64,7 +64,15 @@ from ..signals import permit_parked
 from ..tokens import KEY_HEADER, TOKEN_HEADER, park_token
 from .guard import CONCURRENCY, semaphore_for
 from .journal import forget, forget_if_taken, record
-from .parking import ATTEMPT, PARK_HEADER, SENT_HEADER, encode_request, sent_at, sent_identity
+from .parking import (
+    ATTEMPT,
+    PARK_HEADER,
+    SENT_HEADER,
+    encode_request,
+    park_header,
+    sent_at,
+    sent_token,
+)
 
 __all__ = [
     "INTAKE_BUDGET",
@@ -156,7 +164,7 @@ def park_at_intake(request: Any) -> bool:
         return False
     if position == HANDED_OVER:  # the run starts now and takes its entry's permit
         del message[ATTEMPT]
-        message[PARK_HEADER] = f"{entry_id} {message.get('retries') or 0} {since:.3f}"
+        message[PARK_HEADER] = park_header(entry_id, message.get("retries"), since)
         request.acknowledge()
         return False
     request.acknowledge()
@@ -202,11 +210,11 @@ def intake_token(request: Any) -> str:
     message = request.request_dict
     sent = message.get(SENT_HEADER)
     if sent is not None:
-        identity = sent_identity(sent)
-    else:  # not sent by our apply_async: what a redelivery keeps is the body
-        body = request.body
-        raw = body if isinstance(body, bytes) else repr(body).encode()
-        identity = b"body " + hashlib.sha256(raw).digest()
+        return sent_token(request.id, message.get("retries"), sent)
+    # Not sent by our apply_async: what a redelivery keeps is the body.
+    body = request.body
+    raw = body if isinstance(body, bytes) else repr(body).encode()
+    identity = b"body " + hashlib.sha256(raw).digest()
     return park_token(str(request.id), int(message.get("retries") or 0), identity)
 
 

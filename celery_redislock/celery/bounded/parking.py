@@ -46,12 +46,13 @@ __all__ = [
     "encode_message",
     "encode_request",
     "park_attempt",
+    "park_header",
     "park_run",
     "park_state",
     "parking_for",
     "publish_claimed",
     "sent_at",
-    "sent_identity",
+    "sent_token",
 ]
 
 logger = logging.getLogger(__name__)
@@ -208,10 +209,14 @@ def sent_at(raw: Any) -> float | None:
         return None
 
 
-def sent_identity(sent: Any) -> bytes:
-    """What tells apart two publishes of one task id (and retries count) that carry a
-    :data:`SENT_HEADER`: its value (µs), for :func:`~..tokens.park_token`."""
-    return f"sent {sent}".encode()
+def park_header(entry_id: str, retries: Any, since: float) -> str:
+    """The :data:`PARK_HEADER` value of a parked (or handed-over) run's message."""
+    return f"{entry_id} {retries or 0} {since:.3f}"
+
+
+def sent_token(task_id: Any, retries: Any, sent: Any) -> str:
+    """The park token of a fresh message whose :data:`SENT_HEADER` is ``sent`` (µs)."""
+    return park_token(str(task_id), int(retries or 0), f"sent {sent}".encode())
 
 
 def park_state(request: Any) -> tuple[str, float] | None:
@@ -241,7 +246,7 @@ def _payload(task: AnyTask, context: Any, entry_id: str, since: float,
     # which Celery hands to the run as a header: the parked copy must not inherit it).
     headers = {k: v for k, v in (options.get("headers") or {}).items()
                if k not in HEADERS and k != PARK_HEADER and k != ATTEMPT}  # fmt: skip
-    headers[PARK_HEADER] = f"{entry_id} {context.retries or 0} {since:.3f}"
+    headers[PARK_HEADER] = park_header(entry_id, context.retries, since)
     for hold in holds:
         hold.on_park(headers)
     options["headers"] = headers
@@ -292,4 +297,4 @@ def _fresh_token(request: Any) -> str:
     sent = (request.headers or {}).get(SENT_HEADER)
     if sent is None or park_state(request) is not None:
         return new_entry_id()
-    return park_token(str(request.id), int(request.retries or 0), sent_identity(sent))
+    return sent_token(request.id, request.retries, sent)
