@@ -1,5 +1,5 @@
 -- boot_mark.lua: set a prefix's boot marker unless it is there (see restart_grace in
--- lib_lock.lua): a client does so once before its first call with a restart grace,
+-- lib_restart.lua): a client does so once before its first call with a restart grace,
 -- so a later call that finds the marker missing knows the data was lost since.
 --
 -- KEYS[1]  boot     string "<prefix>:boot": the server µs it was set; no expiry.

@@ -33,7 +33,7 @@
 --                    sender's clock); its ticket then orders it by sending, not by
 --                    parking, clamped to [now - SENT_WINDOW_US, now]. Empty: now.
 -- ARGV[10] grace     optional: the restart grace, ms (see restart_grace in
---                    lib_lock.lua): within it, permits not taken back yet by their
+--                    lib_restart.lua): within it, permits not taken back yet by their
 --                    holders from before a data loss are held for them.
 -- Constants (see lib_lock.lua, lib_parking.lua): FENCE_MEMORY_MS, RELEASE_MEMORY_MS,
 -- SENT_WINDOW_US.

@@ -25,7 +25,7 @@
 -- ARGV[5]  standby   optional, default 0: runs to keep waiting in place ahead of the
 --                    next release (claimed without a permit: see claim_standbys).
 -- ARGV[6]  grace     optional: the restart grace, ms (see restart_grace in
---                    lib_lock.lua): within it, permits not taken back yet by their
+--                    lib_restart.lua): within it, permits not taken back yet by their
 --                    holders from before a data loss are held for them.
 -- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS,

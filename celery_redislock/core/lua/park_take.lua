@@ -16,7 +16,7 @@
 -- ARGV[3]  owner     owner id recorded with the run's permit.
 -- ARGV[4]  limit     the caller's limit (integer >= 1), used when meta holds none.
 -- ARGV[5]  grace     optional: the restart grace, ms (see restart_grace in
---                    lib_lock.lua): within it, permits not taken back yet by their
+--                    lib_restart.lua): within it, permits not taken back yet by their
 --                    holders from before a data loss are held for them. Empty: none.
 -- ARGV[6]  memory    optional: ms the consumed id is remembered (default
 --                    TAKEN_MEMORY_MS); the key lives as long as its longest memory.

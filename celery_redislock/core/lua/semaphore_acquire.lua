@@ -20,7 +20,7 @@
 -- ARGV[6]  wait     "1": if refused, join (or stay in) the wait queue; "0": do not.
 -- ARGV[7]  owner    optional, default "": owner id recorded for inspection.
 -- ARGV[8]  grace    optional: the restart grace, ms (see restart_grace in
---                   lib_lock.lua): within it, permits not taken back yet by their
+--                   lib_restart.lua): within it, permits not taken back yet by their
 --                   holders from before a data loss are held for them.
 -- The wake-up channel (waiters that may now take a permit are told) is derived from
 -- KEYS[1] (see wake_channel in lib_lock.lua).

@@ -15,11 +15,11 @@
 -- ARGV[1]  token    the lease's token.
 -- ARGV[2]  limit    the caller's limit, used when meta holds none (integer >= 1).
 -- ARGV[3]  fair     "1": only the queue's head may take a permit (strict FIFO).
--- ARGV[5]  grace    optional: the restart grace, ms (see restart_grace in
---                   lib_lock.lua); ARGV[4] is then "" when no tag is given.
 -- ARGV[4]  here     optional: the caller's own waiter tag (its event loop's, see
 --                   asyncio/notifier.py). Its waiters granted a permit here are not
 --                   told by message: the reply names them (see below).
+-- ARGV[5]  grace    optional: the restart grace, ms (see restart_grace in
+--                   lib_restart.lua); ARGV[4] is then "" when no tag is given.
 -- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS,
 -- RELEASE_MEMORY_MS.

@@ -17,7 +17,7 @@
 --                       fence, 0 when it is not to be put back after a data loss.
 -- ARGV[4N + i] owner    optional: lease i's owner id.
 -- ARGV[5N + i] grace    optional: lease i's restart grace, ms (see restart_grace in
---                       lib_lock.lua).
+--                       lib_restart.lua).
 -- ARGV[6N + i] limit    with grace: the limit of lease i's semaphore; a lease is put
 --                       back only after the placeholders are filled to it, in one's
 --                       place (see hold_for_restart), so never more than the limit.
