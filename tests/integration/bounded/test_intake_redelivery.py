@@ -7,6 +7,7 @@ twice (same body, headers and properties), which is what a worker sees either wa
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -37,6 +38,25 @@ def _publish_twice(app: Celery, monkeypatch: Any, task_name: str) -> None:
         return real(producer, name, message, **kwargs)
 
     monkeypatch.setattr(app.amqp, "send_task_message", twice)
+
+
+def _keep_sent(app: Celery, monkeypatch: Any) -> Callable[[int], None]:
+    """Keep every message the app publishes; answers ``deliver_again(i)``, which hands
+    the i-th of them to the broker once more, unchanged (as a redelivery)."""
+    real = app.amqp.send_task_message
+    sent: list[tuple[Any, ...]] = []
+
+    def keep(producer: Any, name: str, message: Any, **kwargs: Any) -> Any:
+        sent.append((name, message, kwargs))
+        return real(producer, name, message, **kwargs)
+
+    def deliver_again(index: int) -> None:
+        name, message, kwargs = sent[index]
+        with app.producer_or_acquire() as producer:
+            real(producer, name, message, **kwargs)
+
+    monkeypatch.setattr(app.amqp, "send_task_message", keep)
+    return deliver_again
 
 
 def _all_acked(app: Celery) -> bool:
@@ -134,14 +154,7 @@ def test_a_copy_delivered_after_its_run_leaves_no_journal_record(
         runs: list[int] = []
         proceed = threading.Event()
         call = _gated(app, runs, proceed)
-        sent: list[tuple[Any, ...]] = []
-        real = app.amqp.send_task_message
-
-        def keep(producer: Any, name: str, message: Any, **kwargs: Any) -> Any:
-            sent.append((name, message, kwargs))
-            return real(producer, name, message, **kwargs)
-
-        monkeypatch.setattr(app.amqp, "send_task_message", keep)
+        deliver_again = _keep_sent(app, monkeypatch)
         worker(app, concurrency=2)
         first = call.delay(0)
         lot = _lot(call)
@@ -156,9 +169,7 @@ def test_a_copy_delivered_after_its_run_leaves_no_journal_record(
         proceed.clear()
         third = call.delay(0)  # busy again, so the copy below would be parked
         wait_until(lambda: lot.info().holders, what="the third run's permit")
-        name, message, kwargs = sent[1]
-        with app.producer_or_acquire() as producer:  # run 1's message, delivered again
-            real(producer, name, message, **kwargs)
+        deliver_again(1)  # run 1's message, delivered again
         wait_until(lambda: _all_acked(app), what="the copy looked at on intake")
         assert lot.parking_info().parked == 0 and len(journal) == 0
         proceed.set()
@@ -175,7 +186,6 @@ def test_an_acks_late_run_parked_in_its_process_delivered_again_runs_once(
     # the ack), the copy parks under the same token on intake and changes nothing.
     runs: list[int] = []
     held: list[Any] = []
-    sent: list[tuple[Any, ...]] = []
 
     @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", acks_late=True)
     def call(n: int) -> int:
@@ -191,21 +201,13 @@ def test_an_acks_late_run_parked_in_its_process_delivered_again_runs_once(
 
     task_prerun.connect(take_the_permit, weak=False)
     try:
-        real = app.amqp.send_task_message
-
-        def keep(producer: Any, name: str, message: Any, **kwargs: Any) -> Any:
-            sent.append((name, message, kwargs))
-            return real(producer, name, message, **kwargs)
-
-        monkeypatch.setattr(app.amqp, "send_task_message", keep)
+        deliver_again = _keep_sent(app, monkeypatch)
         worker(app, concurrency=2)
         first = call.delay(1)
         wait_until(lambda: lot.parking_info().parked == 1 and _all_acked(app),
                    what="the run parked from its process, its message acknowledged")  # fmt: skip
         assert held and held[0] is not None
-        name, message, kwargs = sent[0]
-        with app.producer_or_acquire() as producer:  # the same message, delivered again
-            real(producer, name, message, **kwargs)
+        deliver_again(0)  # the same message, delivered again
         wait_until(lambda: _all_acked(app), what="the copy looked at on intake")
         assert lot.parking_info().parked == 1  # not parked a second time
         held[0].release()
