@@ -56,8 +56,8 @@ def sweep(app: Any) -> tuple[int, int]:
     """One sweep of every pool with parked runs: ``(runs claimed and published, runs
     still parked or claimed)``."""
     client = get_redis(app)
-    prefix = app.conf.get("redislock_prefix") or DEFAULT_PREFIX
-    ttl = settings_for(app).lock_ttl
+    settings = settings_for(app)  # checked: the prefix and TTL runs' keys were made with
+    prefix, ttl = settings.prefix, settings.lock_ttl
     published = waiting = 0
     for pool in parking_pools(client, prefix):
         # Dropped first, added back while anything is left: a park that lands
