@@ -74,8 +74,7 @@ class Schedule:
             entry.final = True
             self.push(entry, lease.deadline, lease.deadline)
         else:
-            span = period(entry, lease.ttl)
-            self.push(entry, granted + span * DUE, granted + span * EARLY)
+            self.push_renewal(entry, granted, lease.ttl)
         if len(self.heap) > 2 * self.live + 1024:
             self.heap = [item for item in self.heap if current(item)]
             heapq.heapify(self.heap)
@@ -92,6 +91,12 @@ class Schedule:
         heapq.heappush(self.heap, (due, entry.ticket, early, entry))
         if due < self.wake_at:
             self._wake()
+
+    def push_renewal(self, entry: Entry, start: float, ttl: float) -> None:
+        """Renew the entry DUE into its period (see :func:`period`) from ``start``,
+        taking it along from EARLY."""
+        span = period(entry, ttl)
+        self.push(entry, start + span * DUE, start + span * EARLY)
 
     def next_due(self) -> float | None:
         """When the driver must look again (None: nothing tracked; the heap is cleared)."""
@@ -142,8 +147,7 @@ class Schedule:
         """An explicit change sent at ``sent_at`` set the lease to ``ttl`` s: renew it
         on that TTL's schedule (not the old one, which may come after it expired)."""
         if not entry.dead and not entry.final:
-            span = period(entry, ttl)
-            self.push(entry, sent_at + span * DUE, sent_at + span * EARLY)
+            self.push_renewal(entry, sent_at, ttl)
 
     def answered(self, replies: list[Reply], sent_at: float, error: str, now: float,
                  lost: Lost) -> None:  # fmt: skip
@@ -173,5 +177,4 @@ class Schedule:
                     entry.final = True
                     self.push(entry, lease.deadline, lease.deadline)
                 else:
-                    span = period(entry, ttl)
-                    self.push(entry, sent_at + span * DUE, sent_at + span * EARLY)
+                    self.push_renewal(entry, sent_at, ttl)
