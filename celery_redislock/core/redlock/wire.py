@@ -48,8 +48,7 @@ class Call:
         first = _bytes(args[0]) if args else b""
         self.packed = packed if packed is not None else pack_evalsha(script.head, keys, args,
                                                                      _bytes)  # fmt: skip
-        self.stamp = script._code + first[:8] if script.code else None
-        self.prefix = None if self.stamp is None else _prefix(self.stamp)
+        self.stamp, self.prefix = _check(script, first)
 
     @classmethod
     def stamped(cls, script: LuaScript, first: bytes, packed: bytes = b"") -> Call:
@@ -57,8 +56,7 @@ class Call:
         ``first`` (a stamped script's reply carries its first 8 bytes)."""
         call = cls.__new__(cls)
         call.script, call.packed = script, packed
-        call.stamp = script._code + first[:8] if script.code else None
-        call.prefix = None if call.stamp is None else _prefix(call.stamp)
+        call.stamp, call.prefix = _check(script, first)
         return call
 
     def with_text(self, packed: bytes) -> bytes:
@@ -80,6 +78,15 @@ class Call:
             if stamp == self.stamp:
                 return reply[1]
         raise StaleReply(f"{self.script.name}: the reply is not this call's: {reply!r:.200}")
+
+
+def _check(script: LuaScript, first: bytes) -> tuple[bytes | None, bytes | None]:
+    # The stamp a stamped script's reply carries (see LuaScript.checked: its code and
+    # the first 8 bytes of the first argument as sent) and its reply's prefix.
+    if not script.code:
+        return None, None
+    stamp = script._code + first[:8]
+    return stamp, _prefix(stamp)
 
 
 def _prefix(stamp: bytes) -> bytes:
