@@ -79,7 +79,7 @@ from _common import percentile
 
 from celery_redislock.testing import RedisServer
 
-APP = '''
+APP = """
 import time
 import redis
 from celery import Celery
@@ -136,7 +136,7 @@ def plain(label, i, sent, seconds):
 @app.task(name="bench.late", acks_late=True)
 def late(label, i, sent, seconds):
     _body(label, i, sent, seconds)
-'''
+"""
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -172,13 +172,20 @@ def _pushes(client: redis.Redis) -> int:
     return int(client.info("commandstats").get("cmdstat_lpush", {}).get("calls", 0))
 
 
-def _batch(task: Any, queue: str, records: redis.Redis, directory: str, pids: list[int],
-           count: int, seconds: float, limit: int) -> dict[str, Any]:  # fmt: skip
+def _batch(
+    task: Any,
+    queue: str,
+    records: redis.Redis,
+    directory: str,
+    pids: list[int],
+    count: int,
+    seconds: float,
+    limit: int,
+) -> dict[str, Any]:
     label = f"runs-{uuid.uuid4().hex[:8]}"
     lines, received, cpu = _lines(directory), _pushes(records), _cpu(pids)
     first = time.time()
-    ids = {task.apply_async((label, i, time.time(), seconds), queue=queue).id
-           for i in range(count)}  # fmt: skip
+    ids = {task.apply_async((label, i, time.time(), seconds), queue=queue).id for i in range(count)}
     deadline = time.monotonic() + 60 + count * seconds * 4
     while records.llen(label) < count:
         if time.monotonic() > deadline:
@@ -195,8 +202,11 @@ def _batch(task: Any, queue: str, records: redis.Redis, directory: str, pids: li
     # k-th run sent; its ideal start is then, or its sending if later.
     free = sorted([first] * limit + ends)
     replayed = [start - max(sent, free[int(i)]) for i, sent, start, _ in rows]
-    idle = [start - max(e for e in ends if e <= start)  # the freed permit's idle time
-            for _, _, start, _ in rows if ends[0] <= start]  # fmt: skip
+    idle = [
+        start - max(e for e in ends if e <= start)  # the freed permit's idle time
+        for _, _, start, _ in rows
+        if ends[0] <= start
+    ]
     from bench_bounded import peak
 
     return {
@@ -219,20 +229,32 @@ def _batch(task: Any, queue: str, records: redis.Redis, directory: str, pids: li
     }
 
 
-_TASKS = dict(zip(MODES, ("plain", "plain", "late", "parked", "inchild", "standby",
-                          "republish"), strict=True))  # fmt: skip
+_TASKS = dict(
+    zip(MODES, ("plain", "plain", "late", "parked", "inchild", "standby", "republish"), strict=True)
+)
 
 
-def run_backlog(count: int, seconds: float, limit: int, rounds: int,
-                modes: tuple[str, ...] = MODES, stages: bool = False) -> None:  # fmt: skip
+def run_backlog(
+    count: int,
+    seconds: float,
+    limit: int,
+    rounds: int,
+    modes: tuple[str, ...] = MODES,
+    stages: bool = False,
+) -> None:
     """Run the backlog case and print its table (see the module docstring)."""
     from bench_bounded import worker
 
     with RedisServer() as server, tempfile.TemporaryDirectory() as directory, ExitStack() as stack:
         base = server.url.rsplit("/", 1)[0]
         module = f"bench_backlog_{uuid.uuid4().hex[:8]}"
-        source = APP.format(broker=f"{base}/1", backend=f"{base}/2", locks=f"{base}/3",
-                            limit=limit, stages=directory if stages else "")  # fmt: skip
+        source = APP.format(
+            broker=f"{base}/1",
+            backend=f"{base}/2",
+            locks=f"{base}/3",
+            limit=limit,
+            stages=directory if stages else "",
+        )
         Path(directory, f"{module}.py").write_text(textwrap.dedent(source), encoding="utf-8")
         if stages:
             shutil.copy(Path(__file__).with_name("_stages.py"), directory)
@@ -240,8 +262,15 @@ def run_backlog(count: int, seconds: float, limit: int, rounds: int,
         tasks = __import__(module)
         records = redis.Redis.from_url(f"{base}/3")
         pids = [stack.enter_context(worker(directory, module, "bounded", 4)) for _ in range(2)]
-        control = ([stack.enter_context(worker(directory, module, "control", limit, (
-            "--prefetch-multiplier", "1")))] if set(modes) & set(CONTROLS) else [])  # fmt: skip
+        control = (
+            [
+                stack.enter_context(
+                    worker(directory, module, "control", limit, ("--prefetch-multiplier", "1"))
+                )
+            ]
+            if set(modes) & set(CONTROLS)
+            else []
+        )
 
         def batch(mode: str, n: int, duration: float) -> dict[str, Any]:
             queue, group = ("control", control) if mode in CONTROLS else ("bounded", pids)
@@ -257,4 +286,3 @@ def run_backlog(count: int, seconds: float, limit: int, rounds: int,
         records.close()
         stamps = _stages.collect(directory) if stages else {}
     print_backlog(results, count, seconds, limit, stamps)
-

@@ -21,8 +21,9 @@ WORK = 0.5
 """Seconds after the kill at which the holder "finishes its work" and releases."""
 
 
-def until_answered(call: Callable[[], Any], deadline: float,
-                   errors: tuple[type[BaseException], ...]) -> Any:  # fmt: skip
+def until_answered(
+    call: Callable[[], Any], deadline: float, errors: tuple[type[BaseException], ...]
+) -> Any:
     """``call()``, retried on ``errors`` while no primary answers (the failover window)."""
     while True:
         try:
@@ -33,16 +34,18 @@ def until_answered(call: Callable[[], Any], deadline: float,
             time.sleep(0.05)
 
 
-def steady_state(client: Any, modes: Mapping[str, int], rounds: int,
-                 replica_timeout: float) -> dict[str, float]:  # fmt: skip
+def steady_state(
+    client: Any, modes: Mapping[str, int], rounds: int, replica_timeout: float
+) -> dict[str, float]:
     """Acquire-only p50 (µs) per mode (``min_replicas`` by name), interleaved call by
     call, on a healthy deployment; 50 warm-up rounds first (the first WAIT after a sync
     can take ~0.9 s)."""
     locks = {
-        mode: RedisLock(client, f"steady-{mode}", ttl=10, min_replicas=n,
-                        replica_timeout=replica_timeout)
+        mode: RedisLock(
+            client, f"steady-{mode}", ttl=10, min_replicas=n, replica_timeout=replica_timeout
+        )
         for mode, n in modes.items()
-    }  # fmt: skip
+    }
     samples: dict[str, list[float]] = {mode: [] for mode in modes}
     order = list(modes)
     for i in range(rounds + 50):
@@ -58,8 +61,12 @@ def steady_state(client: Any, modes: Mapping[str, int], rounds: int,
     return {mode: percentile(values, 50) * 1e6 for mode, values in samples.items()}
 
 
-def kill_trial(holder: RedisLock, contender: RedisLock, kill: Callable[[], Any],
-               errors: tuple[type[BaseException], ...]) -> tuple[dict[str, Any], Any]:  # fmt: skip
+def kill_trial(
+    holder: RedisLock,
+    contender: RedisLock,
+    kill: Callable[[], Any],
+    errors: tuple[type[BaseException], ...],
+) -> tuple[dict[str, Any], Any]:
     """``holder`` is granted its lease, ``kill()`` kills its primary at once; the holder
     releases ``WORK`` s after the kill and ``contender`` acquires from the kill on, both
     retrying on ``errors`` until a primary answers. Returns what happened and what
@@ -97,24 +104,43 @@ def kill_trial(holder: RedisLock, contender: RedisLock, kill: Callable[[], Any],
     return out, killed
 
 
-def report_kill(first: str, results: Mapping[str, list[dict[str, Any]]],
-                cost: Mapping[str, float]) -> None:  # fmt: skip
+def report_kill(
+    first: str, results: Mapping[str, list[dict[str, Any]]], cost: Mapping[str, float]
+) -> None:
     """Print a row per mode (``first`` heads that column) from its trials and its
     steady-state cost."""
     rows = []
     for mode, outcomes in results.items():
         done = [o for o in outcomes if not o["refused"]]
         usable = [o["usable"] for o in done]
-        rows.append([
-            mode, len(outcomes), sum(o["refused"] for o in outcomes),
-            sum(o["double"] for o in done), sum(o["lost"] for o in done),
-            f"{percentile(usable, 50):.2f}", f"{max(usable, default=float('nan')):.2f}",
-            sum(not o["fence_ok"] for o in done), sum(o["stale_touched"] for o in done),
-            f"{cost[mode]:.0f}", f"{cost[mode] / cost['no acks']:.2f}x",
-        ])  # fmt: skip
+        rows.append(
+            [
+                mode,
+                len(outcomes),
+                sum(o["refused"] for o in outcomes),
+                sum(o["double"] for o in done),
+                sum(o["lost"] for o in done),
+                f"{percentile(usable, 50):.2f}",
+                f"{max(usable, default=float('nan')):.2f}",
+                sum(not o["fence_ok"] for o in done),
+                sum(o["stale_touched"] for o in done),
+                f"{cost[mode]:.0f}",
+                f"{cost[mode] / cost['no acks']:.2f}x",
+            ]
+        )
     print_table(
-        [first, "trials", "refused", "double grants", "reported lost", "usable p50 s",
-         "usable max s", "fence not increasing", "stale touched new", "acquire p50 µs",
-         "vs no acks"],
+        [
+            first,
+            "trials",
+            "refused",
+            "double grants",
+            "reported lost",
+            "usable p50 s",
+            "usable max s",
+            "fence not increasing",
+            "stale touched new",
+            "acquire p50 µs",
+            "vs no acks",
+        ],
         rows,
-    )  # fmt: skip
+    )

@@ -121,8 +121,11 @@ def classify(trace: Trace, kills: list[tuple[float, int]]) -> str:
         gap = f" {killed[0] - at:.2f}s before a kill" if killed else ""
         return f"{kind} transit{gap}"
     killed = [t for t, pid in kills if pid == main and t >= since]
-    return f"{kind} {place} {killed[0] - since:.2f}s before its main's kill" if killed else (
-        f"{kind} {place} (main not killed)")  # fmt: skip
+    return (
+        f"{kind} {place} {killed[0] - since:.2f}s before its main's kill"
+        if killed
+        else (f"{kind} {place} (main not killed)")
+    )
 
 
 def in_flight(trace: Trace, ended: float | None, kill: tuple[float, int]) -> bool:
@@ -150,13 +153,19 @@ class Summary:
     lines: list[str]  # one per lost task
 
 
-def summary(sent: list[str], ended: dict[str, float], traces: dict[str, Trace],
-            kills: list[tuple[float, int]]) -> Summary:  # fmt: skip
+def summary(
+    sent: list[str],
+    ended: dict[str, float],
+    traces: dict[str, Trace],
+    kills: list[tuple[float, int]],
+) -> Summary:
     """What the kills did to ``sent`` (``ended``: when each task's run ended)."""
     lines = [f"{t[:8]} {classify(traces[t], kills)}" for t in sent if t not in ended]
     exposed = {t for t in sent for kill in kills if in_flight(traces[t], ended.get(t), kill)}
     return Summary(
         publishes=sum(traces[t].publishes for t in sent) / max(1, len(sent)),
-        exposed=len(exposed), saved=len(exposed & set(ended)),
-        places=Counter(" ".join(line.split()[1:3]) for line in lines), lines=lines,
-    )  # fmt: skip
+        exposed=len(exposed),
+        saved=len(exposed & set(ended)),
+        places=Counter(" ".join(line.split()[1:3]) for line in lines),
+        lines=lines,
+    )

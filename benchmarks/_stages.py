@@ -166,12 +166,22 @@ def report(stamps: dict[str, dict[str, float]], task_ids: set[str]) -> list[list
     that have every stamp (a run published by a release), and the total."""
     from _common import percentile  # the benchmark's side only (not in the workers)
 
-    handed = [s for t, s in stamps.items() if t in task_ids
-              and all(a in s and b in s for a, b, _ in STAGES)]  # fmt: skip
+    handed = [
+        s
+        for t, s in stamps.items()
+        if t in task_ids and all(a in s and b in s for a, b, _ in STAGES)
+    ]
     rows = []
     for a, b, what in (*STAGES, ("release", "body", "the whole hand-off")):
         values = [(s[b] - s[a]) * 1000 for s in handed]
         if len(values) >= 2:
-            rows.append([f"{a} -> {b}", what, f"{percentile(values, 50):.2f}",
-                         f"{percentile(values, 99):.2f}", str(len(values))])  # fmt: skip
+            rows.append(
+                [
+                    f"{a} -> {b}",
+                    what,
+                    f"{percentile(values, 50):.2f}",
+                    f"{percentile(values, 99):.2f}",
+                    str(len(values)),
+                ]
+            )
     return rows

@@ -152,14 +152,23 @@ async def uncontended(url: str, rounds: int, cycles: int) -> list[list[object]]:
     for name in names:
         every = [x for samples_ in per_round[name] for x in samples_]
         ratios = [median(per_round[name][i]) / median(per_round[floor][i]) for i in range(rounds)]
-        rows.append([name, us(median(every)), us(percentile(every, 99)),
-                     f"{median(ratios):.3f}x", f"{min(ratios):.3f}-{max(ratios):.3f}",
-                     us(cpu[name][0]), us(cpu[name][1])])  # fmt: skip
+        rows.append(
+            [
+                name,
+                us(median(every)),
+                us(percentile(every, 99)),
+                f"{median(ratios):.3f}x",
+                f"{min(ratios):.3f}-{max(ratios):.3f}",
+                us(cpu[name][0]),
+                us(cpu[name][1]),
+            ]
+        )
     return rows
 
 
-async def cpu_per_cycle(url: str, impls: dict[str, Cycle], rounds: int,
-                        cycles: int) -> dict[str, tuple[float, float]]:  # fmt: skip
+async def cpu_per_cycle(
+    url: str, impls: dict[str, Cycle], rounds: int, cycles: int
+) -> dict[str, tuple[float, float]]:
     """Each implementation's client CPU and redis-server CPU per cycle (seconds, the
     median of ``rounds`` blocks of ``cycles`` cycles, the order rotated per round):
     where a cycle's time goes."""
@@ -172,11 +181,17 @@ async def cpu_per_cycle(url: str, impls: dict[str, Cycle], rounds: int,
             client_cpu, server_cpu = time.process_time(), redis_cpu(sync)
             for _ in range(cycles):
                 await impls[name]()
-            blocks[name].append(((time.process_time() - client_cpu) / cycles,
-                                 (redis_cpu(sync) - server_cpu) / cycles))  # fmt: skip
+            blocks[name].append(
+                (
+                    (time.process_time() - client_cpu) / cycles,
+                    (redis_cpu(sync) - server_cpu) / cycles,
+                )
+            )
     sync.close()
-    return {name: (median([b[0] for b in blocks[name]]), median([b[1] for b in blocks[name]]))
-            for name in names}  # fmt: skip
+    return {
+        name: (median([b[0] for b in blocks[name]]), median([b[1] for b in blocks[name]]))
+        for name in names
+    }
 
 
 # -- hand-off ---------------------------------------------------------------------
@@ -221,8 +236,10 @@ def contended(url: str, duration: float) -> list[list[object]]:
     in_loop = asyncio.run(sections(url, "bench:tasks", duration, 8))
     ctx = multiprocessing.get_context("spawn")
     go, out = ctx.Barrier(9), ctx.Queue()
-    procs = [ctx.Process(target=process_body, args=(url, "bench:procs", duration, go, out))
-             for _ in range(8)]  # fmt: skip
+    procs = [
+        ctx.Process(target=process_body, args=(url, "bench:procs", duration, go, out))
+        for _ in range(8)
+    ]
     for proc in procs:
         proc.start()
     go.wait(30)
@@ -287,18 +304,25 @@ async def api_cap(url: str, tasks: int, limit: int, hold: float) -> dict[str, fl
     done = len(ended)
     late, gap = slot_parts(granted, ended, limit, hold)
     return {
-        "late": late, "gap": gap, "script us": scripts / done,
+        "late": late,
+        "gap": gap,
+        "script us": scripts / done,
         "steady": done / (max(ended) - min(granted)) / (limit / hold),
         "whole": done / (max(ended) - started) / (limit / hold),
-        "wait p50": median(waits) * 1000, "wait p99": percentile(waits, 99) * 1000,
-        "starved": tasks - done, "peak": peak, "commands": commands / done,
-        "round trips": round_trips / done, "cpu": cpu / done * 1000,
+        "wait p50": median(waits) * 1000,
+        "wait p99": percentile(waits, 99) * 1000,
+        "starved": tasks - done,
+        "peak": peak,
+        "commands": commands / done,
+        "round trips": round_trips / done,
+        "cpu": cpu / done * 1000,
         "server cpu": server_cpu / done * 1000,
-    }  # fmt: skip
+    }
 
 
-def slot_parts(granted: list[float], ended: list[float], limit: int,
-               hold: float) -> tuple[float, float]:  # fmt: skip
+def slot_parts(
+    granted: list[float], ended: list[float], limit: int, hold: float
+) -> tuple[float, float]:
     """Where a permit's time goes besides the hold, in ms (medians): how late a section
     ends after its hold (the loop's timer), and the gap from a section's end to the
     next section's start on the permit it freed (the ``i``-th end frees the permit of
@@ -312,8 +336,9 @@ def slot_parts(granted: list[float], ended: list[float], limit: int,
 def script_us(client: redis.Redis) -> float:
     """Microseconds redis-server spent running scripts so far (EVALSHA and EVAL)."""
     stats = client.info("commandstats")
-    return sum(float(stats.get(name, {}).get("usec", 0))
-               for name in ("cmdstat_evalsha", "cmdstat_eval"))  # fmt: skip
+    return sum(
+        float(stats.get(name, {}).get("usec", 0)) for name in ("cmdstat_evalsha", "cmdstat_eval")
+    )
 
 
 def redis_cpu(client: redis.Redis) -> float:
@@ -347,8 +372,9 @@ async def local_cap(tasks: int, limit: int, hold: float) -> dict[str, float]:
     }
 
 
-def api_caps(url: str, runs: int, tasks: int = 1000, limit: int = 10,
-             hold: float = 0.005) -> list[list[object]]:  # fmt: skip
+def api_caps(
+    url: str, runs: int, tasks: int = 1000, limit: int = 10, hold: float = 0.005
+) -> list[list[object]]:
     """``runs`` runs of the API cap, each beside a run of ``local_cap`` (alternating
     which goes first), one row each."""
     rows: list[list[object]] = []
@@ -358,14 +384,26 @@ def api_caps(url: str, runs: int, tasks: int = 1000, limit: int = 10,
         ours = asyncio.run(api_cap(url, tasks, limit, hold))
         if not run % 2:
             local = asyncio.run(local_cap(tasks, limit, hold))
-        rows.append([
-            run + 1, f"{ours['steady']:.1%}", f"{ours['whole']:.1%}",
-            f"{local['steady']:.1%}", f"{ours['steady'] / local['steady']:.2f}",
-            f"{ours['wait p50']:.0f}", f"{ours['wait p99']:.0f}", int(ours["starved"]),
-            int(ours["peak"]), f"{ours['commands']:.1f}", f"{ours['round trips']:.2f}",
-            f"{ours['cpu']:.3f}", f"{ours['server cpu']:.3f}", f"{ours['script us']:.0f}",
-            f"{ours['late']:.2f} / {local['late']:.2f}", f"{ours['gap']:.2f} / {local['gap']:.2f}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                run + 1,
+                f"{ours['steady']:.1%}",
+                f"{ours['whole']:.1%}",
+                f"{local['steady']:.1%}",
+                f"{ours['steady'] / local['steady']:.2f}",
+                f"{ours['wait p50']:.0f}",
+                f"{ours['wait p99']:.0f}",
+                int(ours["starved"]),
+                int(ours["peak"]),
+                f"{ours['commands']:.1f}",
+                f"{ours['round trips']:.2f}",
+                f"{ours['cpu']:.3f}",
+                f"{ours['server cpu']:.3f}",
+                f"{ours['script us']:.0f}",
+                f"{ours['late']:.2f} / {local['late']:.2f}",
+                f"{ours['gap']:.2f} / {local['gap']:.2f}",
+            ]
+        )
     return rows
 
 
@@ -374,11 +412,27 @@ def print_api_cap(url: str, runs: int) -> None:
         "\nAPI cap, AsyncRedisSemaphore, one loop: 1,000 tasks, limit 10, 5 ms holds "
         "(ideal 2,000 sections/s), each run beside asyncio.Semaphore(10) (no Redis):"
     )
-    print_table(["run", "steady (of ideal)", "whole run", "asyncio.Semaphore steady",
-                 "ours / asyncio", "wait p50 ms", "wait p99 ms", "starved", "max inside",
-                 "cmds/section", "round trips/section", "client CPU ms/section",
-                 "redis CPU ms/section", "script µs/section", "late ms (ours / asyncio)",
-                 "gap ms (ours / asyncio)"], api_caps(url, runs))  # fmt: skip
+    print_table(
+        [
+            "run",
+            "steady (of ideal)",
+            "whole run",
+            "asyncio.Semaphore steady",
+            "ours / asyncio",
+            "wait p50 ms",
+            "wait p99 ms",
+            "starved",
+            "max inside",
+            "cmds/section",
+            "round trips/section",
+            "client CPU ms/section",
+            "redis CPU ms/section",
+            "script µs/section",
+            "late ms (ours / asyncio)",
+            "gap ms (ours / asyncio)",
+        ],
+        api_caps(url, runs),
+    )
     print(
         "(a permit's cycle is the hold, how late its section ends (late) and the gap to "
         "the next section on it (gap): of ideal = hold / (hold + late + gap))"
@@ -388,8 +442,7 @@ def print_api_cap(url: str, runs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter run (smoke test)")
-    parser.add_argument("--uncontended", action="store_true",
-                        help="the uncontended cycle only")  # fmt: skip
+    parser.add_argument("--uncontended", action="store_true", help="the uncontended cycle only")
     parser.add_argument("--rounds", type=int, help="rounds of the uncontended cycle")
     parser.add_argument("--api-cap", action="store_true", help="the API cap only")
     parser.add_argument("--runs", type=int, help="runs of the API cap")
@@ -400,27 +453,41 @@ def main() -> None:
     began = time.monotonic()
     with RedisServer() as server:
         version = redis.Redis.from_url(server.url).info("server")["redis_version"]
-        print(f"redis-server {version}, redis-py {redis.__version__}, Python "
-              f"{platform.python_version()}, {os.cpu_count()} CPUs\n")  # fmt: skip
+        print(
+            f"redis-server {version}, redis-py {redis.__version__}, Python "
+            f"{platform.python_version()}, {os.cpu_count()} CPUs\n"
+        )
         if options.api_cap:
             print_api_cap(server.url, options.runs or 5)
-            print(f"\nload average (1 min) {load_before:.2f} before, "
-                  f"{os.getloadavg()[0]:.2f} after")  # fmt: skip
+            print(
+                f"\nload average (1 min) {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
+            )
             return
         print(f"Uncontended acquire + release, {rounds} rounds x {cycles} cycles (µs):")
-        print_table(["implementation", "p50", "p99", "p50 / floor", "range",
-                     "client CPU/cycle", "redis CPU/cycle"],
-                    asyncio.run(uncontended(server.url, rounds, cycles)))  # fmt: skip
+        print_table(
+            [
+                "implementation",
+                "p50",
+                "p99",
+                "p50 / floor",
+                "range",
+                "client CPU/cycle",
+                "redis CPU/cycle",
+            ],
+            asyncio.run(uncontended(server.url, rounds, cycles)),
+        )
         if options.uncontended:
-            print(f"\nload average (1 min) {load_before:.2f} before, "
-                  f"{os.getloadavg()[0]:.2f} after")  # fmt: skip
+            print(
+                f"\nload average (1 min) {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
+            )
             return
         print(f"\nHand-off, AsyncRedisLock, 1 ms hold, {duration:g} s per run (µs):")
-        print_table(["workers", "sections", "hand-off p50", "p99"],
-                    contended(server.url, duration))  # fmt: skip
+        print_table(["workers", "sections", "hand-off p50", "p99"], contended(server.url, duration))
         print_api_cap(server.url, options.runs or (2 if options.quick else 5))
-    print(f"\ntotal time {time.monotonic() - began:.1f} s; load average (1 min) "
-          f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after")  # fmt: skip
+    print(
+        f"\ntotal time {time.monotonic() - began:.1f} s; load average (1 min) "
+        f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
+    )
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ from celery_redislock.testing import RedisServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-APP = '''
+APP = """
 import time
 import redis
 from celery import Celery
@@ -94,7 +94,7 @@ def bounded(label, i, seconds):
 @app.task(name="bench.plain")
 def plain(label, i, seconds):
     _body(label, i, seconds)
-'''
+"""
 
 
 def peak(intervals: list[tuple[float, float]]) -> int:
@@ -108,21 +108,50 @@ def peak(intervals: list[tuple[float, float]]) -> int:
 
 
 @contextmanager
-def worker(directory: str, module: str, queue: str, concurrency: int,
-           options: tuple[str, ...] = ()) -> Iterator[int]:  # fmt: skip
+def worker(
+    directory: str, module: str, queue: str, concurrency: int, options: tuple[str, ...] = ()
+) -> Iterator[int]:
     """A ``celery worker`` subprocess (prefork) on ``queue``, ready on entry; its pid.
 
     ``options``: more ``celery worker`` options, e.g. ``("--prefetch-multiplier", "1")``."""
     log_path = os.path.join(directory, f"{queue}-{uuid.uuid4().hex[:6]}.log")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-        directory, ROOT, os.environ.get("PYTHONPATH")]))}  # fmt: skip
-    args = [sys.executable, "-m", "celery", "-A", f"{module}:app", "worker", "-P", "prefork",
-            "-c", str(concurrency), "-Q", queue, "-n", f"{queue}-{uuid.uuid4().hex[:6]}@%h",
-            "-l", "info", "--without-heartbeat", "--without-gossip",
-            "--without-mingle", *options]  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [directory, ROOT, os.environ.get("PYTHONPATH")])
+        ),
+    }
+    args = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        f"{module}:app",
+        "worker",
+        "-P",
+        "prefork",
+        "-c",
+        str(concurrency),
+        "-Q",
+        queue,
+        "-n",
+        f"{queue}-{uuid.uuid4().hex[:6]}@%h",
+        "-l",
+        "info",
+        "--without-heartbeat",
+        "--without-gossip",
+        "--without-mingle",
+        *options,
+    ]
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(args, cwd=directory, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        process = subprocess.Popen(
+            args,
+            cwd=directory,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 30
         while " ready." not in Path(log_path).read_text(encoding="utf-8", errors="replace"):
@@ -139,8 +168,15 @@ def worker(directory: str, module: str, queue: str, concurrency: int,
             process.wait(5)
 
 
-def run_batch(tasks: Any, task: Any, queue: str, records: redis.Redis, admin: redis.Redis,
-              count: int, seconds: float) -> dict[str, Any]:  # fmt: skip
+def run_batch(
+    tasks: Any,
+    task: Any,
+    queue: str,
+    records: redis.Redis,
+    admin: redis.Redis,
+    count: int,
+    seconds: float,
+) -> dict[str, Any]:
     """Send ``count`` calls of ``task`` to ``queue``; wait for every run to end."""
     label = f"runs-{uuid.uuid4().hex[:8]}"
     commands = command_calls(admin)
@@ -165,13 +201,26 @@ def run_batch(tasks: Any, task: Any, queue: str, records: redis.Redis, admin: re
     }
 
 
-def run(count: int, seconds: float, limit: int, rounds: int, options: dict[str, Any],
-        prefetch: int, dump: str | None) -> None:  # fmt: skip
+def run(
+    count: int,
+    seconds: float,
+    limit: int,
+    rounds: int,
+    options: dict[str, Any],
+    prefetch: int,
+    dump: str | None,
+) -> None:
     with RedisServer() as server, tempfile.TemporaryDirectory() as directory, ExitStack() as stack:
         base = server.url.rsplit("/", 1)[0]
         module = f"bench_bounded_{uuid.uuid4().hex[:8]}"
-        source = APP.format(broker=f"{base}/1", backend=f"{base}/2", locks=f"{base}/3",
-                            limit=limit, options=options, prefetch=prefetch)  # fmt: skip
+        source = APP.format(
+            broker=f"{base}/1",
+            backend=f"{base}/2",
+            locks=f"{base}/3",
+            limit=limit,
+            options=options,
+            prefetch=prefetch,
+        )
         with open(os.path.join(directory, f"{module}.py"), "w", encoding="utf-8") as f:
             f.write(textwrap.dedent(source))
         sys.path.insert(0, directory)
@@ -187,13 +236,16 @@ def run(count: int, seconds: float, limit: int, rounds: int, options: dict[str, 
         run_batch(tasks, tasks.plain, "plain", records, admin, 24, 0.01)
         results: dict[str, list[dict[str, Any]]] = {"bounded": [], "unbounded": []}
         for _ in range(rounds):
-            for label, task, queue in (("unbounded", tasks.plain, "plain"),
-                                       ("bounded", tasks.bounded, "bounded")):  # fmt: skip
+            for label, task, queue in (
+                ("unbounded", tasks.plain, "plain"),
+                ("bounded", tasks.bounded, "bounded"),
+            ):
                 rescheduled_before = _log_count(directory, "re-sent to run")
                 result = run_batch(tasks, task, queue, records, admin, count, seconds)
                 result["rescheduled"] = (
                     _log_count(directory, "re-sent to run") - rescheduled_before
-                    if label == "bounded" else 0
+                    if label == "bounded"
+                    else 0
                 )
                 results[label].append(result)
         records.close()
@@ -203,25 +255,42 @@ def run(count: int, seconds: float, limit: int, rounds: int, options: dict[str, 
     rows = []
     for label in ("unbounded", "bounded"):
         for i, r in enumerate(results[label]):
-            rows.append([f"{label} #{i + 1}", f"{r['makespan']:.2f}", f"{ideal:.2f}",
-                         int(r["peak"]), f"{r['busy']:.0%}", int(r["rescheduled"]),
-                         f"{r['commands']:.1f}"])  # fmt: skip
-    print(f"{count} tasks of {seconds * 1000:g} ms, limit {limit}: bounded on 2 workers x 4 "
-          f"(prefork), unbounded on 1 worker x {limit}; options {options or 'default'}, "
-          f"prefetch multiplier {prefetch}\n")
-    print_table(["run", "makespan s", "ideal s", "peak", "busy", "re-scheduled",
-                 "Redis cmds/task"],
-                rows)  # fmt: skip
+            rows.append(
+                [
+                    f"{label} #{i + 1}",
+                    f"{r['makespan']:.2f}",
+                    f"{ideal:.2f}",
+                    int(r["peak"]),
+                    f"{r['busy']:.0%}",
+                    int(r["rescheduled"]),
+                    f"{r['commands']:.1f}",
+                ]
+            )
+    print(
+        f"{count} tasks of {seconds * 1000:g} ms, limit {limit}: bounded on 2 workers x 4 "
+        f"(prefork), unbounded on 1 worker x {limit}; options {options or 'default'}, "
+        f"prefetch multiplier {prefetch}\n"
+    )
+    print_table(
+        ["run", "makespan s", "ideal s", "peak", "busy", "re-scheduled", "Redis cmds/task"], rows
+    )
     if dump:
         with open(dump, "w", encoding="utf-8") as f:
-            json.dump({label: [{"start": r["start"], "intervals": r["intervals"]} for r in rs]
-                       for label, rs in results.items()}, f)  # fmt: skip
+            json.dump(
+                {
+                    label: [{"start": r["start"], "intervals": r["intervals"]} for r in rs]
+                    for label, rs in results.items()
+                },
+                f,
+            )
     ratio = statistics.median(r["makespan"] for r in results["bounded"]) / statistics.median(
         r["makespan"] for r in results["unbounded"]
     )
     print(f"\nbounded / unbounded, ratio of median makespans: {ratio:.3f} (target <= 1.3)")
-    print(f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+    print(
+        f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
 
 
 def _log_count(directory: str, text: str) -> int:
@@ -235,11 +304,15 @@ def _log_count(directory: str, text: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backlog", action="store_true",
-                        help="the backlog case: parked vs re-publish (see _backlog.py)")
+    parser.add_argument(
+        "--backlog",
+        action="store_true",
+        help="the backlog case: parked vs re-publish (see _backlog.py)",
+    )
     parser.add_argument("--tasks", type=int, help="tasks per run (200; backlog 60)")
-    parser.add_argument("--duration", type=float,
-                        help="seconds each task sleeps (0.05; backlog 0.2)")
+    parser.add_argument(
+        "--duration", type=float, help="seconds each task sleeps (0.05; backlog 0.2)"
+    )
     parser.add_argument("--limit", type=int, help="concurrency_limit (3; backlog 2)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each (interleaved)")
     parser.add_argument("--countdown", type=float, help="concurrency_countdown (s)")
@@ -247,11 +320,17 @@ def main() -> None:
     parser.add_argument("--wait", type=float, help="concurrency_wait (s)")
     parser.add_argument("--waiters", type=int, help="concurrency_waiters")
     parser.add_argument("--prefetch", type=int, default=4, help="worker_prefetch_multiplier")
-    parser.add_argument("--modes", help="backlog: comma-separated subset of: unbounded, "
-                        "plain c2, plain c2 acks_late, parked, parked in child, "
-                        "parked+standby, re-publish (all)")
-    parser.add_argument("--stages", action="store_true",
-                        help="backlog: stamp and print each hand-off's stages (_stages.py)")
+    parser.add_argument(
+        "--modes",
+        help="backlog: comma-separated subset of: unbounded, "
+        "plain c2, plain c2 acks_late, parked, parked in child, "
+        "parked+standby, re-publish (all)",
+    )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="backlog: stamp and print each hand-off's stages (_stages.py)",
+    )
     parser.add_argument("--dump", help="write every run's intervals to this JSON file")
     args = parser.parse_args()
     if args.backlog:
@@ -260,15 +339,18 @@ def main() -> None:
         modes = tuple(m.strip() for m in args.modes.split(",")) if args.modes else MODES
         if not set(modes) <= set(MODES):
             parser.error(f"--modes: choose among {', '.join(MODES)}, got {args.modes!r}")
-        run_backlog(args.tasks or 60, args.duration or 0.2, args.limit or 2, args.rounds,
-                    modes, args.stages)  # fmt: skip
+        run_backlog(
+            args.tasks or 60, args.duration or 0.2, args.limit or 2, args.rounds, modes, args.stages
+        )
         return
     args.tasks, args.duration = args.tasks or 200, args.duration or 0.05
     args.limit = args.limit or 3
     options = {
         f"concurrency_{name}": value
         for name, value in (
-            ("countdown", args.countdown), ("jitter", args.jitter), ("wait", args.wait),
+            ("countdown", args.countdown),
+            ("jitter", args.jitter),
+            ("wait", args.wait),
             ("waiters", args.waiters),
         )
         if value is not None

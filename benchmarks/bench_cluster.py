@@ -85,18 +85,22 @@ def counters(cluster: LocalCluster) -> tuple[int, int]:
     for node in cluster.running():
         with cluster.node_client(node, decode_responses=True) as client:
             stats = client.info("commandstats")
-            published += sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0))
-                             for c in ("publish", "spublish"))  # fmt: skip
+            published += sum(
+                int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("publish", "spublish")
+            )
             for line in client.execute_command("CLUSTER", "INFO").splitlines():
                 key, _, value = line.partition(":")
-                if key in ("cluster_stats_messages_publish_sent",
-                           "cluster_stats_messages_publishshard_sent"):  # fmt: skip
+                if key in (
+                    "cluster_stats_messages_publish_sent",
+                    "cluster_stats_messages_publishshard_sent",
+                ):
                     bus += int(value)
     return published, bus
 
 
-def handoff_round(cluster: LocalCluster, mode: str, name: str, other: str,
-                  seconds: float) -> dict[str, Any]:  # fmt: skip
+def handoff_round(
+    cluster: LocalCluster, mode: str, name: str, other: str, seconds: float
+) -> dict[str, Any]:
     """``THREADS`` threads take lock ``name`` in turn for ``seconds``."""
     clients = [cluster.client(**CLIENT) for _ in range(THREADS)]
     setup = cluster.client(**CLIENT)
@@ -159,8 +163,9 @@ def _script_calls(cluster: LocalCluster) -> list[int]:
     for node in cluster.running():
         with cluster.node_client(node, decode_responses=True) as client:
             stats = client.info("commandstats")
-        calls.append(sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0))
-                         for c in ("evalsha", "eval")))  # fmt: skip
+        calls.append(
+            sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+        )
     return calls
 
 
@@ -169,11 +174,11 @@ def trial(cluster: LocalCluster, min_replicas: int) -> dict[str, Any]:
     primary = random.choice(cluster._primaries())
     name = name_on(cluster, primary, f"failover-{secrets.token_hex(3)}")
     holder_client, contender_client = cluster.client(**CLIENT), cluster.client(**CLIENT)
-    holder = RedisLock(holder_client, name, ttl=TTL, min_replicas=min_replicas,
-                       replica_timeout=0.5)  # fmt: skip
+    holder = RedisLock(holder_client, name, ttl=TTL, min_replicas=min_replicas, replica_timeout=0.5)
     contender = RedisLock(contender_client, name, ttl=TTL)
-    out, _ = kill_trial(holder, contender, lambda: cluster.kill(primary),
-                        (RedisError, RedisClusterException))  # fmt: skip
+    out, _ = kill_trial(
+        holder, contender, lambda: cluster.kill(primary), (RedisError, RedisClusterException)
+    )
     holder_client.close()
     contender_client.close()
     if not out["refused"]:
@@ -200,15 +205,28 @@ def main() -> None:
         rows = []
         for mode, outcomes in rounds.items():
             handoffs = [h for o in outcomes for h in o["handoffs"]]
-            rows.append([
-                mode, f"{percentile(handoffs, 50) * 1e3:.2f}",
-                f"{percentile(handoffs, 99) * 1e3:.2f}",
-                f"{min(o['rate'] for o in outcomes):.0f}-{max(o['rate'] for o in outcomes):.0f}",
-                f"{sum(o['trips'] for o in outcomes) / len(outcomes):.2f}",
-                f"{sum(o['nodes'] for o in outcomes) / len(outcomes):.2f}",
-            ])  # fmt: skip
-        print_table(["wake-ups", "hand-off p50 ms", "p99 ms", "sections/s",
-                     "round trips/section", "nodes per message"], rows)  # fmt: skip
+            rates = [o["rate"] for o in outcomes]
+            rows.append(
+                [
+                    mode,
+                    f"{percentile(handoffs, 50) * 1e3:.2f}",
+                    f"{percentile(handoffs, 99) * 1e3:.2f}",
+                    f"{min(rates):.0f}-{max(rates):.0f}",
+                    f"{sum(o['trips'] for o in outcomes) / len(outcomes):.2f}",
+                    f"{sum(o['nodes'] for o in outcomes) / len(outcomes):.2f}",
+                ]
+            )
+        print_table(
+            [
+                "wake-ups",
+                "hand-off p50 ms",
+                "p99 ms",
+                "sections/s",
+                "round trips/section",
+                "nodes per message",
+            ],
+            rows,
+        )
         print(flush=True)
 
         steady = cluster.client(**CLIENT)
@@ -228,9 +246,11 @@ def main() -> None:
             version = node.info("server")["redis_version"]
     print()
     report_kill("mode", results, cost)
-    print(f"\n{args.trials * len(FAILOVER_MODES)} trials in {took:.0f} s; redis-server "
-          f"{version}, Python {platform.python_version()}, "
-          f"load average {os.getloadavg()}")  # fmt: skip
+    print(
+        f"\n{args.trials * len(FAILOVER_MODES)} trials in {took:.0f} s; redis-server "
+        f"{version}, Python {platform.python_version()}, "
+        f"load average {os.getloadavg()}"
+    )
 
 
 if __name__ == "__main__":

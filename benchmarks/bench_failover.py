@@ -77,8 +77,13 @@ def steady_state(group: SentinelGroup, rounds: int) -> dict[str, float]:
 def trial(group: SentinelGroup, min_replicas: int) -> dict[str, Any]:
     """One grant, one SIGKILL of the primary, one second client; what happened."""
     name = f"failover-{secrets.token_hex(4)}"
-    holder = RedisLock(group.master_client(**CLIENT), name, ttl=TTL,
-                       min_replicas=min_replicas, replica_timeout=REPLICA_TIMEOUT)  # fmt: skip
+    holder = RedisLock(
+        group.master_client(**CLIENT),
+        name,
+        ttl=TTL,
+        min_replicas=min_replicas,
+        replica_timeout=REPLICA_TIMEOUT,
+    )
     contender = RedisLock(group.master_client(**CLIENT), name, ttl=TTL)
     out, killed = kill_trial(holder, contender, group.kill_primary, ERRORS)
     if not out["refused"]:
@@ -93,8 +98,9 @@ def partition_trial(group: SentinelGroup, min_replicas: int) -> dict[str, Any]:
     name = f"partition-{secrets.token_hex(4)}"
     stale_client = group.master_client(**CLIENT)
     stale_client.ping()  # a pooled connection to the primary, as a busy worker has
-    holder = RedisLock(stale_client, name, ttl=TTL, min_replicas=min_replicas,
-                       replica_timeout=REPLICA_TIMEOUT)  # fmt: skip
+    holder = RedisLock(
+        stale_client, name, ttl=TTL, min_replicas=min_replicas, replica_timeout=REPLICA_TIMEOUT
+    )
     contender = RedisLock(group.master_client(**CLIENT), name, ttl=60)
     old = group.primary_port()
     assert old is not None
@@ -108,8 +114,9 @@ def partition_trial(group: SentinelGroup, min_replicas: int) -> dict[str, Any]:
         stale, out["refused"] = None, True
     except (redis.ConnectionError, redis.TimeoutError):
         stale = None  # demoted already: the client moved to the new primary
-    second = until_answered(lambda: contender.acquire(blocking=False), time.monotonic() + 30,
-                            ERRORS)  # fmt: skip
+    second = until_answered(
+        lambda: contender.acquire(blocking=False), time.monotonic() + 30, ERRORS
+    )
     out["double"] = stale is not None and second is not None
     out["granted_old"] = stale is not None
     resumed = time.monotonic()
@@ -134,16 +141,29 @@ def partition_trial(group: SentinelGroup, min_replicas: int) -> dict[str, Any]:
 
 def report_partition(results: dict[str, list[dict[str, Any]]]) -> None:
     rows = [
-        [mode, len(outs), sum(o["granted_old"] for o in outs), sum(o["refused"] for o in outs),
-         sum(o["double"] for o in outs), sum(o["lost"] for o in outs),
-         sum(not o["new_intact"] for o in outs)]
+        [
+            mode,
+            len(outs),
+            sum(o["granted_old"] for o in outs),
+            sum(o["refused"] for o in outs),
+            sum(o["double"] for o in outs),
+            sum(o["lost"] for o in outs),
+            sum(not o["new_intact"] for o in outs),
+        ]
         for mode, outs in results.items()
-    ]  # fmt: skip
+    ]
     print_table(
-        ["partition: mode", "trials", "granted by the old primary", "refused (NotReplicated)",
-         "double grants", "stale reported lost", "new holder disturbed"],
+        [
+            "partition: mode",
+            "trials",
+            "granted by the old primary",
+            "refused (NotReplicated)",
+            "double grants",
+            "stale reported lost",
+            "new holder disturbed",
+        ],
         rows,
-    )  # fmt: skip
+    )
 
 
 def main() -> None:
@@ -173,9 +193,10 @@ def main() -> None:
         took = time.monotonic() - started
         version = group.node_client(group.wait_stable()).info("server")["redis_version"]
     print()
-    print_table(["steady state: mode", "acquire p50 µs", "vs no acks"],
-                [[mode, f"{cost[mode]:.0f}", f"{cost[mode] / cost['no acks']:.2f}x"]
-                 for mode in MODES])  # fmt: skip
+    print_table(
+        ["steady state: mode", "acquire p50 µs", "vs no acks"],
+        [[mode, f"{cost[mode]:.0f}", f"{cost[mode] / cost['no acks']:.2f}x"] for mode in MODES],
+    )
     if any(results.values()):
         print()
         report_kill("kill: mode", results, cost)
@@ -183,8 +204,10 @@ def main() -> None:
         print()
         report_partition(partitions)
     trials = args.trials * len(MODES) * len(runs)
-    print(f"\n{trials} trials in {took:.0f} s; redis-server {version}, "
-          f"Python {platform.python_version()}, load average {os.getloadavg()}")  # fmt: skip
+    print(
+        f"\n{trials} trials in {took:.0f} s; redis-server {version}, "
+        f"Python {platform.python_version()}, load average {os.getloadavg()}"
+    )
 
 
 if __name__ == "__main__":

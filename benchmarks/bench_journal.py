@@ -67,14 +67,14 @@ def main() -> None:
             journaled.append(one_batch(sem, journal, args.runs))
         rows = []
         for name, results in (("park + take", plain), ("with the journal", journaled)):
-            rows.append([name, us(median([c for c, _ in results])),
-                         us(median([w for _, w in results]))])  # fmt: skip
+            rows.append(
+                [name, us(median([c for c, _ in results])), us(median([w for _, w in results]))]
+            )
         extra_cpu = median([c for c, _ in journaled]) - median([c for c, _ in plain])
         extra_wall = median([w for _, w in journaled]) - median([w for _, w in plain])
         rows.append(["journal's cost", us(extra_cpu), us(extra_wall)])
         print_table(["per parked run", "client CPU µs", "wall µs"], rows)
-        print(f"journal left behind: {len(journal)} entries; load average "
-              f"{os.getloadavg()[0]:.2f}")  # fmt: skip
+        print(f"journal left behind: {len(journal)} entries; load average {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -229,11 +229,18 @@ def uncontended(url: str, rounds: int, n: int) -> tuple[list[list[str]], dict[st
     for name in order:
         ratios = [a / b for a, b in zip(p50s[name], p50s[floor], strict=True)]
         ratio = ratio_of[name] = median(ratios)
-        rows.append([
-            name, us(median(p50s[name])), us(median(p99s[name])), us(median(means[name])),
-            f"{ratio:.3f}x", f"{min(ratios):.3f}-{max(ratios):.3f}", us(server[name][0]),
-            f"{server[name][1]:.1f}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                name,
+                us(median(p50s[name])),
+                us(median(p99s[name])),
+                us(median(means[name])),
+                f"{ratio:.3f}x",
+                f"{min(ratios):.3f}-{max(ratios):.3f}",
+                us(server[name][0]),
+                f"{server[name][1]:.1f}",
+            ]
+        )
     client.close()
     return rows, ratio_of
 
@@ -379,12 +386,21 @@ def contended(url: str, duration: float) -> tuple[list[list[str]], list[tuple[st
             counts = [len(w) for w in per_worker]
             fairness = f"{max(counts)}/{min(counts)}"
             p50 = percentile(handoffs, 50)
-            rows.append([
-                mode, impl, str(len(sections)), us(p50), us(percentile(handoffs, 99)),
-                f"{us(percentile(to_others, 50))} ({100 * len(to_others) // max(1, len(pairs))}%)",
-                fairness, f"{calls / len(sections):.1f}", f"{trips / len(sections):.1f}",
-                str(overlaps),
-            ])  # fmt: skip
+            share_to_others = 100 * len(to_others) // max(1, len(pairs))
+            rows.append(
+                [
+                    mode,
+                    impl,
+                    str(len(sections)),
+                    us(p50),
+                    us(percentile(handoffs, 99)),
+                    f"{us(percentile(to_others, 50))} ({share_to_others}%)",
+                    fairness,
+                    f"{calls / len(sections):.1f}",
+                    f"{trips / len(sections):.1f}",
+                    str(overlaps),
+                ]
+            )
             if impl == "RedisLock":
                 verdicts.append((mode, p50, min(counts)))
     admin.close()
@@ -408,31 +424,47 @@ def main() -> None:
         print(f"\nUncontended acquire + release, {rounds} rounds x {n} cycles (µs):")
         rows, ratios = uncontended(server.url, rounds, n)
         print_table(
-            ["implementation", "p50", "p99", "mean", "p50 / floor", "range", "Redis CPU",
-             "cmds"],
+            ["implementation", "p50", "p99", "mean", "p50 / floor", "range", "Redis CPU", "cmds"],
             rows,
         )
 
-        print(f"\nContended hand-off, {WORKERS} workers, {HOLD * 1000:g} ms hold, "
-              f"{duration:g} s per run (µs):")  # fmt: skip
+        print(
+            f"\nContended hand-off, {WORKERS} workers, {HOLD * 1000:g} ms hold, "
+            f"{duration:g} s per run (µs):"
+        )
         rows_c, verdicts = contended(server.url, duration)
         print_table(
-            ["workers", "implementation", "sections", "hand-off p50", "p99",
-             "p50 to another worker (share)", "max/min", "cmds/section",
-             "round trips/section", "overlaps"],
+            [
+                "workers",
+                "implementation",
+                "sections",
+                "hand-off p50",
+                "p99",
+                "p50 to another worker (share)",
+                "max/min",
+                "cmds/section",
+                "round trips/section",
+                "overlaps",
+            ],
             rows_c,
-        )  # fmt: skip
+        )
     print("\nTargets:")
     for name in ("RedisLock", "RedisLock, built per acquire"):
         ratio = ratios[name]
-        print(f"  {name}: uncontended p50 within 1.15x of floor: {ratio:.3f}x "
-              f"{'PASS' if ratio <= 1.15 else 'FAIL'}")  # fmt: skip
+        print(
+            f"  {name}: uncontended p50 within 1.15x of floor: {ratio:.3f}x "
+            f"{'PASS' if ratio <= 1.15 else 'FAIL'}"
+        )
     for mode, p50, least in verdicts:
-        print(f"  {mode}: hand-off p50 {p50 * 1000:.3f} ms < 1 ms "
-              f"{'PASS' if p50 < 0.001 else 'FAIL'}; every worker got the lock "
-              f"(min {least}) {'PASS' if least > 0 else 'FAIL'}")  # fmt: skip
-    print(f"\ntotal time {time.monotonic() - started:.1f} s; load average (1 min) "
-          f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after")  # fmt: skip
+        print(
+            f"  {mode}: hand-off p50 {p50 * 1000:.3f} ms < 1 ms "
+            f"{'PASS' if p50 < 0.001 else 'FAIL'}; every worker got the lock "
+            f"(min {least}) {'PASS' if least > 0 else 'FAIL'}"
+        )
+    print(
+        f"\ntotal time {time.monotonic() - started:.1f} s; load average (1 min) "
+        f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
+    )
 
 
 if __name__ == "__main__":

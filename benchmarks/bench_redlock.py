@@ -81,8 +81,7 @@ def cycles(ports: list[int], n: int) -> dict[str, Callable[[], None]]:
 
     out = {"RedisLock (1 master)": redis_lock, f"RedlockLock ({n})": redlock}
     if Redlock is not None:
-        theirs = Redlock(key=f"bench-pottery-{n}", masters=set(clients[:n]),
-                         auto_release_time=TTL)  # fmt: skip
+        theirs = Redlock(key=f"bench-pottery-{n}", masters=set(clients[:n]), auto_release_time=TTL)
 
         def pottery() -> None:
             assert theirs.acquire(blocking=False)
@@ -130,11 +129,30 @@ def uncontended(ports: list[int], n: int, rounds_: int, per_round: int) -> None:
         ratio = median([median(t) / median(b) for t, b in zip(per, samples[base], strict=True)])
         client, servers_cpu = (seconds / count * 1e6 for seconds in cpu[name])
         floor = (client + servers_cpu) / cores
-        rows.append([name, f"{p50 * 1e6:.0f}", f"{p99 * 1e6:.0f}", f"{ratio:.2f}x",
-                     f"{client:.0f}", f"{servers_cpu:.0f}", f"{floor:.0f}"])  # fmt: skip
+        rows.append(
+            [
+                name,
+                f"{p50 * 1e6:.0f}",
+                f"{p99 * 1e6:.0f}",
+                f"{ratio:.2f}x",
+                f"{client:.0f}",
+                f"{servers_cpu:.0f}",
+                f"{floor:.0f}",
+            ]
+        )
     print(f"\nUncontended acquire + release, {n} masters ({rounds_} rounds x {per_round})")
-    print_table(["lock", "p50 µs", "p99 µs", "vs RedisLock", "client CPU µs", "servers' CPU µs",
-                 f"CPU floor µs ({cores} cores)"], rows)  # fmt: skip
+    print_table(
+        [
+            "lock",
+            "p50 µs",
+            "p99 µs",
+            "vs RedisLock",
+            "client CPU µs",
+            "servers' CPU µs",
+            f"CPU floor µs ({cores} cores)",
+        ],
+        rows,
+    )
 
 
 def _worker(kind: str, ports: list[int], n: int, seconds: float, out: Any) -> None:
@@ -152,8 +170,11 @@ def _worker(kind: str, ports: list[int], n: int, seconds: float, out: Any) -> No
             lock.release()
             spans.append((got, done))
     else:
-        ours: Any = (RedisLock(clients[0], name, ttl=TTL) if kind == "single"
-                     else RedlockLock(clients, name, ttl=TTL))  # fmt: skip
+        ours: Any = (
+            RedisLock(clients[0], name, ttl=TTL)
+            if kind == "single"
+            else RedlockLock(clients, name, ttl=TTL)
+        )
         while time.time() < stop:
             lease = ours.acquire(timeout=5)
             got = time.time()
@@ -166,22 +187,32 @@ def _worker(kind: str, ports: list[int], n: int, seconds: float, out: Any) -> No
 
 def contended(ports: list[int], n: int, seconds: float) -> None:
     kinds = ["single", "redlock"] + (["pottery"] if Redlock is not None else [])
-    labels = {"single": "RedisLock (1 master)", "redlock": f"RedlockLock ({n})",
-              "pottery": f"pottery Redlock ({n})"}  # fmt: skip
+    labels = {
+        "single": "RedisLock (1 master)",
+        "redlock": f"RedlockLock ({n})",
+        "pottery": f"pottery Redlock ({n})",
+    }
     rows = []
     ctx = multiprocessing.get_context("fork")
     for kind in kinds:
         queue = ctx.Queue()
-        procs = [ctx.Process(target=_worker, args=(kind, ports, n, seconds, queue))
-                 for _ in range(8)]  # fmt: skip
+        procs = [
+            ctx.Process(target=_worker, args=(kind, ports, n, seconds, queue)) for _ in range(8)
+        ]
         for proc in procs:
             proc.start()
         spans = sorted(span for _ in procs for span in queue.get())
         for proc in procs:
             proc.join()
         gaps = [b[0] - a[1] for a, b in itertools.pairwise(spans)]
-        rows.append([labels[kind], f"{median(gaps) * 1e3:.2f}", f"{percentile(gaps, 99) * 1e3:.2f}",
-                     str(len(spans))])  # fmt: skip
+        rows.append(
+            [
+                labels[kind],
+                f"{median(gaps) * 1e3:.2f}",
+                f"{percentile(gaps, 99) * 1e3:.2f}",
+                str(len(spans)),
+            ]
+        )
     print(f"\nContended hand-off, 8 processes, 1 ms hold, {seconds:.0f} s each, {n} masters")
     print_table(["lock", "hand-off p50 ms", "p99 ms", "sections"], rows)
 
@@ -201,8 +232,10 @@ def fan_out_choices(ports: list[int], count: int) -> None:
     def redis_pool() -> None:
         token = secrets.token_hex(16)
         release_keys = lock._release_call_keys(token)
-        for script, ks, args in ((rounds.ACQUIRE, keys, [token, 10000]),
-                                 (rounds.RELEASE, release_keys, [token])):  # fmt: skip
+        for script, ks, args in (
+            (rounds.ACQUIRE, keys, [token, 10000]),
+            (rounds.RELEASE, release_keys, [token]),
+        ):
             conns = [c.connection_pool.get_connection() for c in clients]
             for conn in conns:
                 conn.send_command("EVALSHA", script.sha, len(ks), *ks, *args)
@@ -219,8 +252,11 @@ def fan_out_choices(ports: list[int], count: int) -> None:
         for _ in range(100):
             fn()
     rows = []
-    for name, fn in (("thread pool", threads), ("redis-py pool, pipelined", redis_pool),
-                     ("RedlockLock", ours)):  # fmt: skip
+    for name, fn in (
+        ("thread pool", threads),
+        ("redis-py pool, pipelined", redis_pool),
+        ("RedlockLock", ours),
+    ):
         times = []
         for _ in range(count):
             start = time.perf_counter()

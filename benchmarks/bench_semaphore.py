@@ -56,8 +56,13 @@ if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 return 1
 """
-IMPLS = ["RedisSemaphore", "RedisSemaphore fair", "RedisSemaphore barging",
-         "floor, 1 ms poll", "floor, 10 ms poll"]  # fmt: skip
+IMPLS = [
+    "RedisSemaphore",
+    "RedisSemaphore fair",
+    "RedisSemaphore barging",
+    "floor, 1 ms poll",
+    "floor, 10 ms poll",
+]
 
 Acquire = Callable[[float], Callable[[], object] | None]  # timeout -> release, or None
 _sent = itertools.count()
@@ -187,10 +192,15 @@ def measure(mode: str, impl: str, url: str, duration: float, admin: redis.Redis)
     waits = [acquired - asked for asked, acquired, _ in rows]
     counts = [len(worker) for worker in per_worker]
     return {
-        "rate": len(rows) / duration, "p50": percentile(waits, 50), "p99": percentile(waits, 99),
-        "fair": max(counts) / max(1, min(counts)), "counts": f"{max(counts)}/{min(counts)}",
-        "cmds": calls / len(rows), "trips": trips / len(rows), "open": max_open(rows),
-    }  # fmt: skip
+        "rate": len(rows) / duration,
+        "p50": percentile(waits, 50),
+        "p99": percentile(waits, 99),
+        "fair": max(counts) / max(1, min(counts)),
+        "counts": f"{max(counts)}/{min(counts)}",
+        "cmds": calls / len(rows),
+        "trips": trips / len(rows),
+        "open": max_open(rows),
+    }
 
 
 def contended(url: str, duration: float, rounds: int) -> list[list[str]]:
@@ -204,14 +214,19 @@ def contended(url: str, duration: float, rounds: int) -> list[list[str]]:
                 runs[impl].append(measure(mode, impl, url, duration, admin))
         for impl, results in runs.items():
             mid = sorted(results, key=lambda r: r["rate"])[len(results) // 2]
-            table.append([
-                mode, impl, f"{median([r['rate'] for r in results]):.0f}",
-                f"{median([r['p50'] for r in results]) * 1000:.2f}",
-                f"{median([r['p99'] for r in results]) * 1000:.2f}", mid["counts"],
-                f"{median([r['cmds'] for r in results]):.1f}",
-                f"{median([r['trips'] for r in results]):.2f}",
-                str(max(r["open"] for r in results)),
-            ])  # fmt: skip
+            table.append(
+                [
+                    mode,
+                    impl,
+                    f"{median([r['rate'] for r in results]):.0f}",
+                    f"{median([r['p50'] for r in results]) * 1000:.2f}",
+                    f"{median([r['p99'] for r in results]) * 1000:.2f}",
+                    mid["counts"],
+                    f"{median([r['cmds'] for r in results]):.1f}",
+                    f"{median([r['trips'] for r in results]):.2f}",
+                    str(max(r["open"] for r in results)),
+                ]
+            )
     admin.close()
     return table
 
@@ -254,16 +269,29 @@ def main() -> None:
     started = time.monotonic()
     with RedisServer() as server:
         info = redis.Redis.from_url(server.url).info("server")
-        print(f"redis-server {info['redis_version']}, redis-py {redis.__version__}, "
-              f"Python {platform.python_version()}, {os.cpu_count()} CPUs")  # fmt: skip
+        print(
+            f"redis-server {info['redis_version']}, redis-py {redis.__version__}, "
+            f"Python {platform.python_version()}, {os.cpu_count()} CPUs"
+        )
         idle_table = idle_waiter(server.url, idle)  # first: no other client is around yet
-        print(f"\nlimit {LIMIT}, {WORKERS} workers, {HOLD * 1000:g} ms hold; medians of "
-              f"{rounds} round(s) of {duration:g} s; wait in ms:")  # fmt: skip
+        print(
+            f"\nlimit {LIMIT}, {WORKERS} workers, {HOLD * 1000:g} ms hold; medians of "
+            f"{rounds} round(s) of {duration:g} s; wait in ms:"
+        )
         print_table(
-            ["workers", "implementation", "sections/s", "wait p50", "wait p99", "max/min",
-             "cmds/section", "round trips/section", "max open"],
+            [
+                "workers",
+                "implementation",
+                "sections/s",
+                "wait p50",
+                "wait p99",
+                "max/min",
+                "cmds/section",
+                "round trips/section",
+                "max open",
+            ],
             contended(server.url, duration, rounds),
-        )  # fmt: skip
+        )
         print(f"\nOne idle waiter blocked on a full semaphore, over {idle:g} s:")
         print_table(["implementation", "cmds/s", "round trips/s"], idle_table)
     print(f"\ntotal time {time.monotonic() - started:.1f} s")

@@ -103,8 +103,13 @@ def run(calls: int, pool: str) -> None:
                 return super().apply_async(*args, headers={"token": lease.token}, **kwargs)
 
             def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
-                lease = bare_lock.adopt(self.request.token, new_token=f"{task_id}.run",
-                                        owner="running", ttl=30, renew=True)  # fmt: skip
+                lease = bare_lock.adopt(
+                    self.request.token,
+                    new_token=f"{task_id}.run",
+                    owner="running",
+                    ttl=30,
+                    renew=True,
+                )
                 assert lease is not None
                 self.request.bare_lease = lease
 
@@ -116,12 +121,15 @@ def run(calls: int, pool: str) -> None:
                 bare_scripts.request.bare_lease.release()
 
         admin = redis.Redis.from_url(f"{base}/0")
-        with start_worker(app, pool=pool, concurrency=1, perform_ping_check=False,
-                          loglevel="WARNING"):  # fmt: skip
+        with start_worker(
+            app, pool=pool, concurrency=1, perform_ping_check=False, loglevel="WARNING"
+        ):
             tasks: list[tuple[str, Any]] = [
-                ("plain", plain), ("singleton", single), ("plain + 3 round trips", three_trips),
+                ("plain", plain),
+                ("singleton", single),
+                ("plain + 3 round trips", three_trips),
                 ("plain + the 3 scripts, bare", bare_scripts),
-            ]  # fmt: skip
+            ]
             for _, task in tasks * 20:  # warm-up: connections, scripts
                 task.delay("user-42").get(timeout=10)
             times: dict[str, list[float]] = {label: [] for label, _ in tasks}
@@ -141,16 +149,27 @@ def run(calls: int, pool: str) -> None:
     rows = []
     plain_p50 = median(times["plain"])
     for label, values in times.items():
-        rows.append([label, len(values), us(percentile(values, 50)), us(percentile(values, 90)),
-                     us(percentile(values, 99)), f"{median(values) / plain_p50:.3f}x",
-                     f"{commands[label] / calls:.1f}"])  # fmt: skip
+        rows.append(
+            [
+                label,
+                len(values),
+                us(percentile(values, 50)),
+                us(percentile(values, 90)),
+                us(percentile(values, 99)),
+                f"{median(values) / plain_p50:.3f}x",
+                f"{commands[label] / calls:.1f}",
+            ]
+        )
     print(f"delay -> result round trip, {pool} pool, {calls} interleaved calls of each\n")
-    print_table(["task", "calls", "p50 us", "p90 us", "p99 us", "p50 / plain",
-                 "Redis cmds/call"], rows)  # fmt: skip
+    print_table(
+        ["task", "calls", "p50 us", "p90 us", "p99 us", "p50 / plain", "Redis cmds/call"], rows
+    )
     ratio = median(times["singleton"]) / plain_p50
     print(f"\nsingleton / plain, ratio of medians: {ratio:.3f} (target <= 1.2)")
-    print(f"python {platform.python_version()}, {platform.machine()}, "
-          f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+    print(
+        f"python {platform.python_version()}, {platform.machine()}, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
 
 
 def main() -> None:

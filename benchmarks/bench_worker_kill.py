@@ -92,15 +92,33 @@ def plain(seconds):
 
 
 def _start(directory: str, module: str, n: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-        directory, os.environ.get("PYTHONPATH")]))}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [directory, os.environ.get("PYTHONPATH")])),
+    }
     log = open(os.path.join(directory, f"worker-{n}.log"), "ab")  # noqa: SIM115
-    args = [sys.executable, "-m", "celery", "-A", f"{module}:app", "worker", "-P", "prefork",
-            "-c", "4", "-n", f"w{n}-{uuid.uuid4().hex[:4]}@%h",
-            "-l", "info", "--without-heartbeat", "--without-gossip",
-            "--without-mingle"]  # fmt: skip
-    process = subprocess.Popen(args, cwd=directory, env=env, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        f"{module}:app",
+        "worker",
+        "-P",
+        "prefork",
+        "-c",
+        "4",
+        "-n",
+        f"w{n}-{uuid.uuid4().hex[:4]}@%h",
+        "-l",
+        "info",
+        "--without-heartbeat",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    process = subprocess.Popen(
+        args, cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     log.close()
     return process
 
@@ -123,18 +141,37 @@ def _peak(runs: list[tuple[float, float, str]]) -> int:
 
 def one_round(args: argparse.Namespace) -> dict[str, Any]:
     count, seconds, limit, interval, lock_ttl = (
-        args.tasks, args.duration, args.limit, args.interval, args.lock_ttl)  # fmt: skip
-    with RedisServer() as server, RedisServer() as other, \
-            tempfile.TemporaryDirectory() as directory:  # fmt: skip
+        args.tasks,
+        args.duration,
+        args.limit,
+        args.interval,
+        args.lock_ttl,
+    )
+    with (
+        RedisServer() as server,
+        RedisServer() as other,
+        tempfile.TemporaryDirectory() as directory,
+    ):
         base = server.url.rsplit("/", 1)[0]
         # --journal: the broker on a Redis of its own, so parked runs are journaled there
         broker = other.url.rsplit("/", 1)[0] if args.journal else base
         module = f"bench_kill_{uuid.uuid4().hex[:8]}"
         records = os.path.join(directory, "runs")
-        Path(directory, f"{module}.py").write_text(textwrap.dedent(APP.format(
-            broker=f"{broker}/1", backend=f"{broker}/2", locks=f"{base}/3", records=records,
-            limit=limit, lock_ttl=lock_ttl, standby=args.standby)) + HOOKS.format(records=records),
-            encoding="utf-8")  # fmt: skip
+        Path(directory, f"{module}.py").write_text(
+            textwrap.dedent(
+                APP.format(
+                    broker=f"{broker}/1",
+                    backend=f"{broker}/2",
+                    locks=f"{base}/3",
+                    records=records,
+                    limit=limit,
+                    lock_ttl=lock_ttl,
+                    standby=args.standby,
+                )
+            )
+            + HOOKS.format(records=records),
+            encoding="utf-8",
+        )
         sys.path.insert(0, directory)
         tasks = __import__(module)
         workers = [_start(directory, module, n) for n in range(4)]
@@ -243,11 +280,21 @@ def main() -> None:
             totals.update({f"{kind} exposed": sm.exposed, f"{kind} saved": sm.saved})
             for place, c in sm.places.items():
                 totals[f"{kind} {place}"] += c
-            rows.append([f"#{n + 1} {kind}", r["kills"], k["sent"], k["ran"], k["lost"],
-                         k["twice"], k["peak"], f"{sm.publishes:.2f}",
-                         f"{sm.exposed}/{sm.saved}", k["left"],
-                         ", ".join(f"{c} {p}" for p, c in sorted(sm.places.items()))
-                         or "-"])  # fmt: skip
+            rows.append(
+                [
+                    f"#{n + 1} {kind}",
+                    r["kills"],
+                    k["sent"],
+                    k["ran"],
+                    k["lost"],
+                    k["twice"],
+                    k["peak"],
+                    f"{sm.publishes:.2f}",
+                    f"{sm.exposed}/{sm.saved}",
+                    k["left"],
+                    ", ".join(f"{c} {p}" for p, c in sorted(sm.places.items())) or "-",
+                ]
+            )
             losses += [f"#{n + 1} {kind} {line}" for line in sm.lines]
         print(
             f"round {n + 1}: lost {b['lost']} bounded / {p['lost']} plain"
@@ -261,13 +308,28 @@ def main() -> None:
         f"{args.lock_ttl:g}s; broker "
         f"{'on its own Redis (journal on)' if args.journal else 'on the lock Redis'}\n"
     )
-    print_table(["round", "kills", "sent", "ran", "lost", "ran twice", "peak", "msgs/task",
-                 "in killed main/ran", "left in Redis",
-                 "lost where (orig: Celery's, repub: ours)"],
-                rows)  # fmt: skip
+    print_table(
+        [
+            "round",
+            "kills",
+            "sent",
+            "ran",
+            "lost",
+            "ran twice",
+            "peak",
+            "msgs/task",
+            "in killed main/ran",
+            "left in Redis",
+            "lost where (orig: Celery's, repub: ours)",
+        ],
+        rows,
+    )
     print("\n" + "\n".join(losses) if losses else "")
-    ours = sum(c for key, c in totals.items() if key.startswith("bounded repub ")
-               and not key.endswith(" running"))  # fmt: skip
+    ours = sum(
+        c
+        for key, c in totals.items()
+        if key.startswith("bounded repub ") and not key.endswith(" running")
+    )
     print(
         f"total lost: {totals['bounded']} bounded, {totals['plain']} plain ({args.rounds} "
         f"rounds); in a killed main at its kill (and ran all the same): bounded "
@@ -279,8 +341,10 @@ def main() -> None:
         f"a run killed while running is lost bounded or not (its pool child dies with "
         f"its main)"
     )
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
-          f"{os.getloadavg()[0]:.2f}")  # fmt: skip
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.2f}"
+    )
 
 
 if __name__ == "__main__":

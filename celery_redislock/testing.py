@@ -106,16 +106,24 @@ class RedisServer:
     def _start(self, ready_timeout: float) -> None:
         args = [
             self.executable,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", self._dir,
-            "--daemonize", "no",
-            "--loglevel", "warning",
-            "--logfile", os.path.join(self._dir, "redis.log"),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            self._dir,
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+            "--logfile",
+            os.path.join(self._dir, "redis.log"),
             *self.extra_args,
-        ]  # fmt: skip
+        ]
         # A session of its own: a Ctrl-C sent to the caller's terminal must not kill
         # the server before the caller's own orderly shutdown has used it.
         self.process = subprocess.Popen(

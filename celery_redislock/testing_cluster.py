@@ -57,12 +57,16 @@ class LocalCluster:
         executable: str | None = None,
     ) -> None:
         args = [
-            "--cluster-enabled", "yes",
-            "--cluster-config-file", "nodes.conf",  # in the server's own --dir
-            "--cluster-node-timeout", str(node_timeout_ms),
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",  # in the server's own --dir
+            "--cluster-node-timeout",
+            str(node_timeout_ms),
             # A replica may always take over, however long since it heard its primary.
-            "--cluster-replica-validity-factor", "0",
-        ]  # fmt: skip
+            "--cluster-replica-validity-factor",
+            "0",
+        ]
         self._executable = executable or find_redis_server()
         self._args = args
         self.version = _version(self._executable)
@@ -118,8 +122,11 @@ class LocalCluster:
                 self._call(first, "CLUSTER", "MEET", "127.0.0.1", node.port, bus)
             # A replica can follow its primary only once it knows it (MEET propagates
             # by gossip).
-            self._until(lambda: all(self._knows_all(node) for node in self.nodes), timeout,
-                        "every node to know every other")  # fmt: skip
+            self._until(
+                lambda: all(self._knows_all(node) for node in self.nodes),
+                timeout,
+                "every node to know every other",
+            )
             for index, node in enumerate(self.nodes[self.primaries :]):
                 primary = self.nodes[index % self.primaries]
                 self._call(node, "CLUSTER", "REPLICATE", self._ids[primary.port])
@@ -251,8 +258,11 @@ class LocalCluster:
     def _primaries(self) -> list[RedisServer]:
         with self.node_client(self.running()[0]) as client:
             table = _node_table(client)
-        return [node for node in self.running()
-                if "master" in table[node.port]["flags"] and table[node.port]["slots"]]  # fmt: skip
+        return [
+            node
+            for node in self.running()
+            if "master" in table[node.port]["flags"] and table[node.port]["slots"]
+        ]
 
     def _healthy(self) -> bool:
         views = {self._view(node) for node in self.running()}

@@ -80,9 +80,10 @@ def slot_view(
             return None
         rows = {p: row for p, row in node_table(client).items() if p in running}
         if len(rows) != len(running) or any(
-            flag in row["flags"] for row in rows.values()
+            flag in row["flags"]
+            for row in rows.values()
             for flag in ("fail", "handshake", "noaddr")
-        ):  # fmt: skip
+        ):
             return None
         myself = rows[port]
         if "slave" in myself["flags"] and (

@@ -40,7 +40,6 @@ from .testing_spawn import log_tail, node_config, sentinel_config, spawn
 __all__ = ["SentinelGroup"]
 
 
-
 class SentinelGroup:
     """One primary, ``replicas`` replicas and ``sentinels`` Sentinels (context manager).
 
@@ -128,8 +127,13 @@ class SentinelGroup:
     def node_client(self, port: int, timeout: float = 2.0) -> Any:
         """A plain client of one data node (or Sentinel), without redis-py's retries:
         a paused node must cost one ``timeout``, not eleven."""
-        return redis.Redis(host=_HOST, port=port, socket_timeout=timeout,
-                           socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))  # fmt: skip
+        return redis.Redis(
+            host=_HOST,
+            port=port,
+            socket_timeout=timeout,
+            socket_connect_timeout=1,
+            retry=Retry(NoBackoff(), 0),
+        )
 
     # -- faults -----------------------------------------------------------------------
 
@@ -151,9 +155,10 @@ class SentinelGroup:
             finally:
                 client.close()
             settled = state.get("is_master") and not (
-                state.get("is_sdown") or state.get("is_odown")
+                state.get("is_sdown")
+                or state.get("is_odown")
                 or "failover_in_progress" in str(state.get("flags", ""))
-            )  # fmt: skip
+            )
             named.add(int(state["port"]) if settled else None)
         if len(named) != 1:
             return None
@@ -271,8 +276,15 @@ class SentinelGroup:
         self._processes[port] = spawn(self.executable, self._dir, port, lines, sentinel=False)
 
     def _start_sentinel(self, port: int, primary: int) -> None:
-        lines = sentinel_config(port, self._dir, self.master_name, primary, self.quorum,
-                                self.down_after_ms, self.failover_timeout_ms)  # fmt: skip
+        lines = sentinel_config(
+            port,
+            self._dir,
+            self.master_name,
+            primary,
+            self.quorum,
+            self.down_after_ms,
+            self.failover_timeout_ms,
+        )
         self._processes[port] = spawn(self.executable, self._dir, port, lines, sentinel=True)
 
     def log_tail(self, port: int, lines: int = 20) -> str:

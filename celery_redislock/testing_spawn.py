@@ -24,32 +24,49 @@ HOST = "127.0.0.1"
 def node_config(port: int, directory: str, primary: int | None) -> list[str]:
     """The config lines of a data node (a replica of ``primary`` unless None)."""
     lines = [
-        f"port {port}", f"bind {HOST}", 'save ""', "appendonly no",
-        f"dir {directory}", f"dbfilename dump-{port}.rdb",
-        f"logfile {directory}/redis-{port}.log", "loglevel notice",
-        "repl-diskless-sync yes", "repl-diskless-sync-delay 0",
-    ]  # fmt: skip
+        f"port {port}",
+        f"bind {HOST}",
+        'save ""',
+        "appendonly no",
+        f"dir {directory}",
+        f"dbfilename dump-{port}.rdb",
+        f"logfile {directory}/redis-{port}.log",
+        "loglevel notice",
+        "repl-diskless-sync yes",
+        "repl-diskless-sync-delay 0",
+    ]
     if primary is not None:
         lines.append(f"replicaof {HOST} {primary}")
     return lines
 
 
-def sentinel_config(port: int, directory: str, name: str, primary: int, quorum: int,
-                    down_after_ms: int, failover_timeout_ms: int) -> list[str]:  # fmt: skip
+def sentinel_config(
+    port: int,
+    directory: str,
+    name: str,
+    primary: int,
+    quorum: int,
+    down_after_ms: int,
+    failover_timeout_ms: int,
+) -> list[str]:
     """The config lines of a Sentinel watching ``primary`` as ``name``."""
     return [
-        f"port {port}", f"bind {HOST}", f"dir {directory}",
-        f"logfile {directory}/sentinel-{port}.log", "loglevel notice",
+        f"port {port}",
+        f"bind {HOST}",
+        f"dir {directory}",
+        f"logfile {directory}/sentinel-{port}.log",
+        "loglevel notice",
         "sentinel resolve-hostnames no",
         f"sentinel monitor {name} {HOST} {primary} {quorum}",
         f"sentinel down-after-milliseconds {name} {down_after_ms}",
         f"sentinel failover-timeout {name} {failover_timeout_ms}",
         f"sentinel parallel-syncs {name} 2",
-    ]  # fmt: skip
+    ]
 
 
-def spawn(executable: str, directory: str, port: int, lines: list[str], *,
-          sentinel: bool) -> subprocess.Popen[bytes]:  # fmt: skip
+def spawn(
+    executable: str, directory: str, port: int, lines: list[str], *, sentinel: bool
+) -> subprocess.Popen[bytes]:
     """Start ``redis-server`` (``--sentinel``) from ``lines`` and wait until it answers."""
     # A Sentinel rewrites its config file: each process gets its own.
     path = os.path.join(directory, f"{'sentinel' if sentinel else 'redis'}-{port}.conf")
@@ -58,12 +75,20 @@ def spawn(executable: str, directory: str, port: int, lines: list[str], *,
     args = [executable, path, *(["--sentinel"] if sentinel else [])]
     # A session of its own, as RedisServer: a Ctrl-C to the caller kills nothing.
     process = subprocess.Popen(
-        args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        args,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 15
-    client = redis.Redis(host=HOST, port=port, socket_timeout=0.5, socket_connect_timeout=1,
-                         retry=Retry(NoBackoff(), 0))  # fmt: skip
+    client = redis.Redis(
+        host=HOST,
+        port=port,
+        socket_timeout=0.5,
+        socket_connect_timeout=1,
+        retry=Retry(NoBackoff(), 0),
+    )
     try:
         while True:
             with contextlib.suppress(redis.ConnectionError):

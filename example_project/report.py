@@ -86,13 +86,15 @@ def _nightly(f: Findings) -> Section:
     lines = [
         f"1. nightly_report (@singleton_task): beat fires it every {f.report_every:g}s "
         f"for {f.duration:g}s; a run takes {f.report_seconds:g}s",
-        *_table([
-            ("runs", len(runs), f"({_per_worker(runs)})"),
-            ("beat ticks refused", refused, "(got the running copy's AsyncResult back)"),
-            ("copies skipped by a worker", skipped, ""),
-            ("max at once", max_at_once(runs), f"-> {pairs} overlapping runs"),
-        ]),
-    ]  # fmt: skip
+        *_table(
+            [
+                ("runs", len(runs), f"({_per_worker(runs)})"),
+                ("beat ticks refused", refused, "(got the running copy's AsyncResult back)"),
+                ("copies skipped by a worker", skipped, ""),
+                ("max at once", max_at_once(runs), f"-> {pairs} overlapping runs"),
+            ]
+        ),
+    ]
     if "beat" in f.log_samples:
         lines.append(f"  beat's log: {f.log_samples['beat']}")
     ok = pairs == 0 and len(runs) >= 2 and refused >= 1
@@ -112,16 +114,24 @@ def _sync(f: Findings) -> Section:
     lines = [
         f"2. sync_user(user_id) (@singleton_task): {burst.calls_made} calls for "
         f"{burst.users} users from {burst.threads} request threads",
-        *_table([
-            ("calls that sent a task", len(burst.sent), ""),
-            ("calls given the existing one", burst.returned_existing,
-             f"(AsyncResult of the queued/running copy; {signalled} signalled)"),
-            ("calls that raised", len(burst.errors), ""),
-            ("runs", len(runs), f"(per user {counts})"),
-            ("max at once per user", most,
-             f"-> {pairs} overlapping runs; {max_at_once(runs)} users at once at most"),
-        ]),
-    ]  # fmt: skip
+        *_table(
+            [
+                ("calls that sent a task", len(burst.sent), ""),
+                (
+                    "calls given the existing one",
+                    burst.returned_existing,
+                    f"(AsyncResult of the queued/running copy; {signalled} signalled)",
+                ),
+                ("calls that raised", len(burst.errors), ""),
+                ("runs", len(runs), f"(per user {counts})"),
+                (
+                    "max at once per user",
+                    most,
+                    f"-> {pairs} overlapping runs; {max_at_once(runs)} users at once at most",
+                ),
+            ]
+        ),
+    ]
     synced = all(str(value).endswith("synced") for value in burst.results.values())
     ok = (
         pairs == 0
@@ -146,13 +156,18 @@ def _partner(f: Findings) -> Section:
     lines = [
         f"3. call_partner_api(n) (@bounded_task(concurrency_limit={limit}, "
         f'concurrency_key="partner-api")): {f.partner_calls} calls at once',
-        *_table([
-            ("runs", len(runs), f"({_per_worker(runs)})"),
-            ("re-scheduled (pool full)", rescheduled,
-             "(back to the queue for a moment; not a retry)"),
-            ("max at once", most, f"(limit {limit})"),
-        ]),
-    ]  # fmt: skip
+        *_table(
+            [
+                ("runs", len(runs), f"({_per_worker(runs)})"),
+                (
+                    "re-scheduled (pool full)",
+                    rescheduled,
+                    "(back to the queue for a moment; not a retry)",
+                ),
+                ("max at once", most, f"(limit {limit})"),
+            ]
+        ),
+    ]
     if "worker" in f.log_samples:
         lines.append(f"  a worker's log: {f.log_samples['worker']}")
     returned = sorted(map(str, f.partner_results)) == sorted(map(str, range(f.partner_calls)))

@@ -21,9 +21,7 @@ from tests.faults import FaultProxy
 # The processes the tests start (celery workers, the CLI) import the package of this
 # checkout, as the tests do: the venv's editable install may point at another worktree.
 _CHECKOUT = str(Path(__file__).resolve().parents[1])
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    filter(None, [_CHECKOUT, os.environ.get("PYTHONPATH")])
-)
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_CHECKOUT, os.environ.get("PYTHONPATH")]))
 
 
 @pytest.fixture(scope="session")

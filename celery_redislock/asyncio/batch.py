@@ -77,8 +77,9 @@ class _Batch:
         room = max(0, MAX_IN_FLIGHT - self.flying) * MAX_BATCH
         self.items = items[room:] if client is not None else []
         loop = asyncio.get_running_loop()
-        for start in range(0, min(len(items), room) if client is not None else len(items),
-                           MAX_BATCH):  # fmt: skip
+        for start in range(
+            0, min(len(items), room) if client is not None else len(items), MAX_BATCH
+        ):
             part = items[start : start + MAX_BATCH]
             if client is None or len(part) == 1:
                 _alone(part)
@@ -102,8 +103,13 @@ def _spawn(loop: asyncio.AbstractEventLoop, coroutine: Any) -> asyncio.Task[None
     return task
 
 
-async def batched_call(script: LuaScript, client: Any, keys: list[Any], args: list[Any],
-                       on_reply: OnReply | None = None) -> Any:  # fmt: skip
+async def batched_call(
+    script: LuaScript,
+    client: Any,
+    keys: list[Any],
+    args: list[Any],
+    on_reply: OnReply | None = None,
+) -> Any:
     """``call(script, client, keys, args)``, sent with the other such calls of this
     loop's turn (see the module docs); a cluster or single-connection client calls
     alone. ``on_reply`` is called with the reply once, as soon as
@@ -189,8 +195,9 @@ async def _send(script: LuaScript, client: Any, items: list[_Item]) -> None:
             await pool.release(conn)
 
 
-async def _round(script: LuaScript, conn: Any, items: list[_Item],
-                 deadline: float | None) -> list[_Item]:  # fmt: skip
+async def _round(
+    script: LuaScript, conn: Any, items: list[_Item], deadline: float | None
+) -> list[_Item]:
     """One write of ``items`` and their replies read; those answered NOSCRIPT."""
     if not items:
         return []

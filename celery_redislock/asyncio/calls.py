@@ -25,8 +25,13 @@ from . import wire
 __all__ = ["call"]
 
 
-async def call(script: LuaScript, client: Any, keys: list[Any], args: list[Any],
-               sends: list[None] | None = None) -> Any:  # fmt: skip
+async def call(
+    script: LuaScript,
+    client: Any,
+    keys: list[Any],
+    args: list[Any],
+    sends: list[None] | None = None,
+) -> Any:
     """``script(client, keys, args)`` through a ``redis.asyncio`` client: the same call
     and the same stamp check, awaited, on one connection held for the call (see the
     module docs). A call interrupted between sending and reading (a cancellation)
@@ -39,8 +44,9 @@ async def call(script: LuaScript, client: Any, keys: list[Any], args: list[Any],
     deadline = _DEADLINE.get()
     if deadline is None:
         return await _call(script, client, keys, args, None, sends)
-    return await by_deadline(_call(script, client, keys, args, deadline, sends), deadline,
-                             script.name)  # fmt: skip
+    return await by_deadline(
+        _call(script, client, keys, args, deadline, sends), deadline, script.name
+    )
 
 
 async def by_deadline(awaitable: Awaitable[Any], deadline: float, name: str) -> Any:
@@ -61,8 +67,14 @@ async def by_deadline(awaitable: Awaitable[Any], deadline: float, name: str) -> 
         raise DeadlinePassed(f"{name}: Redis did not answer before the deadline") from exc
 
 
-async def _call(script: LuaScript, client: Any, keys: list[Any], args: list[Any],
-                deadline: float | None, sends: list[None] | None) -> Any:  # fmt: skip
+async def _call(
+    script: LuaScript,
+    client: Any,
+    keys: list[Any],
+    args: list[Any],
+    deadline: float | None,
+    sends: list[None] | None,
+) -> Any:
     pool = getattr(client, "connection_pool", None)
     if pool is None or getattr(client, "connection", None) is not None:
         return await _via_client(script, client, keys, args)  # cluster, single
@@ -97,8 +109,15 @@ async def _call(script: LuaScript, client: Any, keys: list[Any], args: list[Any]
             await pool.release(conn)  # stopped the disconnect above)
 
 
-async def _on(script: LuaScript, conn: Any, packed: bytes, keys: list[Any], args: list[Any],
-              deadline: float | None, sends: list[None] | None) -> Any:  # fmt: skip
+async def _on(
+    script: LuaScript,
+    conn: Any,
+    packed: bytes,
+    keys: list[Any],
+    args: list[Any],
+    deadline: float | None,
+    sends: list[None] | None,
+) -> Any:
     for attempt in (1, 2):
         if sends is not None:
             sends.append(None)

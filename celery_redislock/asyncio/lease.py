@@ -71,8 +71,9 @@ class AsyncLease(LeaseState):
         granted_at: float | None = None,
         on_lost: AsyncOnLost | None = None,
     ) -> None:
-        super().__init__(holder, token, fence, ttl, owner=owner, granted_at=granted_at,
-                         on_lost=on_lost)  # fmt: skip
+        super().__init__(
+            holder, token, fence, ttl, owner=owner, granted_at=granted_at, on_lost=on_lost
+        )
         self._loop = asyncio.get_running_loop()
         self._lost_event: asyncio.Event | None = None
 
@@ -226,5 +227,3 @@ class AsyncLease(LeaseState):
     def __repr__(self) -> str:
         state = "lost" if self._lost else "released" if self._released else "held"
         return f"<AsyncLease {self.name!r} fence={self.fence} {state}>"
-
-

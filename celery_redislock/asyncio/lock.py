@@ -77,9 +77,17 @@ class AsyncRedisLock(AsyncPrimitive):
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
         wait_aof: bool = False,
     ) -> None:
-        super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold,
-                         min_replicas=min_replicas, replica_timeout=replica_timeout,
-                         wait_aof=wait_aof)  # fmt: skip
+        super().__init__(
+            client,
+            name,
+            ttl=ttl,
+            prefix=prefix,
+            renew=renew,
+            max_hold=max_hold,
+            min_replicas=min_replicas,
+            replica_timeout=replica_timeout,
+            wait_aof=wait_aof,
+        )
         self._scripts = scripts = LockScripts(self._client, self._keys)
         self._acquire_keys = scripts.acquire_keys
         self._channel = scripts.channel
@@ -102,8 +110,9 @@ class AsyncRedisLock(AsyncPrimitive):
         ``owner``. Cancelled at any ``await``, it leaves no lease and no queued waiter
         behind (see :mod:`.primitive`).
         """
-        lease, _ = await self._acquire(acquire_deadline(blocking, timeout), owner, ttl,
-                                       renew, on_lost, max_hold)  # fmt: skip
+        lease, _ = await self._acquire(
+            acquire_deadline(blocking, timeout), owner, ttl, renew, on_lost, max_hold
+        )
         return lease
 
     async def try_acquire(
@@ -155,21 +164,28 @@ class AsyncRedisLock(AsyncPrimitive):
                     if grant is None:
                         reply = answer
                         if deadline is not None and deadline > time.monotonic():
-                            grant = await self._wait(token, owner, ttl_ms, channel, reply,
-                                                     deadline, check)  # fmt: skip
+                            grant = await self._wait(
+                                token, owner, ttl_ms, channel, reply, deadline, check
+                            )
                 check()
         except BaseException:
             await self._give_up(token)
             raise
         if grant is None:
             return None, refusal_holder(reply)
-        lease = self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
-                                max_hold)  # fmt: skip
+        lease = self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost, max_hold)
         return lease, None
 
-    async def _wait(self, token: str, owner: str | None, ttl_ms: int, channel: str,
-                    reply: list[Any], deadline: float,
-                    check: Callable[[], None]) -> Grant | None:  # fmt: skip
+    async def _wait(
+        self,
+        token: str,
+        owner: str | None,
+        ttl_ms: int,
+        channel: str,
+        reply: list[Any],
+        deadline: float,
+        check: Callable[[], None],
+    ) -> Grant | None:
         client, keys = self._client, self._acquire_keys
         args = self._scripts.wait_args(token, ttl_ms, owner)
 
@@ -184,10 +200,14 @@ class AsyncRedisLock(AsyncPrimitive):
             return refusal_wait_ms(answer)
 
         return await wait_until_granted(
-            AsyncNotifier.for_client(client), channel, token, attempt,
-            lambda: self._leave(token), None if deadline == math.inf else deadline,
+            AsyncNotifier.for_client(client),
+            channel,
+            token,
+            attempt,
+            lambda: self._leave(token),
+            None if deadline == math.inf else deadline,
             poll_slice(ttl_ms),
-        )  # fmt: skip
+        )
 
     async def adopt(
         self,
@@ -212,8 +232,9 @@ class AsyncRedisLock(AsyncPrimitive):
         grant = adopt_reply(await call(ADOPT, self._client, keys, args), sent_at, ttl_ms)
         if grant is None:
             return None
-        return self._new_lease(new_token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
-                               max_hold)  # fmt: skip
+        return self._new_lease(
+            new_token, grant[0], ttl_ms, owner, grant[1], renew, on_lost, max_hold
+        )
 
     async def release_owner(self, owner: str) -> int:
         """Release every lease of the lock if its owner id is ``owner``; how many."""
@@ -235,8 +256,7 @@ class AsyncRedisLock(AsyncPrimitive):
 
     async def info(self) -> PrimitiveInfo:
         """The lock's holders, owner, fence and number of waiters, read-only."""
-        reply = await call(INFO, self._client, self._scripts.info_keys,
-                                      LockScripts.info_args())  # fmt: skip
+        reply = await call(INFO, self._client, self._scripts.info_keys, LockScripts.info_args())
         return info_reply(self.name, reply)
 
     def __repr__(self) -> str:

@@ -289,10 +289,12 @@ class AsyncNotifier:
             if not entry.sent and entry.waiters:
                 await self._subscribe(channel, entry)
         idle = [
-            channel for channel, entry in self._channels.items()
-            if not entry.waiters and entry.idle_since is not None
+            channel
+            for channel, entry in self._channels.items()
+            if not entry.waiters
+            and entry.idle_since is not None
             and now - entry.idle_since > IDLE_UNSUBSCRIBE
-        ]  # fmt: skip
+        ]
         for channel in idle:
             del self._channels[channel]
         if idle and self._pubsub is not None:

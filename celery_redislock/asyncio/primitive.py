@@ -107,8 +107,9 @@ class AsyncPrimitive(PrimitiveBase):
             _CLIENT_CLASSES.add(check_async_client(client).__class__)
         return client
 
-    async def acquire(self, blocking: bool = True, timeout: float | None = None,
-                      owner: str | None = None) -> AsyncLease | None:  # fmt: skip
+    async def acquire(
+        self, blocking: bool = True, timeout: float | None = None, owner: str | None = None
+    ) -> AsyncLease | None:
         """Take a lease (see the subclass)."""
         raise NotImplementedError
 
@@ -136,12 +137,21 @@ class AsyncPrimitive(PrimitiveBase):
 
     # -- for the subclasses -----------------------------------------------------------
 
-    def _new_lease(self, token: str, fence: int, ttl_ms: int, owner: str | None,
-                   sent_at: float, renew: bool | None, on_lost: AsyncOnLost | None,
-                   max_hold: float | None) -> AsyncLease:  # fmt: skip
+    def _new_lease(
+        self,
+        token: str,
+        fence: int,
+        ttl_ms: int,
+        owner: str | None,
+        sent_at: float,
+        renew: bool | None,
+        on_lost: AsyncOnLost | None,
+        max_hold: float | None,
+    ) -> AsyncLease:
         """The lease for a grant, handed to the loop's renewer when renewal is on."""
-        lease = AsyncLease(self, token, fence, ttl_ms / 1000.0, owner=owner,
-                           granted_at=sent_at, on_lost=on_lost)  # fmt: skip
+        lease = AsyncLease(
+            self, token, fence, ttl_ms / 1000.0, owner=owner, granted_at=sent_at, on_lost=on_lost
+        )
         if self.renew if renew is None else renew:
             keep_alive_async(lease, self, max_hold)  # type: ignore[arg-type]
         return lease
@@ -188,8 +198,9 @@ class AsyncPrimitive(PrimitiveBase):
                 await self._release_token(token)
         except (RedisError, OSError) as exc:
             # Unreachable: the waiter's heartbeat lapses and any lease expires.
-            log.warning("celery_redislock: giving up %s on %r failed: %r",
-                        self.kind, self.name, exc)  # fmt: skip
+            log.warning(
+                "celery_redislock: giving up %s on %r failed: %r", self.kind, self.name, exc
+            )
         if late:
             self._spawn(self._late_clean_up(token))
 

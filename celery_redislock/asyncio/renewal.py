@@ -138,8 +138,9 @@ class AsyncRenewer:
                 return
             error = failure(exc, items)
         lost: Lost = []
-        self._schedule.answered(batch_replies(items, renewed, error), sent_at, error,
-                                time.monotonic(), lost)  # fmt: skip
+        self._schedule.answered(
+            batch_replies(items, renewed, error), sent_at, error, time.monotonic(), lost
+        )
         report(lost)
 
 

@@ -75,9 +75,17 @@ class AsyncRedisSemaphore(AsyncPrimitive):
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
         wait_aof: bool = False,
     ) -> None:
-        super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold,
-                         min_replicas=min_replicas, replica_timeout=replica_timeout,
-                         wait_aof=wait_aof)  # fmt: skip
+        super().__init__(
+            client,
+            name,
+            ttl=ttl,
+            prefix=prefix,
+            renew=renew,
+            max_hold=max_hold,
+            min_replicas=min_replicas,
+            replica_timeout=replica_timeout,
+            wait_aof=wait_aof,
+        )
         self._limit = check_positive_int(limit, "limit")
         self._fair = check_bool(fair, "fair")
         self._scripts = SemaphoreScripts(self._client, self._keys, self._limit, self._fair)
@@ -140,18 +148,21 @@ class AsyncRedisSemaphore(AsyncPrimitive):
                     if notifier is None or deadline is None:
                         return None
                     grant = await wait_until_granted(
-                        notifier, channel, token, attempt,
-                        lambda: self._leave(token), None if deadline == math.inf else deadline,
+                        notifier,
+                        channel,
+                        token,
+                        attempt,
+                        lambda: self._leave(token),
+                        None if deadline == math.inf else deadline,
                         poll_slice(ttl_ms),
-                    )  # fmt: skip
+                    )
                 check()
                 if grant is None:
                     return None
         except BaseException:
             await self._give_up(token)
             raise
-        return self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
-                               max_hold)  # fmt: skip
+        return self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost, max_hold)
 
     async def available(self) -> int:
         """Permits not held by a live lease, under this object's limit (read-only)."""
@@ -169,8 +180,9 @@ class AsyncRedisSemaphore(AsyncPrimitive):
 
     async def info(self) -> PrimitiveInfo:
         """Live leases with their TTL left, the waiters and the stored limit, read-only."""
-        reply = await call(INFO, self._client, self._scripts.info_keys,
-                                      SemaphoreScripts.info_args())  # fmt: skip
+        reply = await call(
+            INFO, self._client, self._scripts.info_keys, SemaphoreScripts.info_args()
+        )
         return info_reply(self.name, self._limit, reply)
 
     def __repr__(self) -> str:
@@ -179,18 +191,20 @@ class AsyncRedisSemaphore(AsyncPrimitive):
 
     # -- one round trip each ----------------------------------------------------------
 
-    async def _attempt(self, token: str, owner: str, ttl_ms: int,
-                       wait: bool) -> tuple[int, int, int, int]:  # fmt: skip
+    async def _attempt(
+        self, token: str, owner: str, ttl_ms: int, wait: bool
+    ) -> tuple[int, int, int, int]:
         scripts = self._scripts
         args = scripts.acquire_args(token, owner, ttl_ms, wait)
-        reply = acquire_reply(await batched_call(ACQUIRE, self._client, scripts.acquire_keys,
-                                                 args))  # fmt: skip
+        reply = acquire_reply(await batched_call(ACQUIRE, self._client, scripts.acquire_keys, args))
         if reply[2] and not self._warned_limit:
             self._warned_limit = True
             log.warning(
                 "celery_redislock: semaphore %r was limited to %s; now enforcing limit=%s",
-                self.name, reply[2], self._limit,
-            )  # fmt: skip
+                self.name,
+                reply[2],
+                self._limit,
+            )
         return reply
 
     async def _leave(self, token: str) -> int:

@@ -96,8 +96,7 @@ def closed(conn: Any) -> bool:
     reader, writer = getattr(conn, "_reader", None), getattr(conn, "_writer", None)
     if reader is None or writer is None:
         return False  # not connected: its send connects it
-    return bool(reader.at_eof() or reader.exception() is not None
-                or writer.transport.is_closing())  # fmt: skip
+    return bool(reader.at_eof() or reader.exception() is not None or writer.transport.is_closing())
 
 
 async def put_back(pool: Any, conn: Any, loop: asyncio.AbstractEventLoop) -> None:
@@ -204,8 +203,9 @@ class _Watch:
         self.timer: Callable[[], asyncio.TimerHandle | None] = _none
         self.loop: Callable[[], asyncio.AbstractEventLoop | None] = _none  # the timer's
 
-    def start(self, loop: asyncio.AbstractEventLoop, expires: float,
-              abort: Callable[[], None]) -> None:  # fmt: skip
+    def start(
+        self, loop: asyncio.AbstractEventLoop, expires: float, abort: Callable[[], None]
+    ) -> None:
         """A read begins: abort it at ``expires`` (loop time) unless it ended."""
         self.expires, self.abort = expires, abort
         timer = self.timer()

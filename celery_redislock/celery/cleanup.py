@@ -57,9 +57,15 @@ def guards_of(task: Any) -> tuple[Guard, ...]:
 def _our_headers(headers: Any) -> dict[str, str]:
     # Every redislock_* header (the Cleanup contract), not only HEADERS: a parked run's
     # park token (redislock_park) too, which the bounded guard needs when it is revoked.
-    return {k: v for k, v in headers.items()
+    return (
+        {
+            k: v
+            for k, v in headers.items()
             if k in HEADERS or (isinstance(k, str) and k.startswith("redislock_"))
-            } if headers else {}  # fmt: skip
+        }
+        if headers
+        else {}
+    )
 
 
 def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
@@ -91,13 +97,18 @@ def _dispatch(task: AnyTask, event: Cleanup) -> None:
         try:
             guard.cleanup(task, event)
         except Exception:
-            logger.exception("celery_redislock: cleanup after %s of %s[%s] failed; its "
-                             "leases expire by themselves", event.event, task.name,
-                             event.task_id)  # fmt: skip
+            logger.exception(
+                "celery_redislock: cleanup after %s of %s[%s] failed; its "
+                "leases expire by themselves",
+                event.event,
+                task.name,
+                event.task_id,
+            )
 
 
-def _on_revoked(sender: Any = None, request: Any = None, terminated: bool = False,
-                **_: Any) -> None:  # fmt: skip
+def _on_revoked(
+    sender: Any = None, request: Any = None, terminated: bool = False, **_: Any
+) -> None:
     if not guards_of(sender) or request is None or not request.id:
         return
     # The revoked message's own headers too: one revoked (or expired) on receipt was
@@ -109,8 +120,14 @@ def _on_revoked(sender: Any = None, request: Any = None, terminated: bool = Fals
     _dispatch(sender, Cleanup(request.id, event, deliveries, request.args, request.kwargs))
 
 
-def _on_failure(sender: Any = None, task_id: str | None = None, exception: Any = None,
-                args: Any = None, kwargs: Any = None, **_: Any) -> None:  # fmt: skip
+def _on_failure(
+    sender: Any = None,
+    task_id: str | None = None,
+    exception: Any = None,
+    args: Any = None,
+    kwargs: Any = None,
+    **_: Any,
+) -> None:
     if not isinstance(exception, (WorkerLostError, TimeLimitExceeded)):
         return  # an ordinary failure: the run released in __call__
     if not guards_of(sender) or not task_id:
@@ -136,11 +153,9 @@ def _on_postrun(sender: Any = None, state: str | None = None, **_: Any) -> None:
 
 def connect() -> None:
     """Connect the receivers (idempotent: each has a ``dispatch_uid``)."""
-    signals.task_received.connect(_on_received, weak=False,
-                                  dispatch_uid="celery_redislock.received")  # fmt: skip
-    signals.task_revoked.connect(_on_revoked, weak=False,
-                                 dispatch_uid="celery_redislock.revoked")  # fmt: skip
-    signals.task_failure.connect(_on_failure, weak=False,
-                                 dispatch_uid="celery_redislock.failure")  # fmt: skip
-    signals.task_postrun.connect(_on_postrun, weak=False,
-                                 dispatch_uid="celery_redislock.postrun")  # fmt: skip
+    signals.task_received.connect(
+        _on_received, weak=False, dispatch_uid="celery_redislock.received"
+    )
+    signals.task_revoked.connect(_on_revoked, weak=False, dispatch_uid="celery_redislock.revoked")
+    signals.task_failure.connect(_on_failure, weak=False, dispatch_uid="celery_redislock.failure")
+    signals.task_postrun.connect(_on_postrun, weak=False, dispatch_uid="celery_redislock.postrun")

@@ -36,8 +36,7 @@ from .config import CLIENT_KEYS, conf_fingerprint
 from .identity import IdentityCache
 from .sentinel import SENTINEL_SCHEME, is_sentinel_url, masked_url, sentinel_client
 
-__all__ = ["connection_source", "get_redis", "redis_url", "replica_options",
-           "transport_options"]
+__all__ = ["connection_source", "get_redis", "redis_url", "replica_options", "transport_options"]
 
 _REDIS_SCHEMES: Final = frozenset({"redis", "rediss", "unix", "redis+socket"})
 _SCHEMES: Final = _REDIS_SCHEMES | {SENTINEL_SCHEME}
@@ -45,9 +44,7 @@ _OWN_OPTIONS: Final = "redislock_transport_options"
 
 # app -> (pid, url, options, client, conf fingerprint); weak, so a discarded app frees
 # its pool.
-_clients: IdentityCache[tuple[int, str, dict[str, Any], Any, Hashable | None]] = (
-    IdentityCache()
-)
+_clients: IdentityCache[tuple[int, str, dict[str, Any], Any, Hashable | None]] = IdentityCache()
 
 
 def redis_url(app: Celery) -> str:
@@ -155,8 +152,12 @@ def get_redis(app: Celery) -> Any:
     cached = _clients.get(app)
     # Fast path, taken on every task call: the settings did not change since.
     fingerprint = conf_fingerprint(app, CLIENT_KEYS)
-    if (cached is not None and fingerprint is not None and cached[0] == pid
-            and cached[4] == fingerprint):  # fmt: skip
+    if (
+        cached is not None
+        and fingerprint is not None
+        and cached[0] == pid
+        and cached[4] == fingerprint
+    ):
         return cached[3]
     url, setting = connection_source(app)
     options = _client_options(app, url)
@@ -182,8 +183,7 @@ def get_redis(app: Celery) -> Any:
     return client
 
 
-_REPLICA_KEYS: Final = ("redislock_min_replicas", "redislock_replica_timeout",
-                        "redislock_wait_aof")  # fmt: skip
+_REPLICA_KEYS: Final = ("redislock_min_replicas", "redislock_replica_timeout", "redislock_wait_aof")
 _replicas: IdentityCache[tuple[Hashable | None, dict[str, Any]]] = IdentityCache()
 
 
@@ -201,8 +201,12 @@ def replica_options(app: Celery) -> dict[str, Any]:
         raise ConfigurationError(
             f"redislock_min_replicas must be an int >= 0, got {min_replicas!r}"
         )
-    timeout = ttl_to_ms(get("redislock_replica_timeout", DEFAULT_REPLICA_TIMEOUT),
-                        "redislock_replica_timeout") / 1000.0  # fmt: skip
+    timeout = (
+        ttl_to_ms(
+            get("redislock_replica_timeout", DEFAULT_REPLICA_TIMEOUT), "redislock_replica_timeout"
+        )
+        / 1000.0
+    )
     wait_aof = check_bool(get("redislock_wait_aof", False), "redislock_wait_aof")
     options: dict[str, Any] = {}
     if min_replicas or wait_aof:

@@ -84,19 +84,34 @@ class Settings:
         )
 
 
-CLIENT_KEYS: Final = ("redislock_url", "redislock_client_options", "redislock_cluster",
-                      "broker_url", "broker_write_url", "broker_use_ssl",
-                      "redislock_transport_options", "broker_transport_options",
-                      "result_backend", "result_backend_transport_options",
-                      "redislock_min_replicas", "redislock_replica_timeout",
-                      "redislock_wait_aof", "redislock_urls",
-                      "redislock_redlock_max_ttl")  # fmt: skip
+CLIENT_KEYS: Final = (
+    "redislock_url",
+    "redislock_client_options",
+    "redislock_cluster",
+    "broker_url",
+    "broker_write_url",
+    "broker_use_ssl",
+    "redislock_transport_options",
+    "broker_transport_options",
+    "result_backend",
+    "result_backend_transport_options",
+    "redislock_min_replicas",
+    "redislock_replica_timeout",
+    "redislock_wait_aof",
+    "redislock_urls",
+    "redislock_redlock_max_ttl",
+)
 """The settings the app's Redis client is made from (:func:`.client.get_redis`;
 ``broker_url`` and ``broker_write_url`` feed the default URL)."""
 
-SETTINGS_KEYS: Final = ("redislock_prefix", "redislock_lock_ttl", "redislock_queued_ttl",
-                        "redislock_on_duplicate", "redislock_restart_grace",
-                        *CLIENT_KEYS)  # fmt: skip
+SETTINGS_KEYS: Final = (
+    "redislock_prefix",
+    "redislock_lock_ttl",
+    "redislock_queued_ttl",
+    "redislock_on_duplicate",
+    "redislock_restart_grace",
+    *CLIENT_KEYS,
+)
 """The settings :class:`Settings` and the client are read from. The client's count too:
 options made under one Settings object may keep lock objects on the client of that
 moment (``SingletonOptions.locks``)."""

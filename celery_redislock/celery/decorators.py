@@ -45,8 +45,9 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-def _decorator(app: Celery | None, options: dict[str, Any],
-               default_base: type[RedisLockTask[Any, Any]]) -> Callable[[Any], Any]:  # fmt: skip
+def _decorator(
+    app: Celery | None, options: dict[str, Any], default_base: type[RedisLockTask[Any, Any]]
+) -> Callable[[Any], Any]:
     if app is not None and not isinstance(app, Celery):
         raise ConfigurationError(f"app must be a Celery app or None, got {app!r}")
     base = options.setdefault("base", default_base)
@@ -54,9 +55,7 @@ def _decorator(app: Celery | None, options: dict[str, Any],
         raise ConfigurationError(
             f"base must be a subclass of celery_redislock.RedisLockTask, got {base!r}"
         )
-    factory: Callable[..., Callable[[Any], Any]] = (
-        app.task if app is not None else shared_task
-    )
+    factory: Callable[..., Callable[[Any], Any]] = app.task if app is not None else shared_task
 
     def decorate(fun: Any) -> Any:
         # Checked once the function is known, so an error names the task as Celery
@@ -65,8 +64,7 @@ def _decorator(app: Celery | None, options: dict[str, Any],
         # A keyword that looks like ours but is none (``lock_tll=``) fails here.
         check_unknown_options(name, options, dir(base))
         # Checked as the task class would see them: these options over the base's.
-        check_class_options(SimpleNamespace(**{**_class_options(base), **options,
-                                               "name": name}))  # fmt: skip
+        check_class_options(SimpleNamespace(**{**_class_options(base), **options, "name": name}))
         return factory(**options)(fun)
 
     return decorate
@@ -81,9 +79,18 @@ def _celery_name(app: Celery | None, fun: Any) -> str:
 
 
 def _class_options(base: type) -> dict[str, Any]:
-    names = ("singleton", "singleton_mode", "singleton_interval", "lock_ttl",
-             "lock_queued_ttl", "on_duplicate", "on_running_duplicate",
-             "reschedule_countdown", "lock_key", *BOUNDED_OPTIONS)  # fmt: skip
+    names = (
+        "singleton",
+        "singleton_mode",
+        "singleton_interval",
+        "lock_ttl",
+        "lock_queued_ttl",
+        "on_duplicate",
+        "on_running_duplicate",
+        "reschedule_countdown",
+        "lock_key",
+        *BOUNDED_OPTIONS,
+    )
     return {name: getattr(base, name, None) for name in names}
 
 
@@ -91,10 +98,13 @@ def _class_options(base: type) -> dict[str, Any]:
 def singleton_task(fun: Callable[_P, _R], /) -> SingletonTask[_P, _R]: ...
 @overload
 def singleton_task(
-    *, app: Celery | None = None, on_duplicate: OnDuplicate = ...,
-    on_running_duplicate: OnRunningDuplicate = ..., singleton_mode: SingletonMode = ...,
+    *,
+    app: Celery | None = None,
+    on_duplicate: OnDuplicate = ...,
+    on_running_duplicate: OnRunningDuplicate = ...,
+    singleton_mode: SingletonMode = ...,
     **options: Any,
-) -> Callable[[Callable[_P, _R]], SingletonTask[_P, _R]]: ...  # fmt: skip
+) -> Callable[[Callable[_P, _R]], SingletonTask[_P, _R]]: ...
 def singleton_task(
     fun: Callable[..., Any] | None = None, /, *, app: Celery | None = None, **options: Any
 ) -> Any:
@@ -114,22 +124,39 @@ def singleton_task(
 
 @overload
 def bounded_task(
-    fun: None = None, /, *, concurrency_limit: int, concurrency_key: PoolKey = None,
-    app: Celery | None = None, on_duplicate: OnDuplicate = ...,
-    on_running_duplicate: OnRunningDuplicate = ..., singleton_mode: SingletonMode = ...,
+    fun: None = None,
+    /,
+    *,
+    concurrency_limit: int,
+    concurrency_key: PoolKey = None,
+    app: Celery | None = None,
+    on_duplicate: OnDuplicate = ...,
+    on_running_duplicate: OnRunningDuplicate = ...,
+    singleton_mode: SingletonMode = ...,
     **options: Any,
-) -> Callable[[Callable[_P, _R]], RedisLockTask[_P, _R]]: ...  # fmt: skip
+) -> Callable[[Callable[_P, _R]], RedisLockTask[_P, _R]]: ...
 @overload
 def bounded_task(
-    fun: Callable[_P, _R], /, *, concurrency_limit: int, concurrency_key: PoolKey = None,
-    app: Celery | None = None, on_duplicate: OnDuplicate = ...,
-    on_running_duplicate: OnRunningDuplicate = ..., singleton_mode: SingletonMode = ...,
+    fun: Callable[_P, _R],
+    /,
+    *,
+    concurrency_limit: int,
+    concurrency_key: PoolKey = None,
+    app: Celery | None = None,
+    on_duplicate: OnDuplicate = ...,
+    on_running_duplicate: OnRunningDuplicate = ...,
+    singleton_mode: SingletonMode = ...,
     **options: Any,
-) -> RedisLockTask[_P, _R]: ...  # fmt: skip
+) -> RedisLockTask[_P, _R]: ...
 def bounded_task(
-    fun: Callable[..., Any] | None = None, /, *, concurrency_limit: Any = None,
-    concurrency_key: PoolKey = None, app: Celery | None = None, **options: Any,
-) -> Any:  # fmt: skip
+    fun: Callable[..., Any] | None = None,
+    /,
+    *,
+    concurrency_limit: Any = None,
+    concurrency_key: PoolKey = None,
+    app: Celery | None = None,
+    **options: Any,
+) -> Any:
     """Declare a task whose concurrent runs across all workers never exceed a limit:
     ``shared_task`` (or ``app.task``) with ``base=RedisLockTask``.
 
@@ -148,8 +175,11 @@ def bounded_task(
             "bounded_task needs concurrency_limit (an int >= 1), e.g. "
             "@bounded_task(concurrency_limit=3), got None"
         )
-    options = {**options, "concurrency_limit": concurrency_limit,
-               "concurrency_key": concurrency_key}  # fmt: skip
+    options = {
+        **options,
+        "concurrency_limit": concurrency_limit,
+        "concurrency_key": concurrency_key,
+    }
     decorator = _decorator(app, options, RedisLockTask)
     if app is not None:  # a shared task is checked when an app binds it
         check_not_bounded(app, options.get("name") or "bounded_task", concurrency_limit)

@@ -29,9 +29,16 @@ if TYPE_CHECKING:
     from celery.worker.request import Request
 
 __all__ = [
-    "AnyTask", "Cleanup", "Guard", "Hold", "RunState", "current_run", "outcome_of", "resend",
+    "AnyTask",
+    "Cleanup",
+    "Guard",
+    "Hold",
+    "RunState",
+    "current_run",
+    "outcome_of",
+    "resend",
     "start_run",
-]  # fmt: skip
+]
 
 AnyTask = Task[Any, Any]
 """Any Celery task, whatever its parameters and result."""
@@ -142,9 +149,11 @@ class RunState:
                 hold.finish(reason)
             except Exception:
                 logger.exception(
-                    "celery_redislock: could not give back %r of %s[%s]; it expires by "
-                    "itself", hold, self.task.name, self.task_id,
-                )  # fmt: skip
+                    "celery_redislock: could not give back %r of %s[%s]; it expires by itself",
+                    hold,
+                    self.task.name,
+                    self.task_id,
+                )
 
 
 def start_run(task: AnyTask, task_id: str) -> RunState:

@@ -58,5 +58,6 @@ def _on_worker_init(**_: Any) -> None:
 
 def connect() -> None:
     """Install the fix in every worker's main process as it starts (idempotent)."""
-    signals.worker_init.connect(_on_worker_init, weak=False,
-                                dispatch_uid="celery_redislock.kombu_fix")  # fmt: skip
+    signals.worker_init.connect(
+        _on_worker_init, weak=False, dispatch_uid="celery_redislock.kombu_fix"
+    )

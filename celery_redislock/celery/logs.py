@@ -127,8 +127,10 @@ class _DropOurs(logging.Filter):
 
 def install() -> None:
     """Attach the filters once (idempotent; called when the task module is imported)."""
-    for name, kind, description in (("celery.worker.strategy", "received", None),
-                                    ("celery.app.trace", "ignored", "ignored")):  # fmt: skip
+    for name, kind, description in (
+        ("celery.worker.strategy", "received", None),
+        ("celery.app.trace", "ignored", "ignored"),
+    ):
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropOurs) for f in logger.filters):
             logger.addFilter(_DropOurs(kind, description))

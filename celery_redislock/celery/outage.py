@@ -56,9 +56,14 @@ def enter_guard(
     except OUTAGE_ERRORS as first:
         error: BaseException = first
     attempts, started = outage_attempts(task.app), time.monotonic()
-    logger.warning("celery_redislock: %s[%s] cannot reach the lock Redis (%s); waiting for "
-                   "it (up to %d attempts)", task.name, run.task_id, error,
-                   attempts)  # fmt: skip
+    logger.warning(
+        "celery_redislock: %s[%s] cannot reach the lock Redis (%s); waiting for "
+        "it (up to %d attempts)",
+        task.name,
+        run.task_id,
+        error,
+        attempts,
+    )
     delay = _FIRST_DELAY
     for attempt in range(2, attempts + 1):
         time.sleep(delay)
@@ -68,9 +73,13 @@ def enter_guard(
         except OUTAGE_ERRORS as exc:
             error = exc
             continue
-        logger.info("celery_redislock: %s[%s] reached the lock Redis again after %.1fs "
-                    "(attempt %d)", task.name, run.task_id, time.monotonic() - started,
-                    attempt)  # fmt: skip
+        logger.info(
+            "celery_redislock: %s[%s] reached the lock Redis again after %.1fs (attempt %d)",
+            task.name,
+            run.task_id,
+            time.monotonic() - started,
+            attempt,
+        )
         return hold
     raise RedisUnavailable(
         f"task {task.name}[{run.task_id}]: the lock Redis was unreachable for {attempts} "

@@ -42,8 +42,12 @@ def redlock_clients(app: Celery) -> list[redis.Redis] | None:
     fingerprint = conf_fingerprint(app, _KEYS)
     cached = _clients.get(app)
     pid = os.getpid()
-    if cached is not None and cached[0] == pid and fingerprint is not None and \
-            cached[1] == fingerprint:  # fmt: skip
+    if (
+        cached is not None
+        and cached[0] == pid
+        and fingerprint is not None
+        and cached[1] == fingerprint
+    ):
         return cached[2]
     urls = app.conf.get("redislock_urls")
     clients = None if urls is None else _make(app, urls)
@@ -52,12 +56,19 @@ def redlock_clients(app: Celery) -> list[redis.Redis] | None:
 
 
 def _make(app: Celery, urls: object) -> list[redis.Redis]:
-    if isinstance(urls, str) or not isinstance(urls, (list, tuple)) or not all(
-        isinstance(url, str) and url.split(":", 1)[0] in ("redis", "rediss", "unix")
-        for url in urls
+    if (
+        isinstance(urls, str)
+        or not isinstance(urls, (list, tuple))
+        or not all(
+            isinstance(url, str) and url.split(":", 1)[0] in ("redis", "rediss", "unix")
+            for url in urls
+        )
     ):
-        shown = [masked_url(u) if isinstance(u, str) else u for u in urls] if isinstance(
-            urls, (list, tuple)) else urls  # fmt: skip
+        shown = (
+            [masked_url(u) if isinstance(u, str) else u for u in urls]
+            if isinstance(urls, (list, tuple))
+            else urls
+        )
         raise ConfigurationError(
             f"redislock_urls must be a list of redis://, rediss:// or unix:// URLs of "
             f"independent masters, got {shown!r}"

@@ -67,9 +67,10 @@ def sentinel_client(
     # Without sentinel_kwargs, redis-py gives the Sentinels the socket_* options.
     sockets = {key: value for key, value in options.items() if key.startswith("socket_")}
     sentinel: Any = Sentinel(  # type: ignore[no-untyped-call]
-        hosts, sentinel_kwargs=dict(sentinel_kwargs) if sentinel_kwargs is not None else None,
+        hosts,
+        sentinel_kwargs=dict(sentinel_kwargs) if sentinel_kwargs is not None else None,
         **sockets,
-    )  # fmt: skip
+    )
     return sentinel.master_for(master_name, **{"db": db, **credentials, **options})
 
 

@@ -172,9 +172,15 @@ class RedisLockTask(Task[_P, _R]):
 
         def publish(new_id: str, headers: dict[str, Any]) -> AsyncResult[_R]:
             return super(RedisLockTask, self).apply_async(
-                args, kwargs, new_id, producer, link, link_error, shadow,
+                args,
+                kwargs,
+                new_id,
+                producer,
+                link,
+                link_error,
+                shadow,
                 **{**options, "headers": headers},
-            )  # fmt: skip
+            )
 
         return enqueue.apply_async(self, publish, args, kwargs, task_id, options, call)
 

@@ -132,8 +132,18 @@ def describe(
     if not isinstance(primitive, ParkingSemaphore):
         return Entry(kind, name, holders, info.waiters, limit, info.since, info.fence)
     park = primitive.parking_info()
-    return Entry(kind, name, holders, info.waiters, limit, info.since, info.fence,
-                 park.parked + park.claimed, park.oldest_age, park.dead)  # fmt: skip
+    return Entry(
+        kind,
+        name,
+        holders,
+        info.waiters,
+        limit,
+        info.since,
+        info.fence,
+        park.parked + park.claimed,
+        park.oldest_age,
+        park.dead,
+    )
 
 
 def snapshot(

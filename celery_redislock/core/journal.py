@@ -46,7 +46,10 @@ class ParkJournal:
         self.client = client
         base = f"{prefix}:journal:{{parked}}"
         self.entries_key, self.due_key, self.marks_key = (
-            f"{base}:entries", f"{base}:due", f"{base}:marks")  # fmt: skip
+            f"{base}:entries",
+            f"{base}:due",
+            f"{base}:marks",
+        )
         self._keys = [self.entries_key, self.due_key]
 
     def put(self, entry_id: str, value: bytes, keep: float) -> None:
@@ -63,9 +66,10 @@ class ParkJournal:
         while this iterates are skipped."""
         ids = [as_text(i) for i in self.client.zrange(self.due_key, 0, -1)]
         for start in range(0, len(ids), batch):
-            chunk = ids[start:start + batch]
-            for entry_id, value in zip(chunk, self.client.hmget(self.entries_key, chunk),
-                                       strict=True):  # fmt: skip
+            chunk = ids[start : start + batch]
+            for entry_id, value in zip(
+                chunk, self.client.hmget(self.entries_key, chunk), strict=True
+            ):
                 if value is not None:
                     yield entry_id, as_bytes(value)
 
@@ -85,4 +89,3 @@ class ParkJournal:
 
     def __repr__(self) -> str:
         return f"<ParkJournal {self.entries_key!r}>"
-

@@ -77,8 +77,11 @@ def _client_state(client: Any, pool: Any) -> _Client | None:
     with _CLIENTS_LOCK:
         if id(client) in _CLIENTS:
             return _CLIENTS[id(client)]
-        plain = (type(pool) is ConnectionPool and getattr(pool, "cache", None) is None
-                 and isinstance(getattr(pool, "max_connections", None), int))  # fmt: skip
+        plain = (
+            type(pool) is ConnectionPool
+            and getattr(pool, "cache", None) is None
+            and isinstance(getattr(pool, "max_connections", None), int)
+        )
         state = _CLIENTS[id(client)] = _Client(pool.max_connections // 4) if plain else None
         weakref.finalize(client, _CLIENTS.pop, id(client), None)
         return state

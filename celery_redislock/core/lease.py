@@ -92,8 +92,9 @@ class Lease(LeaseState):
         granted_at: float | None = None,
         on_lost: Callable[[Lease], None] | None = None,
     ) -> None:
-        super().__init__(holder, token, fence, ttl, owner=owner, granted_at=granted_at,
-                         on_lost=on_lost)  # fmt: skip
+        super().__init__(
+            holder, token, fence, ttl, owner=owner, granted_at=granted_at, on_lost=on_lost
+        )
         self._pid = _PID
         # Made on first use: most leases are never waited on, and an Event costs
         # about as much as the rest of a lease (see benchmarks/bench_lock.py).
@@ -138,8 +139,11 @@ class Lease(LeaseState):
         # (RedisLock._release_lease; none for a lease known lost already); other
         # holders answer by the token alone.
         by_lease = getattr(holder, "_release_lease", None)
-        ok = (holder._release_token(self.token) if by_lease is None
-              else by_lease(self.token, 0.0 if self._lost else self._deadline))  # fmt: skip
+        ok = (
+            holder._release_token(self.token)
+            if by_lease is None
+            else by_lease(self.token, 0.0 if self._lost else self._deadline)
+        )
         self._released = True
         if not ok:
             self._mark_lost("release found the lease no longer held")

@@ -44,8 +44,13 @@ from .scripts import LuaScript, reply_deadline
 from .validate import acquire_deadline
 from .waiting import Grant, Notifier, poll_slice, wait_until_granted
 
-__all__ = ["BOOT_MARKER_MS", "FENCE_MEMORY_MS", "RELEASE_MEMORY_MS", "SCRIPT_CONSTANTS",
-           "RedisLock"]  # fmt: skip
+__all__ = [
+    "BOOT_MARKER_MS",
+    "FENCE_MEMORY_MS",
+    "RELEASE_MEMORY_MS",
+    "SCRIPT_CONSTANTS",
+    "RedisLock",
+]
 
 
 class RedisLock(LockOperations, Primitive):
@@ -88,9 +93,17 @@ class RedisLock(LockOperations, Primitive):
         wait_aof: bool = False,
         restart_grace: float | bool | None = None,
     ) -> None:
-        super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold,
-                         min_replicas=min_replicas, replica_timeout=replica_timeout,
-                         wait_aof=wait_aof)  # fmt: skip
+        super().__init__(
+            client,
+            name,
+            ttl=ttl,
+            prefix=prefix,
+            renew=renew,
+            max_hold=max_hold,
+            min_replicas=min_replicas,
+            replica_timeout=replica_timeout,
+            wait_aof=wait_aof,
+        )
         # Keys encoded once; arguments and replies read as the async lock reads them.
         self._scripts = scripts = LockScripts(self._client, self._keys, restart_grace, self._ttl_ms)
         self._acquire_keys = scripts.acquire_keys  # the hot path's, read directly
@@ -198,12 +211,20 @@ class RedisLock(LockOperations, Primitive):
                     grant = self._wait(token, owner, ttl_ms, channel, reply, deadline)
         if grant is None:  # refused (blocking=False, timeout=0) or timed out
             return None, refused_holder(reply)
-        lease = self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
-                                max_hold, acked)  # fmt: skip
+        lease = self._new_lease(
+            token, grant[0], ttl_ms, owner, grant[1], renew, on_lost, max_hold, acked
+        )
         return lease, None
 
-    def _wait(self, token: str, owner: str | None, ttl_ms: int, channel: str,
-              reply: list[Any], deadline: float) -> Grant | None:  # fmt: skip
+    def _wait(
+        self,
+        token: str,
+        owner: str | None,
+        ttl_ms: int,
+        channel: str,
+        reply: list[Any],
+        deadline: float,
+    ) -> Grant | None:
         """Queue as ``token`` until granted (see :func:`.waiting.wait_until_granted`);
         ``reply`` keeps the last refusal (its holder's owner id)."""
         client = self._client
@@ -223,10 +244,15 @@ class RedisLock(LockOperations, Primitive):
             return leave_reply(LEAVE(client, scripts.queue_keys, scripts.leave_args(token)))
 
         return wait_until_granted(
-            client, channel, token, attempt, leave,
-            lambda: self._release_token(token), None if deadline == math.inf else deadline,
+            client,
+            channel,
+            token,
+            attempt,
+            leave,
+            lambda: self._release_token(token),
+            None if deadline == math.inf else deadline,
             poll_slice(ttl_ms),
-        )  # fmt: skip
+        )
 
     def adopt(
         self,
@@ -282,9 +308,15 @@ class RedisLock(LockOperations, Primitive):
         return int(EXTEND_ADD(self._client, self._scripts.add_keys, args))
 
     def _hold_attempt(
-        self, blocking: bool, timeout: float | None, owner: str | None, ttl: float | None,
-        renew: bool | None, on_lost: OnLost | None, max_hold: float | None,
-    ) -> tuple[Lease | None, str | None]:  # fmt: skip
+        self,
+        blocking: bool,
+        timeout: float | None,
+        owner: str | None,
+        ttl: float | None,
+        renew: bool | None,
+        on_lost: OnLost | None,
+        max_hold: float | None,
+    ) -> tuple[Lease | None, str | None]:
         deadline = acquire_deadline(blocking, timeout)
         return self._acquire(deadline, owner, ttl, renew, on_lost, max_hold)
 

@@ -80,6 +80,7 @@ class LockOperations:
         if not sees_resends(self._client):
             return self._release_token(token)  # re-sent by redis-py, unseen: a record
         sends: list[None] = []
-        answer = RELEASE(self._client, self._scripts.release_call(token), [token, NO_RECORD],
-                         sends=sends)  # fmt: skip
+        answer = RELEASE(
+            self._client, self._scripts.release_call(token), [token, NO_RECORD], sends=sends
+        )
         return release_reply(answer, sends, deadline)

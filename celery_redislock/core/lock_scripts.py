@@ -22,12 +22,31 @@ from .scripts import LuaScript, as_text, key_encoder
 from .waiting import WAITER_HEARTBEAT_MS, Grant, granted_lease
 
 __all__ = [
-    "ACQUIRE", "ADOPT", "BOOT_MARKER_MS", "EXTEND", "EXTEND_ADD", "FENCE_MEMORY_MS", "HELD",
-    "INFO", "LEAVE", "NO_RECORD", "RELEASE", "RELEASE_MEMORY_MS", "RELEASE_OWNER", "RENEW",
-    "SCRIPT_CONSTANTS", "LockScripts",
-    "acquire_reply", "adopt_reply", "info_reply", "leave_reply", "refusal_holder",
-    "refusal_wait_ms", "refused_holder", "release_reply",
-]  # fmt: skip
+    "ACQUIRE",
+    "ADOPT",
+    "BOOT_MARKER_MS",
+    "EXTEND",
+    "EXTEND_ADD",
+    "FENCE_MEMORY_MS",
+    "HELD",
+    "INFO",
+    "LEAVE",
+    "NO_RECORD",
+    "RELEASE",
+    "RELEASE_MEMORY_MS",
+    "RELEASE_OWNER",
+    "RENEW",
+    "SCRIPT_CONSTANTS",
+    "LockScripts",
+    "acquire_reply",
+    "adopt_reply",
+    "info_reply",
+    "leave_reply",
+    "refusal_holder",
+    "refusal_wait_ms",
+    "refused_holder",
+    "release_reply",
+]
 
 FENCE_MEMORY_MS = 3_600_000
 """How long a name's fence counter outlives its last grant (it then restarts from
@@ -77,11 +96,11 @@ class LockScripts:
     The scripts derive the wake-up channel from the holders key (``channel``).
     """
 
-    __slots__ = ("_base", "_client", "_encode", "_keys", "acquire_keys", "grace",
-                 "release_keys")  # fmt: skip
+    __slots__ = ("_base", "_client", "_encode", "_keys", "acquire_keys", "grace", "release_keys")
 
-    def __init__(self, client: Any, keys: KeySpace, restart_grace: object = None,
-                 ttl_ms: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self, client: Any, keys: KeySpace, restart_grace: object = None, ttl_ms: int = 0
+    ) -> None:
         encode = self._encode = key_encoder(client)
         self._keys, self._client = keys, client
         # The restart grace (restart.py) sent with each acquire, if any.
@@ -138,8 +157,9 @@ class LockScripts:
             return self.graced_args(token, ttl_ms, owner, _WAIT)
         return [token, ttl_ms, owner or "", _WAIT]
 
-    def graced_args(self, token: str, ttl_ms: int, owner: str | None,
-                    wait: bytes = b"0") -> list[Any]:  # fmt: skip
+    def graced_args(
+        self, token: str, ttl_ms: int, owner: str | None, wait: bytes = b"0"
+    ) -> list[Any]:
         """An attempt with the restart grace, the server marked first (sync clients
         only: see :func:`.restart.mark`)."""
         mark(self._client, self._keys.prefix)

@@ -36,13 +36,38 @@ _NAME = re.compile(r"[A-Za-z_]\w*")
 # A name called as a function (not a field: ``string.format(``), and the names a
 # helper may call besides the helpers above it: Lua's keywords and base functions.
 _CALL = re.compile(r"(?<![\w.:])([A-Za-z_]\w*)\s*\(")
-_NOT_HELPERS = frozenset((
-    "and", "elseif", "function", "if", "in", "local", "not", "or", "return", "until",
-    "while",  # keywords
-    "assert", "error", "getmetatable", "ipairs", "next", "pairs", "pcall", "rawequal",
-    "rawget", "rawset", "select", "setmetatable", "tonumber", "tostring", "type",
-    "unpack", "xpcall",  # base functions
-))  # fmt: skip
+_NOT_HELPERS = frozenset(
+    (
+        "and",
+        "elseif",
+        "function",
+        "if",
+        "in",
+        "local",
+        "not",
+        "or",
+        "return",
+        "until",
+        "while",  # keywords
+        "assert",
+        "error",
+        "getmetatable",
+        "ipairs",
+        "next",
+        "pairs",
+        "pcall",
+        "rawequal",
+        "rawget",
+        "rawset",
+        "select",
+        "setmetatable",
+        "tonumber",
+        "tostring",
+        "type",
+        "unpack",
+        "xpcall",  # base functions
+    )
+)
 # A Lua string literal, or a comment (to the end of the line).
 _STRING_OR_COMMENT = re.compile(r"""'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"|--[^\n]*""")
 
@@ -90,8 +115,9 @@ def expand(filename: str) -> str:
             # in the text, would fail only when that path runs.
             called = set(_CALL.findall(_STRING_OR_COMMENT.sub(" ", definition)))
             if late := called - _NOT_HELPERS - defined - {name}:
-                raise ValueError(f"{filename}: helper {name} calls {sorted(late)} "
-                                 "before they are defined")  # fmt: skip
+                raise ValueError(
+                    f"{filename}: helper {name} calls {sorted(late)} before they are defined"
+                )
             text.append(definition)
             defined.add(name)
     return "".join(text)

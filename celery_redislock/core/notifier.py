@@ -35,8 +35,15 @@ from .pubsub import pubsub_mode
 from .wake import WAKE_ALL, Waiter, dispatch, named_waiters, read_wake
 from .wake import Channel as _Channel
 
-__all__ = ["IDLE_UNSUBSCRIBE", "SUBSCRIBE_CONFIRM_TIMEOUT", "WAKE_ALL", "Notifier", "Waiter",
-           "named_waiters", "read_wake"]
+__all__ = [
+    "IDLE_UNSUBSCRIBE",
+    "SUBSCRIBE_CONFIRM_TIMEOUT",
+    "WAKE_ALL",
+    "Notifier",
+    "Waiter",
+    "named_waiters",
+    "read_wake",
+]
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +113,7 @@ class Notifier:
         return entry is not None and entry.confirmed.is_set()
 
     @contextlib.contextmanager
-    def listen(self, channel: str, token: str,
-               deadline: float | None = None) -> Iterator[Waiter]:  # fmt: skip
+    def listen(self, channel: str, token: str, deadline: float | None = None) -> Iterator[Waiter]:
         """Register ``token`` as a waiter on ``channel`` for the ``with`` block.
 
         The subscription is confirmed (or :data:`SUBSCRIBE_CONFIRM_TIMEOUT` passed, or
@@ -266,17 +272,19 @@ class Notifier:
         now = time.monotonic()
         self._next_sweep = now + _READ_SLICE
         with self._lock:
-            unsent = [name for name, entry in self._channels.items()
-                      if not entry.sent and entry.waiters]  # fmt: skip
+            unsent = [
+                name for name, entry in self._channels.items() if not entry.sent and entry.waiters
+            ]
             if unsent and self._mode.pinned(self._pubsub):
                 self._new_pubsub()
             else:
                 for channel in unsent:
                     self._subscribe(channel, self._channels[channel])
             idle = [
-                channel for channel, entry in self._channels.items()
+                channel
+                for channel, entry in self._channels.items()
                 if entry.idle_since is not None and now - entry.idle_since > IDLE_UNSUBSCRIBE
-            ]  # fmt: skip
+            ]
             for channel in idle:
                 del self._channels[channel]
             if idle:

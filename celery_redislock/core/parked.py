@@ -14,8 +14,15 @@ from typing import Any
 from .keys import DEFAULT_PREFIX, decode_name
 from .scripts import as_text
 
-__all__ = ["Parked", "ParkingInfo", "as_bytes", "new_entry_id", "parking_pools", "pools_key",
-           "read_entries"]
+__all__ = [
+    "Parked",
+    "ParkingInfo",
+    "as_bytes",
+    "new_entry_id",
+    "parking_pools",
+    "pools_key",
+    "read_entries",
+]
 
 
 @dataclass(frozen=True)
@@ -59,8 +66,10 @@ def parking_pools(client: Any, prefix: str = DEFAULT_PREFIX) -> list[str]:
 def read_entries(flat: Iterable[Any]) -> list[Parked]:
     """The entries of a script reply that lists them flat: id, payload, owner, ..."""
     items = list(flat)
-    return [Parked(as_text(items[i]), as_bytes(items[i + 1]), as_text(items[i + 2]))
-            for i in range(0, len(items), 3)]  # fmt: skip
+    return [
+        Parked(as_text(items[i]), as_bytes(items[i + 1]), as_text(items[i + 2]))
+        for i in range(0, len(items), 3)
+    ]
 
 
 def as_bytes(value: Any) -> bytes:

@@ -44,9 +44,19 @@ from .semaphore import RedisSemaphore
 from .validate import ttl_to_ms
 
 __all__ = [
-    "DEAD_LETTERS", "HANDED_OVER", "NOT_PARKED", "PARKING_CONSTANTS", "TAKEN_MEMORY_MS",
-    "OnClaimed", "Parked", "ParkingInfo", "ParkingSemaphore", "new_entry_id",
-    "parking_pools", "pools_key"]  # fmt: skip
+    "DEAD_LETTERS",
+    "HANDED_OVER",
+    "NOT_PARKED",
+    "PARKING_CONSTANTS",
+    "TAKEN_MEMORY_MS",
+    "OnClaimed",
+    "Parked",
+    "ParkingInfo",
+    "ParkingSemaphore",
+    "new_entry_id",
+    "parking_pools",
+    "pools_key",
+]
 
 TAKEN_MEMORY_MS: Final = 3_600_000
 """How long a consumed park token is remembered by default (a duplicate message of the
@@ -61,9 +71,11 @@ never more than this long (µs) before its parking: a sender whose clock runs be
 gets ahead of at most a minute of others' runs."""
 
 PARKING_CONSTANTS: Final = {
-    **SCRIPT_CONSTANTS, "TAKEN_MEMORY_MS": TAKEN_MEMORY_MS, "DEAD_LETTERS": DEAD_LETTERS,
+    **SCRIPT_CONSTANTS,
+    "TAKEN_MEMORY_MS": TAKEN_MEMORY_MS,
+    "DEAD_LETTERS": DEAD_LETTERS,
     "SENT_WINDOW_US": SENT_WINDOW_US,
-}  # fmt: skip
+}
 """The ``{{NAME}}`` constants of the parking scripts."""
 
 _PARK = LuaScript("park.lua", PARKING_CONSTANTS)
@@ -127,13 +139,24 @@ class ParkingSemaphore(RedisSemaphore):
         taken_memory: float | None = None,
         **acks: Any,
     ) -> None:
-        super().__init__(client, name, limit=limit, ttl=ttl, fair=fair, prefix=prefix,
-                         renew=renew, max_hold=max_hold, **acks)  # fmt: skip
-        self._reserve_ms = self._ttl_ms if reserve_ttl is None else ttl_to_ms(
-            reserve_ttl, "reserve_ttl")  # fmt: skip
+        super().__init__(
+            client,
+            name,
+            limit=limit,
+            ttl=ttl,
+            fair=fair,
+            prefix=prefix,
+            renew=renew,
+            max_hold=max_hold,
+            **acks,
+        )
+        self._reserve_ms = (
+            self._ttl_ms if reserve_ttl is None else ttl_to_ms(reserve_ttl, "reserve_ttl")
+        )
         self._keep_ms = ttl_to_ms(keep, "keep")
-        self._taken_ms = TAKEN_MEMORY_MS if taken_memory is None else ttl_to_ms(
-            taken_memory, "taken_memory")  # fmt: skip
+        self._taken_ms = (
+            TAKEN_MEMORY_MS if taken_memory is None else ttl_to_ms(taken_memory, "taken_memory")
+        )
         self.on_claimed = on_claimed
         if isinstance(standby, bool) or not isinstance(standby, int) or standby < 0:
             raise ConfigurationError(f"standby must be an int >= 0, got {standby!r}")
@@ -142,13 +165,24 @@ class ParkingSemaphore(RedisSemaphore):
         k = self._keys
         self.parked_key, self.payloads_key = k.key("parked"), k.key("payloads")
         self.claimed_key, self.taken_key, self.dead_key = (
-            k.key("claimed"), k.key("taken"), k.key("dead"))  # fmt: skip
+            k.key("claimed"),
+            k.key("taken"),
+            k.key("dead"),
+        )
         self._flags_args = [b"%d" % self.limit, b"1" if fair else b"0"]
 
     # -- parking -------------------------------------------------------------------
 
-    def park(self, entry_id: str, payload: bytes, owner: str = "", *, intake: bool = False,
-             sent: float | None = None, hand_over: bool = False) -> int:  # fmt: skip
+    def park(
+        self,
+        entry_id: str,
+        payload: bytes,
+        owner: str = "",
+        *,
+        intake: bool = False,
+        sent: float | None = None,
+        hand_over: bool = False,
+    ) -> int:
         """Queue ``payload`` under ``entry_id`` (see :func:`new_entry_id`) at the tail
         (``sent``: when the run was sent, epoch seconds by the sender's clock: it goes
         to its place by sending time instead, at most :data:`SENT_WINDOW_US` before now).
@@ -170,13 +204,33 @@ class ParkingSemaphore(RedisSemaphore):
         if not isinstance(payload, bytes):
             raise ConfigurationError(f"payload must be bytes, got {type(payload).__name__}")
         k = self._keys
-        reply = _PARK(self._client,
-                      [k.holders, k.leases, k.fence, k.meta, k.queue, self.parked_key,
-                       self.payloads_key, self.claimed_key, self.taken_key, k.done(entry_id)],
-                      [entry_id, payload, owner, self.limit, self._reserve_ms,
-                       self._keep_ms, self.standby, b"1" if intake and not hand_over else b"0",
-                       b"" if sent is None else b"%d" % int(sent * 1e6),
-                       *grace_args(self)])  # fmt: skip
+        reply = _PARK(
+            self._client,
+            [
+                k.holders,
+                k.leases,
+                k.fence,
+                k.meta,
+                k.queue,
+                self.parked_key,
+                self.payloads_key,
+                self.claimed_key,
+                self.taken_key,
+                k.done(entry_id),
+            ],
+            [
+                entry_id,
+                payload,
+                owner,
+                self.limit,
+                self._reserve_ms,
+                self._keep_ms,
+                self.standby,
+                b"1" if intake and not hand_over else b"0",
+                b"" if sent is None else b"%d" % int(sent * 1e6),
+                *grace_args(self),
+            ],
+        )
         position = int(reply[0])
         if position == NOT_PARKED:
             return NOT_PARKED
@@ -218,18 +272,36 @@ class ParkingSemaphore(RedisSemaphore):
         ttl_ms, max_hold = self._lease_terms(ttl, None, owner)
         k = self._keys
         sent_at = time.monotonic()
-        reply = _TAKE(self._client,
-                      [k.holders, k.leases, k.fence, k.meta, k.queue, self.parked_key,
-                       self.payloads_key, self.claimed_key, self.taken_key],
-                      [entry_id, ttl_ms, owner or "", self.limit, *(grace_args(self) or [b""]),
-                       self._taken_ms])  # fmt: skip
+        reply = _TAKE(
+            self._client,
+            [
+                k.holders,
+                k.leases,
+                k.fence,
+                k.meta,
+                k.queue,
+                self.parked_key,
+                self.payloads_key,
+                self.claimed_key,
+                self.taken_key,
+            ],
+            [
+                entry_id,
+                ttl_ms,
+                owner or "",
+                self.limit,
+                *(grace_args(self) or [b""]),
+                self._taken_ms,
+            ],
+        )
         status = int(reply[0])
         if status < 0:
             return DUPLICATE, None
         if status == 0:
             return REFUSED, None
-        lease = self._new_lease(entry_id, int(reply[1]), int(reply[2]), owner, sent_at, renew,
-                                on_lost, max_hold)  # fmt: skip
+        lease = self._new_lease(
+            entry_id, int(reply[1]), int(reply[2]), owner, sent_at, renew, on_lost, max_hold
+        )
         return TAKEN, lease
 
     def give_back(self, entry_id: str, *, dead: str | None = None) -> bool:
@@ -239,10 +311,21 @@ class ParkingSemaphore(RedisSemaphore):
         no longer claimed (a re-sent call answers as the first did)."""
         mode, reason = ("dead", " ".join(dead.split())) if dead is not None else ("park", "")
         k = self._keys
-        return bool(_RETURN(self._client,
-                            [k.holders, k.leases, self.parked_key, self.payloads_key,
-                             self.claimed_key, self.dead_key, k.done(f"{entry_id}:back")],
-                            [entry_id, mode, reason, self._keep_ms]))  # fmt: skip
+        return bool(
+            _RETURN(
+                self._client,
+                [
+                    k.holders,
+                    k.leases,
+                    self.parked_key,
+                    self.payloads_key,
+                    self.claimed_key,
+                    self.dead_key,
+                    k.done(f"{entry_id}:back"),
+                ],
+                [entry_id, mode, reason, self._keep_ms],
+            )
+        )
 
     def dead_letters(self, count: int = 100) -> list[tuple[str, float, str, bytes]]:
         """The newest ``count`` dead letters: ``(id, epoch seconds, reason, payload)``."""
@@ -256,16 +339,23 @@ class ParkingSemaphore(RedisSemaphore):
     def parking_info(self, count: int = 0) -> ParkingInfo:
         """The parked queue (read-only); ``count`` of its oldest entries listed."""
         now_us, parked, oldest, claimed, dead, rows = _INFO(
-            self._client, [self.parked_key, self.claimed_key, self.dead_key,
-                           self.payloads_key], [count])  # fmt: skip
+            self._client,
+            [self.parked_key, self.claimed_key, self.dead_key, self.payloads_key],
+            [count],
+        )
         now = int(now_us)
         head = tuple(
             (as_text(rows[i]), (now - int(rows[i + 1])) / 1e6, as_text(rows[i + 2]))
             for i in range(0, len(rows), 3)
         )
         oldest_text = as_text(oldest)
-        return ParkingInfo(int(parked), (now - int(oldest_text)) / 1e6 if oldest_text else None,
-                           int(claimed), int(dead), head)  # fmt: skip
+        return ParkingInfo(
+            int(parked),
+            (now - int(oldest_text)) / 1e6 if oldest_text else None,
+            int(claimed),
+            int(dead),
+            head,
+        )
 
     def release_owner(self, owner: str) -> int:
         """As :meth:`RedisSemaphore.release_owner`, then hand the freed permits on."""
@@ -282,12 +372,23 @@ class ParkingSemaphore(RedisSemaphore):
 
     def _release_and_claim(self, token: str) -> tuple[int, int, list[Parked]]:
         k = self._keys
-        reply = _RELEASE(self._client,
-                         [k.holders, k.leases, k.queue, k.alive, k.meta, k.asks, k.fence,
-                          self.parked_key, self.payloads_key, self.claimed_key,
-                          k.done(token or "-")],
-                         [token, *self._flags_args, self._reserve_ms,
-                          self.standby, *grace_args(self)])  # fmt: skip
+        reply = _RELEASE(
+            self._client,
+            [
+                k.holders,
+                k.leases,
+                k.queue,
+                k.alive,
+                k.meta,
+                k.asks,
+                k.fence,
+                self.parked_key,
+                self.payloads_key,
+                self.claimed_key,
+                k.done(token or "-"),
+            ],
+            [token, *self._flags_args, self._reserve_ms, self.standby, *grace_args(self)],
+        )
         claimed = _entries(reply[2:])
         self._deliver(claimed)
         return int(reply[0]), int(reply[1]), claimed

@@ -101,11 +101,17 @@ class Primitive(PrimitiveBase):
         wait_aof: bool = False,
     ) -> None:
         super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold)
-        defaults = (min_replicas.__class__ is int and min_replicas == 0 and wait_aof is False
-                    and replica_timeout is DEFAULT_REPLICA_TIMEOUT)  # fmt: skip
+        defaults = (
+            min_replicas.__class__ is int
+            and min_replicas == 0
+            and wait_aof is False
+            and replica_timeout is DEFAULT_REPLICA_TIMEOUT
+        )
         # The defaults need no check: a lock is cheap to build per call.
-        self._ack = None if defaults else check_replica_ack(
-            self._client, min_replicas, replica_timeout, wait_aof
+        self._ack = (
+            None
+            if defaults
+            else check_replica_ack(self._client, min_replicas, replica_timeout, wait_aof)
         )
         # `with lock:` leases by thread (a dict: a threading.local costs more than the
         # rest of a lock built per call). Made here, not by the first `with`: an empty
@@ -149,14 +155,14 @@ class Primitive(PrimitiveBase):
         any exception from the block), as for ``with lock as lease:``.
         """
         check_bool(blocking, "blocking")
-        lease, holder = self._hold_attempt(blocking, timeout, owner, ttl, renew, on_lost,
-                                           max_hold)  # fmt: skip
+        lease, holder = self._hold_attempt(blocking, timeout, owner, ttl, renew, on_lost, max_hold)
         if lease is None:
             waited = timeout if blocking and timeout else None
             by = f" (held by owner {holder!r})" if holder else ""
             how = f"within {timeout:g} s" if waited is not None else "without waiting"
-            raise LockTimeout(f"{self.kind} {self.name!r} was not granted {how}{by}",
-                              self.name, waited, holder)  # fmt: skip
+            raise LockTimeout(
+                f"{self.kind} {self.name!r} was not granted {how}{by}", self.name, waited, holder
+            )
         with lease:
             yield lease
 
@@ -187,12 +193,19 @@ class Primitive(PrimitiveBase):
     # -- for the subclasses -----------------------------------------------------------
 
     def _hold_attempt(
-        self, blocking: bool, timeout: float | None, owner: str | None, ttl: float | None,
-        renew: bool | None, on_lost: OnLost | None, max_hold: float | None,
-    ) -> tuple[Lease | None, str | None]:  # fmt: skip
+        self,
+        blocking: bool,
+        timeout: float | None,
+        owner: str | None,
+        ttl: float | None,
+        renew: bool | None,
+        on_lost: OnLost | None,
+        max_hold: float | None,
+    ) -> tuple[Lease | None, str | None]:
         """``hold``'s acquire: the lease (or None) and the holder's owner id if known."""
-        lease = self.acquire(blocking, timeout, owner, ttl=ttl, renew=renew, on_lost=on_lost,
-                             max_hold=max_hold)  # fmt: skip
+        lease = self.acquire(
+            blocking, timeout, owner, ttl=ttl, renew=renew, on_lost=on_lost, max_hold=max_hold
+        )
         return lease, None
 
     def _held_token(self, token: str) -> int:
@@ -254,8 +267,9 @@ class Primitive(PrimitiveBase):
                 with contextlib.suppress(RedisError):
                     self._release_token(token)  # never waits for replicas
                 raise
-        lease = Lease(self, token, fence, ttl_ms / 1000.0, owner=owner, granted_at=sent_at,
-                      on_lost=on_lost)  # fmt: skip
+        lease = Lease(
+            self, token, fence, ttl_ms / 1000.0, owner=owner, granted_at=sent_at, on_lost=on_lost
+        )
         if self.renew if renew is None else renew:
             from .renewal import keep_alive
 

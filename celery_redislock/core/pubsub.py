@@ -72,10 +72,10 @@ class PubSubMode:
         return _read_sharded(pubsub, timeout)
 
 
-CLASSIC = PubSubMode(False, "", "subscribe", "unsubscribe", "subscribe", "message",
-                     "unsubscribe")  # fmt: skip
-SHARDED = PubSubMode(True, SHARDED_TAG, "ssubscribe", "sunsubscribe", "ssubscribe",
-                     "smessage", "sunsubscribe")  # fmt: skip
+CLASSIC = PubSubMode(False, "", "subscribe", "unsubscribe", "subscribe", "message", "unsubscribe")
+SHARDED = PubSubMode(
+    True, SHARDED_TAG, "ssubscribe", "sunsubscribe", "ssubscribe", "smessage", "sunsubscribe"
+)
 
 _modes: dict[int, PubSubMode] = {}  # id(client) -> mode; dropped with the client
 _modes_lock = threading.Lock()
@@ -125,8 +125,11 @@ def _detect(client: Any) -> PubSubMode:
             error = exc
             continue
         return SHARDED if int(str(version).split(".")[0]) >= 7 else CLASSIC
-    log.warning("celery_redislock: no cluster primary told its Redis version (%r); this "
-                "client's wake-ups use classic pub/sub", error)  # fmt: skip
+    log.warning(
+        "celery_redislock: no cluster primary told its Redis version (%r); this "
+        "client's wake-ups use classic pub/sub",
+        error,
+    )
     return CLASSIC
 
 
@@ -143,9 +146,10 @@ def _read_sharded(pubsub: Any, timeout: float) -> dict[str, Any] | None:
     if message is not None or timeout <= 0:
         return message
     sockets = [
-        sock for node in nodes
+        sock
+        for node in nodes
         if node.connection is not None and (sock := getattr(node.connection, "_sock", None))
-    ]  # fmt: skip
+    ]
     if sockets:
         select.select(sockets, [], [], timeout)
     else:

@@ -101,8 +101,10 @@ class ReplicaAck:
                 f"{self.min_replicas} replicas{'' if local_ok else ' (not fsynced locally)'}"
                 f" within replica_timeout={self.timeout_ms / 1000:g}s ({what}){state}; "
                 "the lease was released",
-                name, self.min_replicas, replicas,
-            )  # fmt: skip
+                name,
+                self.min_replicas,
+                replicas,
+            )
 
     def confirm(
         self, client: Any, name: str, script: LuaScript, keys: list[Any], args: list[Any]

@@ -24,8 +24,9 @@ def evalsha_head(sha: str) -> bytes:
     return b"$7\r\nEVALSHA\r\n$40\r\n" + sha.encode() + b"\r\n"
 
 
-def pack_evalsha(head: bytes, keys: Sequence[Any], args: Sequence[Any],
-                 encode: Callable[[Any], bytes]) -> bytes:  # fmt: skip
+def pack_evalsha(
+    head: bytes, keys: Sequence[Any], args: Sequence[Any], encode: Callable[[Any], bytes]
+) -> bytes:
     """``EVALSHA <sha> <numkeys> *keys *args`` as one bytes string (``head``: from
     :func:`evalsha_head`). Bytes go as they are, an int as its digits, anything else
     through ``encode`` (the client's own, from :func:`key_encoder`)."""
@@ -46,8 +47,9 @@ def key_encoder(client: Any) -> Callable[[Any], bytes]:
     encode = _ENCODERS.get(id(client))
     if encode is None:
         encoder = client.get_encoder()
-        encode = _ENCODERS[id(client)] = _fast_encode(encoder.encode, encoder.encoding,
-                                                      encoder.encoding_errors)  # fmt: skip
+        encode = _ENCODERS[id(client)] = _fast_encode(
+            encoder.encode, encoder.encoding, encoder.encoding_errors
+        )
         weakref.finalize(client, _ENCODERS.pop, id(client), None)
     return encode
 

@@ -29,8 +29,18 @@ from .kept import kept_connection, sees_resends
 from .lua_text import expand, fill
 from .resp import evalsha_head, key_encoder, pack_evalsha
 
-__all__ = ["DeadlinePassed", "LuaScript", "StaleReply", "as_text", "discard_idle_connections",
-           "current_deadline", "expand", "key_encoder", "reply_deadline", "sees_resends"]
+__all__ = [
+    "DeadlinePassed",
+    "LuaScript",
+    "StaleReply",
+    "as_text",
+    "discard_idle_connections",
+    "current_deadline",
+    "expand",
+    "key_encoder",
+    "reply_deadline",
+    "sees_resends",
+]
 
 _STAMP = re.compile(r"^local STAMP = '(\w+)' \.\. string\.sub\(ARGV\[1\], 1, 8\)$", re.M)
 
@@ -95,7 +105,12 @@ class LuaScript:
         self.head = evalsha_head(self.sha)  # see .resp.pack_evalsha
 
     def __call__(
-        self, client: Any, keys: list[Any], args: list[Any], *, with_text: bool = False,
+        self,
+        client: Any,
+        keys: list[Any],
+        args: list[Any],
+        *,
+        with_text: bool = False,
         sends: list[None] | None = None,
     ) -> Any:
         """Run the script on ``client`` in one round trip (two after a NOSCRIPT).
@@ -149,9 +164,16 @@ class LuaScript:
             else:
                 kept.used, kept.busy = time.monotonic(), False
 
-    def _on(self, conn: Any, packed: bytes, keys: list[Any], args: list[Any],
-            deadline: float | None, with_text: bool = False,
-            sends: list[None] | None = None) -> Any:  # fmt: skip
+    def _on(
+        self,
+        conn: Any,
+        packed: bytes,
+        keys: list[Any],
+        args: list[Any],
+        deadline: float | None,
+        with_text: bool = False,
+        sends: list[None] | None = None,
+    ) -> Any:
         for attempt in (1, 2):
             if sends is not None:
                 sends.append(None)
@@ -171,8 +193,9 @@ class LuaScript:
                 break
         raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
 
-    def _via_client(self, client: Any, keys: list[Any], args: list[Any],
-                    with_text: bool = False) -> Any:  # fmt: skip
+    def _via_client(
+        self, client: Any, keys: list[Any], args: list[Any], with_text: bool = False
+    ) -> Any:
         for _ in (1, 2):
             try:
                 try:

@@ -104,9 +104,17 @@ class RedisSemaphore(Primitive):
         wait_aof: bool = False,
         restart_grace: float | bool | None = None,
     ) -> None:
-        super().__init__(client, name, ttl=ttl, prefix=prefix, renew=renew, max_hold=max_hold,
-                         min_replicas=min_replicas, replica_timeout=replica_timeout,
-                         wait_aof=wait_aof)  # fmt: skip
+        super().__init__(
+            client,
+            name,
+            ttl=ttl,
+            prefix=prefix,
+            renew=renew,
+            max_hold=max_hold,
+            min_replicas=min_replicas,
+            replica_timeout=replica_timeout,
+            wait_aof=wait_aof,
+        )
         self._limit = check_positive_int(limit, "limit")
         self._fair = check_bool(fair, "fair")
         self._scripts = SemaphoreScripts(self._client, self._keys, self._limit, self._fair)
@@ -182,14 +190,28 @@ class RedisSemaphore(Primitive):
             if deadline is None:
                 return None
             grant = wait_until_granted(
-                self._client, channel, token, attempt,
-                lambda: self._leave(token), lambda: self._release_token(token),
-                None if deadline == math.inf else deadline, poll_slice(ttl_ms),
-            )  # fmt: skip
+                self._client,
+                channel,
+                token,
+                attempt,
+                lambda: self._leave(token),
+                lambda: self._release_token(token),
+                None if deadline == math.inf else deadline,
+                poll_slice(ttl_ms),
+            )
             if grant is None:
                 return None
-        return self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost,
-                               max_hold, acked[0] if acked else None)  # fmt: skip
+        return self._new_lease(
+            token,
+            grant[0],
+            ttl_ms,
+            owner,
+            grant[1],
+            renew,
+            on_lost,
+            max_hold,
+            acked[0] if acked else None,
+        )
 
     def available(self) -> int:
         """Permits not held by a live lease, under this object's limit (read-only).
@@ -229,8 +251,9 @@ class RedisSemaphore(Primitive):
 
     # -- one round trip each; the lease's side (LeaseHolder) ---------------------------
 
-    def _attempt(self, token: str, owner: str, ttl_ms: int, wait: bool,
-                 acked: list[Any] | None = None) -> tuple[int, int, int, int]:  # fmt: skip
+    def _attempt(
+        self, token: str, owner: str, ttl_ms: int, wait: bool, acked: list[Any] | None = None
+    ) -> tuple[int, int, int, int]:
         """One acquire round trip (see :func:`.semaphore_scripts.acquire_reply`). With
         ``acked`` (a first attempt) and ``min_replicas``, the WAIT goes in the same
         round trip; its answer is appended when this call wrote a new lease."""
@@ -255,8 +278,10 @@ class RedisSemaphore(Primitive):
             self._warned_limit = True
             log.warning(
                 "celery_redislock: semaphore %r was limited to %s; now enforcing limit=%s",
-                self.name, previous, self._limit,
-            )  # fmt: skip
+                self.name,
+                previous,
+                self._limit,
+            )
 
     def _leave(self, token: str) -> int:
         """Take waiter ``token`` out of the queue, waking the one that takes its place;

@@ -23,9 +23,23 @@ from .lock_scripts import LEAVE, SCRIPT_CONSTANTS
 from .scripts import LuaScript, as_text, key_encoder
 from .waiting import Grant, granted_lease
 
-__all__ = ["ACQUIRE", "EXTEND", "EXTEND_ADD", "HELD", "INFO", "LEAVE", "PATIENCE_MS",
-           "RELEASE", "RELEASE_OWNER", "RENEW", "SemaphoreScripts", "acquire_reply",
-           "attempt_outcome", "info_reply", "release_reply"]  # fmt: skip
+__all__ = [
+    "ACQUIRE",
+    "EXTEND",
+    "EXTEND_ADD",
+    "HELD",
+    "INFO",
+    "LEAVE",
+    "PATIENCE_MS",
+    "RELEASE",
+    "RELEASE_OWNER",
+    "RENEW",
+    "SemaphoreScripts",
+    "acquire_reply",
+    "attempt_outcome",
+    "info_reply",
+    "release_reply",
+]
 
 PATIENCE_MS = 2.0
 """Not fair: once the longest waiter has waited this long (ms), newcomers no longer
@@ -47,9 +61,20 @@ class SemaphoreScripts:
     redis-py would encode them), its limit and fairness baked in; ``channel`` is its
     wake-up channel (the scripts derive it from the holders key)."""
 
-    __slots__ = ("_acquire_args", "_encode", "_flags", "_keys", "acquire_keys", "add_keys",
-                 "channel", "grace", "info_keys", "leave_keys", "release_keys",
-                 "state_keys")  # fmt: skip
+    __slots__ = (
+        "_acquire_args",
+        "_encode",
+        "_flags",
+        "_keys",
+        "acquire_keys",
+        "add_keys",
+        "channel",
+        "grace",
+        "info_keys",
+        "leave_keys",
+        "release_keys",
+        "state_keys",
+    )
 
     def __init__(self, client: Any, keys: KeySpace, limit: int, fair: bool) -> None:
         self.channel = keys.channel
@@ -57,9 +82,17 @@ class SemaphoreScripts:
         self._keys = keys
         base = encode(keys.base)  # the parts appended as bytes (see LockScripts)
         holders, leases, fence, queue, alive, meta, asks = (
-            base + part for part in (b":holders", b":leases", b":fence", b":queue",
-                                     b":alive", b":meta", b":asks")
-        )  # fmt: skip
+            base + part
+            for part in (
+                b":holders",
+                b":leases",
+                b":fence",
+                b":queue",
+                b":alive",
+                b":meta",
+                b":asks",
+            )
+        )
         self._flags = [b"%d" % limit, b"1" if fair else b"0"]  # limit, fair
         self.acquire_keys: list[Any] = [holders, leases, fence, queue, alive, meta, asks]
         self._acquire_args = [*self._flags, b"%d" % round(PATIENCE_MS * 1000)]
@@ -152,10 +185,14 @@ def info_reply(name: str, default_limit: int, reply: Any) -> PrimitiveInfo:
     now_ms, rows, waiters, stored = reply
     leases = [[as_text(v) for v in rows[i : i + 5]] for i in range(0, len(rows), 5)]
     holders = [
-        HolderInfo(token[:8], (int(expiry) - int(now_ms)) / 1000.0,
-                   int(fence) if fence else None, owner or None)
+        HolderInfo(
+            token[:8],
+            (int(expiry) - int(now_ms)) / 1000.0,
+            int(fence) if fence else None,
+            owner or None,
+        )
         for token, expiry, fence, owner, _ in leases
-    ]  # fmt: skip
+    ]
     granted = [int(row[4]) for row in leases if row[4]]
     return PrimitiveInfo(
         kind="semaphore",

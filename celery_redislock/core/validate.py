@@ -51,9 +51,7 @@ def ttl_to_ms(value: object, argument: str = "ttl") -> int:
             f"{argument} must be a finite number of seconds > 0, got {value!r}"
         )
     if value > MAX_SECONDS:
-        raise ConfigurationError(
-            f"{argument} must be at most {MAX_SECONDS} seconds, got {value!r}"
-        )
+        raise ConfigurationError(f"{argument} must be at most {MAX_SECONDS} seconds, got {value!r}")
     return max(1, round(value * 1000))
 
 

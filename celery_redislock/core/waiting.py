@@ -27,9 +27,20 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from .notifier import WAKE_ALL, Notifier, Waiter
 from .scripts import reply_deadline
 
-__all__ = ["MAX_POLL", "OUTAGE_ERRORS", "OUTAGE_GRACE", "WAITER_HEARTBEAT_MS", "WAKE_ALL",
-           "Grant", "Notifier", "WaitClock", "Waiter", "granted_lease", "poll_slice",
-           "wait_until_granted"]
+__all__ = [
+    "MAX_POLL",
+    "OUTAGE_ERRORS",
+    "OUTAGE_GRACE",
+    "WAITER_HEARTBEAT_MS",
+    "WAKE_ALL",
+    "Grant",
+    "Notifier",
+    "WaitClock",
+    "Waiter",
+    "granted_lease",
+    "poll_slice",
+    "wait_until_granted",
+]
 
 Grant = tuple[int, float]
 """A lease granted to a waiter: its fence, and a ``time.monotonic()`` no later than

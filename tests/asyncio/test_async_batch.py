@@ -89,8 +89,9 @@ def test_a_burst_keeps_each_deadline_while_redis_is_paused(
             fault_proxy.pause()
             started = time.monotonic()
             try:
-                outcomes = await asyncio.gather(*(sem.acquire(timeout=1.0) for _ in range(20)),
-                                                return_exceptions=True)  # fmt: skip
+                outcomes = await asyncio.gather(
+                    *(sem.acquire(timeout=1.0) for _ in range(20)), return_exceptions=True
+                )
             finally:
                 elapsed = time.monotonic() - started
                 fault_proxy.resume()
@@ -119,9 +120,11 @@ def test_a_burst_sent_again_alone_keeps_each_callers_own_deadline(
             assert lease is not None and await lease.release()
             fault_proxy.delay = 0.15
             fault_proxy.drop_reply(match=ACQUIRE.sha.encode())  # the batch's write
-            outcomes = await asyncio.gather(sem.acquire(timeout=0.2),  # opens the batch
-                                            sem.acquire(blocking=False),
-                                            return_exceptions=True)  # fmt: skip
+            outcomes = await asyncio.gather(
+                sem.acquire(timeout=0.2),  # opens the batch
+                sem.acquire(blocking=False),
+                return_exceptions=True,
+            )
             assert fault_proxy.dropped == 1
             return outcomes[1]
         finally:

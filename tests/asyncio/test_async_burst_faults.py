@@ -38,8 +38,10 @@ def test_a_burst_whose_replies_are_lost_is_sent_again_together(
             assert r.zcard("redislock:semaphore:{burst-reset}:holders") == 450
             # A release burst whose replies are lost after it ran: each answered once.
             fault_proxy.drop_reply(RELEASE.sha.encode(), times=1)
-            released = await asyncio.gather(*(lease.release() for lease in got),  # type: ignore[union-attr]
-                                            return_exceptions=True)  # fmt: skip
+            released = await asyncio.gather(
+                *(lease.release() for lease in got),  # type: ignore[union-attr]
+                return_exceptions=True,
+            )
             assert fault_proxy.dropped == 1
             assert released == [True] * 450
             assert r.zcard("redislock:semaphore:{burst-reset}:holders") == 0
@@ -53,15 +55,17 @@ def test_a_burst_stalled_past_the_socket_timeout_is_sent_again_together(
     r: redis.Redis, fault_proxy: FaultProxy
 ) -> None:
     async def main() -> None:
-        client = aioredis.Redis(host="127.0.0.1", port=fault_proxy.port, db=fault_proxy.db,
-                                socket_timeout=0.5)  # fmt: skip
+        client = aioredis.Redis(
+            host="127.0.0.1", port=fault_proxy.port, db=fault_proxy.db, socket_timeout=0.5
+        )
         sem = AsyncRedisSemaphore(client, "burst-stall", limit=500, ttl=30)
         try:
             await (await sem.acquire(blocking=False)).release()  # type: ignore[union-attr]
             fault_proxy.pause()  # longer than the socket timeout, shorter than two
             asyncio.get_running_loop().call_later(0.75, fault_proxy.resume)
-            got = await asyncio.gather(*(sem.acquire(blocking=False) for _ in range(450)),
-                                       return_exceptions=True)  # fmt: skip
+            got = await asyncio.gather(
+                *(sem.acquire(blocking=False) for _ in range(450)), return_exceptions=True
+            )
             assert [g for g in got if not hasattr(g, "fence")] == []  # each granted, no error
             assert r.zcard("redislock:semaphore:{burst-stall}:holders") == 450
             assert all(await asyncio.gather(*(lease.release() for lease in got)))  # type: ignore[union-attr]

@@ -34,11 +34,13 @@ async def cycles(client: aioredis.Redis, count: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def pooled(redis_url: str, max_connections: int,
-                 timeout: float = 2) -> AsyncIterator[aioredis.Redis]:  # fmt: skip
+async def pooled(
+    redis_url: str, max_connections: int, timeout: float = 2
+) -> AsyncIterator[aioredis.Redis]:
     """A client on a blocking pool of ``max_connections``, both closed at the end."""
-    pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=max_connections,
-                                                    timeout=timeout)  # fmt: skip
+    pool = aioredis.BlockingConnectionPool.from_url(
+        redis_url, max_connections=max_connections, timeout=timeout
+    )
     client = aioredis.Redis(connection_pool=pool)
     try:
         yield client
@@ -122,8 +124,9 @@ def test_an_uncontended_acquire_makes_no_subscriber_and_no_renewer(
 
 def test_a_read_past_the_socket_timeout_raises_and_closes(fault_proxy: FaultProxy) -> None:
     async def main() -> float:
-        client = aioredis.Redis.from_url(fault_proxy.url, socket_timeout=0.3,
-                                         retry=Retry(NoBackoff(), 0))  # fmt: skip
+        client = aioredis.Redis.from_url(
+            fault_proxy.url, socket_timeout=0.3, retry=Retry(NoBackoff(), 0)
+        )
         try:
             # Reads for longer than the socket timeout: the connection's one timer
             # fires while later reads are in progress and waits on for them.

@@ -41,8 +41,9 @@ async def cancel_after(acquire: Acquire, yields: int) -> bool:
     return False
 
 
-async def leftovers(client: aioredis.Redis, lock: AsyncRedisLock | AsyncRedisSemaphore,
-                    holders: int) -> list[str]:  # fmt: skip
+async def leftovers(
+    client: aioredis.Redis, lock: AsyncRedisLock | AsyncRedisSemaphore, holders: int
+) -> list[str]:
     """What the cancelled acquires left behind beyond ``holders`` live leases."""
     found = []
     info = await lock.info()
@@ -54,8 +55,9 @@ async def leftovers(client: aioredis.Redis, lock: AsyncRedisLock | AsyncRedisSem
     return found
 
 
-async def settled(client: aioredis.Redis, lock: AsyncRedisLock | AsyncRedisSemaphore,
-                  holders: int) -> list[str]:  # fmt: skip
+async def settled(
+    client: aioredis.Redis, lock: AsyncRedisLock | AsyncRedisSemaphore, holders: int
+) -> list[str]:
     """:func:`leftovers` once the clean-up is done: a request cancelled in flight may
     reach Redis after the first pass (its waiter queued again); the late pass, run
     ``LATE_CLEANUP`` s later, removes it. Waited for well short of the 5 s after which
@@ -73,8 +75,10 @@ def test_cancel_at_every_await_of_an_uncontended_and_a_queued_acquire(redis_url:
         client = aioredis.Redis.from_url(redis_url)
         await client.flushdb()
         try:
-            for lock in (AsyncRedisLock(client, "c-lock", ttl=10),
-                         AsyncRedisSemaphore(client, "c-sem", limit=1, ttl=10)):  # fmt: skip
+            for lock in (
+                AsyncRedisLock(client, "c-lock", ttl=10),
+                AsyncRedisSemaphore(client, "c-sem", limit=1, ttl=10),
+            ):
                 landed = 0
                 for contended in (False, True):
                     blocker = await lock.acquire() if contended else None
@@ -101,8 +105,10 @@ def test_cancel_racing_a_release_that_grants_the_waiter(redis_url: str) -> None:
         client = aioredis.Redis.from_url(redis_url)
         await client.flushdb()
         try:
-            for lock in (AsyncRedisLock(client, "r-lock", ttl=10),
-                         AsyncRedisSemaphore(client, "r-sem", limit=1, ttl=10)):  # fmt: skip
+            for lock in (
+                AsyncRedisLock(client, "r-lock", ttl=10),
+                AsyncRedisSemaphore(client, "r-sem", limit=1, ttl=10),
+            ):
                 for step in range(-10, 11):
                     blocker = await lock.acquire()
                     assert blocker is not None

@@ -19,14 +19,18 @@ from tests.faults import FaultProxy
 def test_an_async_waiter_returns_by_its_deadline_while_redis_is_paused(
     r: redis.Redis, fault_proxy: FaultProxy, kind: str
 ) -> None:
-    holder = (RedisLock(r, "job") if kind == "lock"
-              else RedisSemaphore(r, "job", limit=1)).acquire()  # fmt: skip
+    holder = (
+        RedisLock(r, "job") if kind == "lock" else RedisSemaphore(r, "job", limit=1)
+    ).acquire()
     assert holder is not None
 
     async def main() -> float:
         client = aioredis.Redis.from_url(fault_proxy.url)  # no socket timeout at all
-        primitive = (AsyncRedisLock(client, "job") if kind == "lock"
-                     else AsyncRedisSemaphore(client, "job", limit=1))  # fmt: skip
+        primitive = (
+            AsyncRedisLock(client, "job")
+            if kind == "lock"
+            else AsyncRedisSemaphore(client, "job", limit=1)
+        )
         try:
             assert await primitive.acquire(blocking=False) is None  # connected, cached
             await asyncio.sleep(0.1)

@@ -31,8 +31,13 @@ OURS = [
     b"*2\r\n$9\r\nRabcdefgh\r\n*2\r\n:1\r\n$12\r\ntok.abc 1234\r\n",
     b"*3\r\n$5\r\n\xc3\xa9t\xc3\xa9\r\n*1\r\n*1\r\n:0\r\n$4\r\na\r\nb\r\n",
 ]
-FOREIGN = [b"-NOSCRIPT No matching script\r\n", b"%1\r\n+a\r\n:1\r\n", b",1.5\r\n",
-           b">2\r\n$7\r\nmessage\r\n$1\r\nx\r\n", b"*2\r\n:1\r\n,2.5\r\n"]  # fmt: skip
+FOREIGN = [
+    b"-NOSCRIPT No matching script\r\n",
+    b"%1\r\n+a\r\n:1\r\n",
+    b",1.5\r\n",
+    b">2\r\n$7\r\nmessage\r\n$1\r\nx\r\n",
+    b"*2\r\n:1\r\n,2.5\r\n",
+]
 
 
 def _parser(kind: type, reader: asyncio.StreamReader, decode: bool) -> Any:
@@ -70,8 +75,10 @@ def test_other_kinds_are_left_whole_to_redis_py() -> None:
     async def main() -> None:
         for raw in FOREIGN:
             reader = _reader(raw)
-            assert await replies.read_buffered(_parser(_AsyncRESP3Parser, reader, False),
-                                               reader) is None  # fmt: skip
+            assert (
+                await replies.read_buffered(_parser(_AsyncRESP3Parser, reader, False), reader)
+                is None
+            )
             assert bytes(reader._buffer) == raw
 
     asyncio.run(main())
@@ -124,7 +131,8 @@ def test_script_calls_over_either_protocol_and_decoding(
 def _random_reply(rnd: random.Random, resp3: bool, depth: int = 0) -> bytes:
     """Any RESP value (errors and RESP3 types included, nested in arrays, maps, sets)."""
     kinds = ["int", "bulk", "simple", "null", "error", "not-utf8"] + (
-        ["double", "bool", "big", "verbatim"] if resp3 else [])  # fmt: skip
+        ["double", "bool", "big", "verbatim"] if resp3 else []
+    )
     if depth < 3:
         kinds += ["array", "array"] + (["map", "set", "push"] if resp3 and depth == 0 else [])
     kind = rnd.choice(kinds)
@@ -141,8 +149,12 @@ def _random_reply(rnd: random.Random, resp3: bool, depth: int = 0) -> bytes:
         return b"-ERR wrong\r\n"
     if kind == "not-utf8":
         return b"$2\r\n\xff\xfe\r\n"
-    fixed = {"double": b",-1.5\r\n", "bool": b"#f\r\n", "big": b"(-12345678901234567890123\r\n",
-             "verbatim": b"=7\r\ntxt:abc\r\n"}  # fmt: skip
+    fixed = {
+        "double": b",-1.5\r\n",
+        "bool": b"#f\r\n",
+        "big": b"(-12345678901234567890123\r\n",
+        "verbatim": b"=7\r\ntxt:abc\r\n",
+    }
     if kind in fixed:
         return fixed[kind]
     count = rnd.randint(0, 3)

@@ -20,8 +20,9 @@ from tests.asyncio import write_sizes
 
 def script_calls(r: redis.Redis) -> int:
     stats = r.info("commandstats")
-    return sum(int(stats.get(name, {}).get("calls", 0))
-               for name in ("cmdstat_evalsha", "cmdstat_eval"))  # fmt: skip
+    return sum(
+        int(stats.get(name, {}).get("calls", 0)) for name in ("cmdstat_evalsha", "cmdstat_eval")
+    )
 
 
 def test_two_hundred_tasks_through_a_limit_of_ten(r: redis.Redis, redis_url: str) -> None:
@@ -66,8 +67,10 @@ def test_a_loop_renews_all_its_leases_in_one_call_per_tick(r: redis.Redis, redis
 
     async def main() -> int:
         client = aioredis.Redis.from_url(redis_url)
-        leases = [await AsyncRedisLock(client, f"many-{i}", ttl=ttl).acquire(renew=True)
-                  for i in range(200)]  # fmt: skip
+        leases = [
+            await AsyncRedisLock(client, f"many-{i}", ttl=ttl).acquire(renew=True)
+            for i in range(200)
+        ]
         await asyncio.sleep(ttl / 3)  # the acquisition-time spread settles into one tick
         before = script_calls(r)
         await asyncio.sleep(1.0)  # five ticks
@@ -88,8 +91,7 @@ def test_waiters_joining_at_once_share_one_subscriber_connection(redis_url: str)
     # concurrently, takes one per caller and keeps the last: a small blocking pool was
     # exhausted and every task hung until the pool's timeout).
     async def main() -> int:
-        pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=4,
-                                                        timeout=3)  # fmt: skip
+        pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=4, timeout=3)
         client = aioredis.Redis(connection_pool=pool)
         sem = AsyncRedisSemaphore(client, "joined", limit=1, ttl=10)
         done = 0

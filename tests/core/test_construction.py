@@ -38,10 +38,12 @@ def test_keys_are_what_redis_py_would_send(r: redis.Redis, name: str) -> None:
     encode = r.get_encoder().encode
     keys = lock.keys
     scripts = lock._scripts
-    assert scripts.acquire_keys == [encode(k) for k in (keys.holders, keys.fence, keys.queue,
-                                                        keys.alive, keys.asks)]  # fmt: skip
-    assert scripts.queue_keys == [encode(k) for k in (keys.holders, keys.queue, keys.alive,
-                                                      keys.asks)]  # fmt: skip
+    assert scripts.acquire_keys == [
+        encode(k) for k in (keys.holders, keys.fence, keys.queue, keys.alive, keys.asks)
+    ]
+    assert scripts.queue_keys == [
+        encode(k) for k in (keys.holders, keys.queue, keys.alive, keys.asks)
+    ]
     assert scripts.release_call("t") == [*scripts.release_keys, encode(keys.done("t"))]
     assert scripts.add_keys == [encode(keys.holders), encode(keys.added)]
 

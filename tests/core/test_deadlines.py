@@ -126,11 +126,15 @@ class _PreEightConnection(redis.Connection):
     """redis-py < 8's ``read_response``: no ``timeout`` parameter (5.3 to 7.4)."""
 
     def read_response(  # type: ignore[override]
-        self, disable_decoding: bool = False, *, disconnect_on_error: bool = True,
+        self,
+        disable_decoding: bool = False,
+        *,
+        disconnect_on_error: bool = True,
         push_request: bool = False,
-    ) -> Any:  # fmt: skip
-        return super().read_response(disable_decoding, disconnect_on_error=disconnect_on_error,
-                                     push_request=push_request)  # fmt: skip
+    ) -> Any:
+        return super().read_response(
+            disable_decoding, disconnect_on_error=disconnect_on_error, push_request=push_request
+        )
 
 
 def test_a_deadline_holds_on_a_connection_whose_read_takes_no_timeout(

@@ -98,8 +98,9 @@ def test_a_blocking_pool_is_not_kept_from(redis_url: str) -> None:
     client.close()
 
 
-def test_a_connection_the_server_closed_while_idle_is_checked(client: redis.Redis,
-                                                               r: redis.Redis) -> None:  # fmt: skip
+def test_a_connection_the_server_closed_while_idle_is_checked(
+    client: redis.Redis, r: redis.Redis
+) -> None:
     cycle(client)
     kept = this_threads(client)
     kept.conn.send_command("CLIENT", "ID")
@@ -137,8 +138,9 @@ def test_a_forked_child_takes_its_own_connection(client: redis.Redis) -> None:
     assert this_threads(client).conn is parent
 
 
-def test_a_connection_closed_while_kept_is_used_again_once(client: redis.Redis,
-                                                            r: redis.Redis) -> None:  # fmt: skip
+def test_a_connection_closed_while_kept_is_used_again_once(
+    client: redis.Redis, r: redis.Redis
+) -> None:
     # Closed within the idle check's second (a restart, CLIENT KILL): the call is sent
     # once more on a new connection, as the pool would have reconnected it before the
     # send -- every script answers a re-send as its first execution.

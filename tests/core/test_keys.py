@@ -7,8 +7,22 @@ from redis.crc import key_slot
 
 from celery_redislock.core.keys import KeySpace, decode_name, encode_name
 
-AWKWARD = ["plain", "a{b}c", "}{", "{", "}", "{}", "%7B", "%7D", "%", "%25", "x{y}z{w}",
-           "naïve ☃", "with:colons:and spaces", "{{}}"]  # fmt: skip
+AWKWARD = [
+    "plain",
+    "a{b}c",
+    "}{",
+    "{",
+    "}",
+    "{}",
+    "%7B",
+    "%7D",
+    "%",
+    "%25",
+    "x{y}z{w}",
+    "naïve ☃",
+    "with:colons:and spaces",
+    "{{}}",
+]
 
 
 def all_keys(space: KeySpace) -> list[str]:

@@ -14,8 +14,10 @@ from celery_redislock.core.validate import MAX_SECONDS
 def test_a_ttl_past_the_maximum_is_refused(r: redis.Redis, ttl: float) -> None:
     # Before: 9.3e15 s passed, the expiry became -2^63 in Lua, PEXPIREAT deleted the
     # key at once and a second acquire got a lease too; 1e306 raised OverflowError.
-    for make in (lambda: RedisLock(r, "big", ttl=ttl),
-                 lambda: RedisSemaphore(r, "big", limit=1, ttl=ttl)):  # fmt: skip
+    for make in (
+        lambda: RedisLock(r, "big", ttl=ttl),
+        lambda: RedisSemaphore(r, "big", limit=1, ttl=ttl),
+    ):
         with pytest.raises(ConfigurationError, match=r"ttl must be at most 1000000000"):
             make()
     lock = RedisLock(r, "big")
@@ -27,8 +29,11 @@ def test_a_ttl_past_the_maximum_is_refused(r: redis.Redis, ttl: float) -> None:
 
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
 def test_the_maximum_holds_and_extend_past_it_changes_nothing(r: redis.Redis, kind: str) -> None:
-    primitive = (RedisLock(r, "big", ttl=MAX_SECONDS) if kind == "lock"
-                 else RedisSemaphore(r, "big", limit=1, ttl=MAX_SECONDS))  # fmt: skip
+    primitive = (
+        RedisLock(r, "big", ttl=MAX_SECONDS)
+        if kind == "lock"
+        else RedisSemaphore(r, "big", limit=1, ttl=MAX_SECONDS)
+    )
     lease = primitive.acquire(blocking=False)
     assert lease is not None
     assert primitive.acquire(blocking=False) is None  # still exclusive

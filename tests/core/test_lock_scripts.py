@@ -26,8 +26,9 @@ def lock(r: redis.Redis) -> RedisLock:
     return RedisLock(r, NAME, ttl=30)
 
 
-def acquire_call(lock: RedisLock, token: str, wait: str = "0", owner: str = "",
-                 ttl_ms: int = 30_000) -> tuple[list[str], list[Any]]:  # fmt: skip
+def acquire_call(
+    lock: RedisLock, token: str, wait: str = "0", owner: str = "", ttl_ms: int = 30_000
+) -> tuple[list[str], list[Any]]:
     keys = lock.keys
     return (
         [keys.holders, keys.fence, keys.queue, keys.alive, keys.asks],
@@ -51,9 +52,11 @@ def acquire(r: redis.Redis, lock: RedisLock, token: str, **options: Any) -> list
 def snapshot(r: redis.Redis, lock: RedisLock) -> tuple[Any, ...]:
     keys = lock.keys
     return (
-        r.hgetall(keys.holders), r.get(keys.fence), r.zrange(keys.queue, 0, -1, withscores=True),
+        r.hgetall(keys.holders),
+        r.get(keys.fence),
+        r.zrange(keys.queue, 0, -1, withscores=True),
         r.zrange(keys.alive, 0, -1),
-    )  # fmt: skip
+    )
 
 
 # -- idempotency under client retries ------------------------------------------------------
@@ -356,9 +359,12 @@ def test_script_flush_between_operations_breaks_nothing(r: redis.Redis, lock: Re
 
 @pytest.mark.parametrize(
     "filename",
-    sorted(entry.name for entry in resources.files("celery_redislock.core.lua").iterdir()
-           if entry.name.endswith(".lua") and not entry.name.startswith("lib_")),
-)  # fmt: skip
+    sorted(
+        entry.name
+        for entry in resources.files("celery_redislock.core.lua").iterdir()
+        if entry.name.endswith(".lua") and not entry.name.startswith("lib_")
+    ),
+)
 def test_every_script_compiles_as_expanded(r: redis.Redis, filename: str) -> None:
     # SCRIPT LOAD compiles without running: a pruned helper or a constant left out
     # would show here as a syntax error (or an undefined name, below).

@@ -149,10 +149,10 @@ def test_newcomer_does_not_barge_past_a_queued_waiter(r: redis.Redis, lock: Redi
     assert holder is not None
     # A queued waiter (via the script: no thread that would take the lock at once).
     reply = lock_module.ACQUIRE(
-        r, [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive,
-         lock.keys.asks],
+        r,
+        [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive, lock.keys.asks],
         ["a" * 32, 30000, "", "1"],
-    )  # fmt: skip
+    )
     assert reply[0] == 0
     holder.release()
     assert not lock.locked()
@@ -161,8 +161,7 @@ def test_newcomer_does_not_barge_past_a_queued_waiter(r: redis.Redis, lock: Redi
 
 
 def test_dead_waiter_is_dropped_after_its_heartbeat(r: redis.Redis, lock: RedisLock) -> None:
-    keys = [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive,
-         lock.keys.asks]
+    keys = [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive, lock.keys.asks]
     args = ["d" * 32, 30000, "", "1"]
     holder = lock.acquire()
     assert holder is not None
@@ -214,8 +213,7 @@ def test_waiter_behind_a_timed_out_one_is_woken_promptly(
 def test_leaving_head_of_a_free_lock_wakes_the_next_waiter(
     r: redis.Redis, lock: RedisLock, waiters: list[Waiter]
 ) -> None:
-    keys = [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive,
-         lock.keys.asks]
+    keys = [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive, lock.keys.asks]
     head = "h" * 32
     holder = lock.acquire()
     assert holder is not None
@@ -225,8 +223,9 @@ def test_leaving_head_of_a_free_lock_wakes_the_next_waiter(
     time.sleep(0.1)
     assert waiter.is_alive()
     left_at = time.monotonic()  # ... until it gives up, which must wake the next one
-    lock_module.LEAVE(r, [lock.keys.holders, lock.keys.queue, lock.keys.alive, lock.keys.asks],
-                       [head, "lock"])  # fmt: skip
+    lock_module.LEAVE(
+        r, [lock.keys.holders, lock.keys.queue, lock.keys.alive, lock.keys.asks], [head, "lock"]
+    )
     lease = waiter.result()
     assert lease is not None and waiter.returned_at - left_at < 0.5
     lease.release()

@@ -159,9 +159,7 @@ def test_lock_adopt(r: redis.Redis, proxied: redis.Redis, fault_proxy: FaultProx
     assert lease.release()
 
 
-def test_lock_release_owner(
-    r: redis.Redis, proxied: redis.Redis, fault_proxy: FaultProxy
-) -> None:
+def test_lock_release_owner(r: redis.Redis, proxied: redis.Redis, fault_proxy: FaultProxy) -> None:
     lock = RedisLock(proxied, "job")
     assert lock.acquire(owner="o") and lock.acquire(owner="o")
     drop_next(fault_proxy, lock_scripts.RELEASE_OWNER)
@@ -250,8 +248,14 @@ def test_parking_release(r: redis.Redis, proxied: redis.Redis, fault_proxy: Faul
     for script in (parking._PARK, parking._RELEASE):
         r.script_load(script.text)
     published: list[parking.Parked] = []
-    sem = parking.ParkingSemaphore(proxied, "pool", limit=1, ttl=30, reserve_ttl=30,
-                                   on_claimed=lambda _s, c: published.extend(c))  # fmt: skip
+    sem = parking.ParkingSemaphore(
+        proxied,
+        "pool",
+        limit=1,
+        ttl=30,
+        reserve_ttl=30,
+        on_claimed=lambda _s, c: published.extend(c),
+    )
     lease = sem.acquire(blocking=False)
     assert lease is not None
     lost: list[object] = []
@@ -272,8 +276,14 @@ def test_parking_park(r: redis.Redis, proxied: redis.Redis, fault_proxy: FaultPr
 
     r.script_load(parking._PARK.text)
     published: list[parking.Parked] = []
-    sem = parking.ParkingSemaphore(proxied, "pool", limit=1, ttl=30, reserve_ttl=30,
-                                   on_claimed=lambda _s, c: published.extend(c))  # fmt: skip
+    sem = parking.ParkingSemaphore(
+        proxied,
+        "pool",
+        limit=1,
+        ttl=30,
+        reserve_ttl=30,
+        on_claimed=lambda _s, c: published.extend(c),
+    )
     # A permit is free (the holder released between the refusal and the park): the park
     # claims its own entry at once. Its reply lost, the re-send still hands the entry
     # to be published now, not after a 30 s reservation and a sweeper.

@@ -28,8 +28,14 @@ def header_and_body(text: str) -> tuple[str, str]:
 
 
 def test_the_lock_scripts_exist() -> None:
-    for name in ("lock_acquire.lua", "lock_release.lua", "lock_extend.lua",
-                 "lock_adopt.lua", "lock_info.lua", "queue_leave.lua"):  # fmt: skip
+    for name in (
+        "lock_acquire.lua",
+        "lock_release.lua",
+        "lock_extend.lua",
+        "lock_adopt.lua",
+        "lock_info.lua",
+        "queue_leave.lua",
+    ):
         assert name in SCRIPTS
 
 
@@ -63,8 +69,11 @@ def test_script_is_loaded_with_its_includes_expanded(filename: str) -> None:
     defined = re.findall(r"^local function (\w+)\(", script.text, re.MULTILINE)
     assert len(defined) == len(set(defined))
     source = LUA.joinpath(filename).read_text("utf-8")
-    helpers = {name for lib in re.findall(r"^--!include (\S+)", source, re.MULTILINE)
-               for name in helper_names(lib)}  # fmt: skip
+    helpers = {
+        name
+        for lib in re.findall(r"^--!include (\S+)", source, re.MULTILINE)
+        for name in helper_names(lib)
+    }
     code = re.sub(r"--[^\n]*|local function \w+\(", "", script.text)
     called = {name for name in helpers if re.search(rf"\b{name}\(", code)}
     assert called == set(defined) & helpers
@@ -77,8 +86,10 @@ def helper_names(lib: str) -> list[str]:
 def test_only_the_helpers_a_script_calls_are_included() -> None:
     extend = expand("lock_extend.lua")
     assert re.findall(r"^local function (\w+)", extend, re.MULTILINE) == [
-        "server_clock", "sweep_leases", "extend_lease"
-    ]  # fmt: skip
+        "server_clock",
+        "sweep_leases",
+        "extend_lease",
+    ]
     assert "enqueue_waiter" not in extend and "lib_lock.lua" not in extend
     # lib_semaphore.lua's helpers call lib_lock.lua's: those come along, in order.
     release = re.findall(r"^local function (\w+)", expand("semaphore_release.lua"), re.MULTILINE)
@@ -95,8 +106,10 @@ def test_the_uncontended_paths_run_before_most_helpers_are_made() -> None:
     head, graced = fast.split("if grace and taken == 0 then", 1)
     fast = head + graced.split("'restarted'}} end", 1)[1]
     assert re.findall(r"^local function (\w+)", fast, re.MULTILINE) == [
-        "server_clock", "next_fence", "grant_lock"
-    ]  # fmt: skip
+        "server_clock",
+        "next_fence",
+        "grant_lock",
+    ]
     assert "local function enqueue_waiter" in rest
     release = expand("lock_release.lua")
     fast, rest = release.split("if not queued then return {STAMP, 1} end", 1)
@@ -105,8 +118,10 @@ def test_the_uncontended_paths_run_before_most_helpers_are_made() -> None:
     release = expand("semaphore_release.lua")
     fast, rest = release.split("if not head then", 1)
     assert re.findall(r"^local function (\w+)", fast, re.MULTILINE) == [
-        "answer", "server_clock", "reap_holders"
-    ]  # fmt: skip
+        "answer",
+        "server_clock",
+        "reap_holders",
+    ]
     assert "local function hand_over_permits" in rest
     refused, granted = expand("semaphore_acquire.lua").split("-- Granted:", 1)
     for helper in ("next_fence", "grant_permit", "keep_keys"):
@@ -133,10 +148,10 @@ end
     files = {
         "lib_t.lua": lib,
         "a.lua": "--!include lib_t.lua\nlocal x = two() -- three()\n"
-                 "--!include lib_t.lua\nreturn x + one() + three() + #'two()'\n",
+        "--!include lib_t.lua\nreturn x + one() + three() + #'two()'\n",
         "early.lua": "local x = one()\n--!include lib_t.lua\nreturn x\n",
         "unknown.lua": "--!include lib_t.lua\nreturn {{NOPE}}\n",
-    }  # fmt: skip
+    }
     for name, text in files.items():
         (tmp_path / name).write_text(text, "utf-8")
     monkeypatch.setattr(lua_text, "_read", lambda name: (tmp_path / name).read_text("utf-8"))

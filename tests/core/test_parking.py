@@ -42,8 +42,7 @@ def _listening(r: redis.Redis, sem: ParkingSemaphore) -> bool:
 
 def _pool(r: redis.Redis, limit: int = 1, **kwargs: float) -> tuple[ParkingSemaphore, Published]:
     published = Published()
-    return ParkingSemaphore(r, "api", limit=limit, ttl=5, on_claimed=published,
-                            **kwargs), published  # type: ignore[arg-type]  # fmt: skip
+    return ParkingSemaphore(r, "api", limit=limit, ttl=5, on_claimed=published, **kwargs), published  # type: ignore[arg-type]
 
 
 def test_release_hands_the_permit_to_the_oldest_parked_run(r: redis.Redis) -> None:

@@ -18,8 +18,9 @@ from ..faults import FaultProxy
 
 def test_a_standby_waiting_in_place_before_its_take_is_counted_once(r: redis.Redis) -> None:
     published: list[Parked] = []
-    sem = ParkingSemaphore(r, "api", limit=1, ttl=5, standby=2,
-                           on_claimed=lambda _, claimed: published.extend(claimed))  # fmt: skip
+    sem = ParkingSemaphore(
+        r, "api", limit=1, ttl=5, standby=2, on_claimed=lambda _, claimed: published.extend(claimed)
+    )
     held = sem.acquire(blocking=False)
     assert held is not None
     first, second = new_entry_id(), new_entry_id()
@@ -46,7 +47,8 @@ def test_a_standby_waiting_in_place_before_its_take_is_counted_once(r: redis.Red
 
 
 def test_a_standby_whose_take_fails_gives_back_the_permit_it_waited_for(
-        r: redis.Redis, fault_proxy: FaultProxy) -> None:  # fmt: skip
+    r: redis.Redis, fault_proxy: FaultProxy
+) -> None:
     """The permit a standby got by waiting in place is nobody's hold until its take
     answers: a take that raises (its replies lost) must not leave it renewed for the
     life of the pool process."""
@@ -55,8 +57,14 @@ def test_a_standby_whose_take_fails_gives_back_the_permit_it_waited_for(
     from celery_redislock.celery.bounded.standby import take_parked
 
     app = Celery("standby-take", broker="memory://", set_as_current=False)
-    sem = ParkingSemaphore(fault_proxy.client(socket_timeout=0.5), "api", limit=1, ttl=1,
-                           standby=1, on_claimed=lambda _, claimed: None)  # fmt: skip
+    sem = ParkingSemaphore(
+        fault_proxy.client(socket_timeout=0.5),
+        "api",
+        limit=1,
+        ttl=1,
+        standby=1,
+        on_claimed=lambda _, claimed: None,
+    )
     held = sem.acquire(blocking=False)
     assert held is not None
     entry = new_entry_id()
@@ -65,8 +73,7 @@ def test_a_standby_whose_take_fails_gives_back_the_permit_it_waited_for(
 
     def run() -> None:
         try:
-            take_parked(app, sem, entry, "t1", standby=1, wait=5, ttl=1,
-                        on_lost=lambda _: None)  # fmt: skip
+            take_parked(app, sem, entry, "t1", standby=1, wait=5, ttl=1, on_lost=lambda _: None)
         except Exception as exc:
             failed.append(exc)
 

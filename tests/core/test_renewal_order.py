@@ -23,8 +23,11 @@ def _changed_under_a_stalled_renewal(
     (which must succeed) meanwhile; then the stalled renewal reaches Redis. Returns the
     lease, its milliseconds left on the server and the client (to close)."""
     client = fault_proxy.client()
-    primitive = (RedisLock(client, "job", ttl=1.5) if kind == "lock"
-                 else RedisSemaphore(client, "job", limit=1, ttl=1.5))  # fmt: skip
+    primitive = (
+        RedisLock(client, "job", ttl=1.5)
+        if kind == "lock"
+        else RedisSemaphore(client, "job", limit=1, ttl=1.5)
+    )
     script = lock_scripts.RENEW if kind == "lock" else semaphore_scripts.RENEW
     fault_proxy.hold(match=script.sha.encode())  # the renewal stalls on its way
     lease = primitive.acquire(renew=True)
@@ -33,9 +36,11 @@ def _changed_under_a_stalled_renewal(
     assert change(lease)
     fault_proxy.release_held()  # the stalled renewal (TTL 1.5 s) reaches Redis now
     time.sleep(0.3)
-    ttl_left = (r.pttl(primitive.keys.holders) if kind == "lock"
-                else int(r.zscore(primitive.keys.holders, lease.token) or 0)
-                - int(r.time()[0]) * 1000)  # fmt: skip
+    ttl_left = (
+        r.pttl(primitive.keys.holders)
+        if kind == "lock"
+        else int(r.zscore(primitive.keys.holders, lease.token) or 0) - int(r.time()[0]) * 1000
+    )
     return lease, ttl_left, client
 
 
@@ -66,11 +71,10 @@ def test_a_renewal_in_flight_does_not_cut_back_an_addition(
 
 
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
-def test_a_shorter_explicit_ttl_is_renewed_on_its_own_schedule(
-    r: redis.Redis, kind: str
-) -> None:
-    primitive = (RedisLock(r, "job", ttl=3) if kind == "lock"
-                 else RedisSemaphore(r, "job", limit=1, ttl=3))  # fmt: skip
+def test_a_shorter_explicit_ttl_is_renewed_on_its_own_schedule(r: redis.Redis, kind: str) -> None:
+    primitive = (
+        RedisLock(r, "job", ttl=3) if kind == "lock" else RedisSemaphore(r, "job", limit=1, ttl=3)
+    )
     lease = primitive.acquire(renew=True)
     assert lease is not None
     assert lease.extend(0.6)

@@ -29,8 +29,10 @@ from celery_redislock.errors import RedisLockError
 def test_bad_replica_settings_name_the_argument(
     r: redis.Redis, kwargs: dict[str, object], named: str
 ) -> None:
-    for make in (lambda: RedisLock(r, "x", **kwargs),  # type: ignore[arg-type]
-                 lambda: RedisSemaphore(r, "x", limit=2, **kwargs)):  # type: ignore[arg-type]  # fmt: skip
+    for make in (
+        lambda: RedisLock(r, "x", **kwargs),  # type: ignore[arg-type]
+        lambda: RedisSemaphore(r, "x", limit=2, **kwargs),
+    ):  # type: ignore[arg-type]
         with pytest.raises(ConfigurationError, match=named) as caught:
             make()
         assert isinstance(caught.value, ValueError)
@@ -68,9 +70,7 @@ def test_handed_over_grant_is_confirmed_too(r: redis.Redis) -> None:
 
     def wait() -> None:
         try:
-            RedisLock(r, "handover", ttl=10, min_replicas=1, replica_timeout=0.1).acquire(
-                timeout=5
-            )
+            RedisLock(r, "handover", ttl=10, min_replicas=1, replica_timeout=0.1).acquire(timeout=5)
         except BaseException as exc:  # recorded for the assertion
             errors.append(exc)
 

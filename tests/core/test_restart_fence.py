@@ -85,14 +85,21 @@ def test_a_negative_uptime_fails_no_script(behind: RedisServer) -> None:
     client.flushall()  # the data lost: the next call starts a grace, reading the uptime
     assert sem.acquire(blocking=False) is None, "a newcomer let in within the grace"
     holders = "redislock:lock:{job}:holders"
-    keys = [holders, "redislock:lock:{job}:fence", "redislock:lock:{job}:queue",
-            "redislock:lock:{job}:alive", "redislock:lock:{job}:asks", "boot:x"]  # fmt: skip
+    keys = [
+        holders,
+        "redislock:lock:{job}:fence",
+        "redislock:lock:{job}:queue",
+        "redislock:lock:{job}:alive",
+        "redislock:lock:{job}:asks",
+        "boot:x",
+    ]
     reply = ACQUIRE(client, keys, ["t" * 16, 1000, "", "0", 0, 5000])
     assert reply[0] == 0 and reply[3] == b"restarted", reply  # a Redlock master refuses
 
 
 def test_a_grant_after_a_restart_behind_in_time_is_fenced_above_the_live_lease(
-        clock_shim: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    clock_shim: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with RedisServer() as server:
         client = redis.Redis(port=server.port, socket_timeout=1, socket_connect_timeout=0.5)
         sem = RedisSemaphore(client, "pool", limit=1, ttl=TTL, restart_grace=True)

@@ -40,8 +40,9 @@ def _real_holders(sem: RedisSemaphore) -> set[str]:
     return {h.token_hint for h in sem.info().holders if not h.token_hint.startswith("~restart")}
 
 
-def _holders_and_restart(server: RedisServer, grace: bool | None) -> tuple[
-        RedisSemaphore, list[Lease], RedisSemaphore]:  # fmt: skip
+def _holders_and_restart(
+    server: RedisServer, grace: bool | None
+) -> tuple[RedisSemaphore, list[Lease], RedisSemaphore]:
     holder = RedisSemaphore(_client(server), "pool", limit=2, ttl=TTL, restart_grace=grace)
     leases = [holder.acquire(blocking=False, renew=True) for _ in range(2)]
     assert all(lease is not None for lease in leases)
@@ -73,8 +74,11 @@ def test_renewing_holders_keep_their_permits_and_newcomers_wait(server: RedisSer
 def test_without_a_grace_the_restart_lets_a_third_in(server: RedisServer) -> None:
     """The gap the grace closes: the same restart without it over-grants."""
     _, leases, newcomer = _holders_and_restart(server, None)
-    wait_until(lambda: newcomer.acquire(blocking=False) is not None, timeout=5,
-               what="a third permit while both holders run")  # fmt: skip
+    wait_until(
+        lambda: newcomer.acquire(blocking=False) is not None,
+        timeout=5,
+        what="a third permit while both holders run",
+    )
     assert all(lease.lost_event.wait(3 * TTL) for lease in leases)
 
 
@@ -106,7 +110,8 @@ def test_restart_grace_is_validated(server: RedisServer) -> None:
 
 
 def test_a_flush_past_the_grace_does_not_put_a_lease_back_over_the_limit(
-        server: RedisServer) -> None:  # fmt: skip
+    server: RedisServer,
+) -> None:
     """FLUSHALL (or an evicted marker) on a server older than the grace: no grace is
     declared, so newcomers get the permits at once -- a lost lease's renewal must not
     then put it back beside them (limit 1, two holders)."""
@@ -114,8 +119,11 @@ def test_a_flush_past_the_grace_does_not_put_a_lease_back_over_the_limit(
     sem = RedisSemaphore(client, "pool", limit=1, ttl=TTL, restart_grace=True)
     old = sem.acquire(blocking=False, renew=True)
     assert old is not None
-    wait_until(lambda: int(client.info("server")["uptime_in_seconds"]) * 1000 > 2 * TTL * 1000,
-               timeout=10, what="a server older than the grace")  # fmt: skip
+    wait_until(
+        lambda: int(client.info("server")["uptime_in_seconds"]) * 1000 > 2 * TTL * 1000,
+        timeout=10,
+        what="a server older than the grace",
+    )
     client.flushall()
     newcomer = RedisSemaphore(_client(server), "pool", limit=1, ttl=TTL, restart_grace=True)
     new = newcomer.acquire(blocking=False, renew=True)
@@ -164,8 +172,9 @@ def test_put_backs_before_any_acquire_stay_within_the_limit(server: RedisServer)
     assert len(_real_holders(sem)) == 1
 
 
-def _lock_and_restart(server: RedisServer, grace: bool | None) -> tuple[
-        RedisLock, Lease, RedisLock]:  # fmt: skip
+def _lock_and_restart(
+    server: RedisServer, grace: bool | None
+) -> tuple[RedisLock, Lease, RedisLock]:
     lock = RedisLock(_client(server), "job", ttl=TTL, restart_grace=grace)
     lease = lock.acquire(blocking=False, owner="first", renew=True)
     assert lease is not None
@@ -200,8 +209,11 @@ def test_a_renewing_lock_holder_keeps_its_lock_and_nobody_else_takes_it(
 
 def test_without_a_grace_a_second_lock_holder_gets_in(server: RedisServer) -> None:
     _, lease, other = _lock_and_restart(server, None)
-    wait_until(lambda: other.try_acquire(owner="second")[0] is not None, timeout=5,
-               what="a second holder while the first runs")  # fmt: skip
+    wait_until(
+        lambda: other.try_acquire(owner="second")[0] is not None,
+        timeout=5,
+        what="a second holder while the first runs",
+    )
     assert lease.lost_event.wait(3 * TTL)
 
 

@@ -28,9 +28,10 @@ def only_semaphore_lib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     (tmp_path / "only_sem.lua").write_text(_ONLY_SEMAPHORE_LIB, "utf-8")
     read = lua_text._read
     monkeypatch.setattr(
-        lua_text, "_read",
+        lua_text,
+        "_read",
         lambda name: (tmp_path / name).read_text("utf-8") if name == "only_sem.lua" else read(name),
-    )  # fmt: skip
+    )
     return "only_sem.lua"
 
 

@@ -34,8 +34,10 @@ def test_a_release_grants_queued_waiters_under_their_own_limit(
     low = RedisSemaphore(r, "pool", limit=2, ttl=30)
     held = [low.acquire(), low.acquire()]
     assert all(held)
-    waiters = [subprocess.Popen([sys.executable, "-c", _WAITER, redis_url],
-                                stdout=subprocess.PIPE) for _ in range(4)]  # fmt: skip
+    waiters = [
+        subprocess.Popen([sys.executable, "-c", _WAITER, redis_url], stdout=subprocess.PIPE)
+        for _ in range(4)
+    ]
     try:
         for proc in waiters:
             assert proc.stdout is not None and proc.stdout.readline() == b"waiting\n"

@@ -35,10 +35,11 @@ def max_concurrency(intervals: list[tuple[float, float]]) -> int:
 def test_limit_holds_with_eight_processes(r: redis.Redis, redis_url: str, mode: str) -> None:
     go, out = spawn.Event(), spawn.Queue()
     procs = [
-        spawn.Process(target=workers.record_intervals,
-                      args=(redis_url, "pool", 3, mode, 12, 0.005, go, out))
+        spawn.Process(
+            target=workers.record_intervals, args=(redis_url, "pool", 3, mode, 12, 0.005, go, out)
+        )
         for _ in range(8)
-    ]  # fmt: skip
+    ]
     for proc in procs:
         proc.start()
     go.set()

@@ -150,8 +150,10 @@ def test_duplicate_task_pickles_with_its_attributes() -> None:
     copy = pickle.loads(pickle.dumps(error))
     assert type(copy) is DuplicateTask
     assert (copy.task_id, copy.key, str(copy)) == (
-        "task-id-1", "redislock:lock:{x}:holders", "already queued",
-    )  # fmt: skip
+        "task-id-1",
+        "redislock:lock:{x}:holders",
+        "already queued",
+    )
 
 
 def test_configuration_error_pickles() -> None:

@@ -98,9 +98,15 @@ def worker() -> Iterator[Callable[..., Any]]:
 
         def start(app: Celery, pool: str = "threads", concurrency: int = 2, **kw: Any) -> Any:
             return stack.enter_context(
-                start_worker(app, pool=pool, concurrency=concurrency,
-                             perform_ping_check=False, shutdown_timeout=20, **kw)
-            )  # fmt: skip
+                start_worker(
+                    app,
+                    pool=pool,
+                    concurrency=concurrency,
+                    perform_ping_check=False,
+                    shutdown_timeout=20,
+                    **kw,
+                )
+            )
 
         yield start
 

@@ -12,10 +12,20 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_testing_your_tasks_example_passes() -> None:
     """docs/test_your_tasks.py, as a user would run it with pytest."""
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         str(ROOT / "docs" / "test_your_tasks.py")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(ROOT / "docs" / "test_your_tasks.py"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
 

@@ -33,8 +33,9 @@ def _close_a_collected_channel(url: str) -> None:
     pool the outage disconnected."""
     queue = Queue(f"kombu-fix-{uuid.uuid4().hex[:8]}", Exchange("kombu-fix"), "k")
     connection = Connection(url)
-    connection.Producer().publish({"n": 1}, exchange=queue.exchange, routing_key="k",
-                                  declare=[queue])  # fmt: skip
+    connection.Producer().publish(
+        {"n": 1}, exchange=queue.exchange, routing_key="k", declare=[queue]
+    )
     channel = connection.default_channel
     assert queue(channel).get(no_ack=False) is not None  # delivered, not acknowledged
     connection.transport.client = None  # what collect() leaves behind

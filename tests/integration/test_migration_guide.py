@@ -95,9 +95,15 @@ def test_every_ours_snippet_runs(title: str, redis_url: str, locks: redis.Redis)
 
 def test_the_guide_lists_every_difference_the_issue_names() -> None:
     text = GUIDE.read_text()
-    for phrase in ("30 s by default", "**replaces**", "Re-entry needs an owner",
-                   "`UUID` argument and its `str`", "returns `None`", "renews",
-                   "singleton_mode=\"interval\""):  # fmt: skip
+    for phrase in (
+        "30 s by default",
+        "**replaces**",
+        "Re-entry needs an owner",
+        "`UUID` argument and its `str`",
+        "returns `None`",
+        "renews",
+        'singleton_mode="interval"',
+    ):
         assert phrase in text, phrase
 
 

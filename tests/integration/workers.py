@@ -87,14 +87,18 @@ class AppModule:
         self.directory = directory
         self.name = f"app_{uuid.uuid4().hex[:10]}"
         self.queue = f"q-{self.name}"
-        source = _HEADER.format(
-            name=self.name,
-            broker=db_url(redis_url, BROKER_DB),
-            backend=db_url(redis_url, RESULTS_DB),
-            locks=db_url(redis_url, LOCKS_DB),
-            queue=self.queue,
-            conf=conf,
-        ) + "\n" + textwrap.dedent(body)
+        source = (
+            _HEADER.format(
+                name=self.name,
+                broker=db_url(redis_url, BROKER_DB),
+                backend=db_url(redis_url, RESULTS_DB),
+                locks=db_url(redis_url, LOCKS_DB),
+                queue=self.queue,
+                conf=conf,
+            )
+            + "\n"
+            + textwrap.dedent(body)
+        )
         self.path = directory / f"{self.name}.py"
         self.path.write_text(source, encoding="utf-8")
 
@@ -122,11 +126,27 @@ class WorkerProcess:
         self.hostname = f"{name or 'w'}-{uuid.uuid4().hex[:6]}@%h"
         self.log_path = module.directory / f"{module.name}-{uuid.uuid4().hex[:6]}.log"
         self.args = [
-            sys.executable, "-m", "celery", "-A", f"{module.name}:app", "worker",
-            "-P", pool, "-c", str(concurrency), "-Q", module.queue, "-n", self.hostname,
-            "-l", "info", "--without-heartbeat", "--without-gossip", "--without-mingle",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            f"{module.name}:app",
+            "worker",
+            "-P",
+            pool,
+            "-c",
+            str(concurrency),
+            "-Q",
+            module.queue,
+            "-n",
+            self.hostname,
+            "-l",
+            "info",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
             *extra_args,
-        ]  # fmt: skip
+        ]
         self.ready_timeout = ready_timeout
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -138,9 +158,14 @@ class WorkerProcess:
         )
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                self.args, cwd=self.module.directory, env=env, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+                self.args,
+                cwd=self.module.directory,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + self.ready_timeout
         while " ready." not in self.log():
             if self.process.poll() is not None or time.monotonic() > deadline:

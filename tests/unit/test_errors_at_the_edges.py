@@ -26,8 +26,7 @@ class _OwnTasks(Celery):
 
 @pytest.fixture
 def app() -> Celery:
-    app = _OwnTasks("edges", set_as_current=False, broker="memory://",
-                    backend="cache+memory://")  # fmt: skip
+    app = _OwnTasks("edges", set_as_current=False, broker="memory://", backend="cache+memory://")
     app.conf.task_always_eager = False
     return app
 

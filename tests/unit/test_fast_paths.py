@@ -181,11 +181,22 @@ def test_a_lease_due_later_than_the_scheduler_wakes_does_not_wake_it() -> None:
 def _memo_calls() -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
     # Equal in Python (and so in a dict) but not one job: each must keep its own key.
     return [
-        ((1,), {}), ((True,), {}), ((1.0,), {}), ((-0.0,), {}), ((0.0,), {}),
-        (("1",), {}), ((None,), {}), ((), {"a": 1}), ((), {"a": True}),
-        ((1, 2), {}), ((1,), {"b": 2}), ((2,), {}), (("x" * 300,), {}),
-        (([1],), {}), (((1,),), {}),
-    ]  # fmt: skip
+        ((1,), {}),
+        ((True,), {}),
+        ((1.0,), {}),
+        ((-0.0,), {}),
+        ((0.0,), {}),
+        (("1",), {}),
+        ((None,), {}),
+        ((), {"a": 1}),
+        ((), {"a": True}),
+        ((1, 2), {}),
+        ((1,), {"b": 2}),
+        ((2,), {}),
+        (("x" * 300,), {}),
+        (([1],), {}),
+        (((1,),), {}),
+    ]
 
 
 def test_remembered_keys_are_the_keys_of_the_slow_path(app: Celery) -> None:

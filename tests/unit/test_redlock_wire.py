@@ -18,19 +18,21 @@ from celery_redislock.core.redlock.wire import Call, next_reply, parse
 from celery_redislock.core.scripts import StaleReply
 
 
-@pytest.mark.parametrize(("data", "value"), [
-    (b":1795599415223395\r\n", 1795599415223395),
-    (b"*2\r\n$9\r\na41b23468\r\n:17\r\n", [b"a41b23468", 17]),
-    (b"*2\r\n$9\r\nr41b23468\r\n*3\r\n:0\r\n:250\r\n$0\r\n\r\n",
-     [b"r41b23468", [0, 250, b""]]),
-    (b"$-1\r\n", None),
-    (b"_\r\n", None),
-    (b"*-1\r\n", None),
-    (b"+OK\r\n", b"OK"),
-    (b"#t\r\n", True),
-    (b",1.5\r\n", 1.5),
-    (b"$4\r\na\r\nb\r\n", b"a\r\nb"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("data", "value"),
+    [
+        (b":1795599415223395\r\n", 1795599415223395),
+        (b"*2\r\n$9\r\na41b23468\r\n:17\r\n", [b"a41b23468", 17]),
+        (b"*2\r\n$9\r\nr41b23468\r\n*3\r\n:0\r\n:250\r\n$0\r\n\r\n", [b"r41b23468", [0, 250, b""]]),
+        (b"$-1\r\n", None),
+        (b"_\r\n", None),
+        (b"*-1\r\n", None),
+        (b"+OK\r\n", b"OK"),
+        (b"#t\r\n", True),
+        (b",1.5\r\n", 1.5),
+        (b"$4\r\na\r\nb\r\n", b"a\r\nb"),
+    ],
+)
 def test_each_shape_is_read_whole_and_waits_for_its_rest(data: bytes, value: object) -> None:
     assert parse(data + b":7\r\n", 0) == (value, len(data))
     for cut in range(len(data)):
@@ -75,8 +77,9 @@ def test_prepared_requests_are_what_redis_py_would_send() -> None:
     assert packed_for(0, "RUN") == b"".join(expected)
     assert call.stamp == b"at0k3n.ab"
     release = prepared.release(b"t0k3n.ab", b"0")
-    expected = pack_command("EVALSHA", RELEASE.sha, 6, b"h", b"q", b"a", b"s", b"f",
-                            "p:done:t0k3n.ab", "t0k3n.ab", "0")  # fmt: skip
+    expected = pack_command(
+        "EVALSHA", RELEASE.sha, 6, b"h", b"q", b"a", b"s", b"f", "p:done:t0k3n.ab", "t0k3n.ab", "0"
+    )
     assert release.packed == b"".join(expected)
     assert Call(RELEASE, [b"h"], ["tok", 5]).packed == b"".join(
         pack_command("EVALSHA", RELEASE.sha, 1, b"h", "tok", 5)
@@ -92,8 +95,9 @@ def pack_command(*args: object) -> list[bytes]:
 def test_a_connection_reads_replies_split_across_reads_and_several_in_one() -> None:
     ours, server = socket.socketpair()
     ours.setblocking(False)
-    conn = SimpleNamespace(redlock_fd=ours.fileno(), redlock_raw=True, redlock_buffer=b"",
-                           redlock_due=[], _sock=ours)  # fmt: skip
+    conn = SimpleNamespace(
+        redlock_fd=ours.fileno(), redlock_raw=True, redlock_buffer=b"", redlock_due=[], _sock=ours
+    )
     first, second = (Call(RELEASE, [b"k"], [token]) for token in ("11111111x", "22222222x"))
     conn.redlock_due += [(first, 0.0, first.packed), (second, 0.0, second.packed)]
     one = b"*2\r\n$9\r\nr11111111\r\n:1\r\n"

@@ -9,7 +9,7 @@ from mypy import api
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SNIPPET = '''
+SNIPPET = """
 from celery import Celery
 from celery_redislock import SingletonTask, bounded_task, singleton_task
 
@@ -28,13 +28,22 @@ class Mine(SingletonTask[[int], None]):
 
 wrong = singleton_task(app=app, on_duplicate="bogus")  # line 18: error
 also_wrong = bounded_task(concurrency_limit=2, singleton_mode="until_dun")  # line 19: error
-'''
+"""
 
 
 def test_mypy_catches_bad_option_strings_and_typed_delay(tmp_path: Path) -> None:
     source = tmp_path / "typed_snippet.py"
     source.write_text(SNIPPET)
-    out, err, _ = api.run(["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "c"),
-                           "--config-file", str(ROOT / "pyproject.toml"), str(source)])
+    out, err, _ = api.run(
+        [
+            "--strict",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path / "c"),
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            str(source),
+        ]
+    )
     lines = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
     assert lines == {12, 13, 16, 18, 19}, out + err

@@ -124,9 +124,12 @@ def _report_lost(task: AnyTask, task_id: str, pool: str, lease: Lease) -> None:
     # pool may now run one more than its limit until this run ends.
     LEASE.error(
         "celery_redislock: task %s[%s] lost its permit of pool %r while running (%s); "
-        "the pool may run one more than its limit", task.name, task_id, pool,
+        "the pool may run one more than its limit",
+        task.name,
+        task_id,
+        pool,
         lease.lost_reason,
-    )  # fmt: skip
+    )
     lease_lost.send(sender=task, task_id=task_id, key=pool, fence=lease.fence, kind="permit")
 
 
@@ -143,8 +146,14 @@ class PermitHold(Hold):
     def finish(self, reason: str) -> None:
         """Give the permit back (owner-checked: a lost one is reported, not released)."""
         released = self.lease.release()
-        permit_released.send(sender=self.task, task_id=self.task_id, key=self.pool,
-                             reason=reason, released=released, stage="run")  # fmt: skip
+        permit_released.send(
+            sender=self.task,
+            task_id=self.task_id,
+            key=self.pool,
+            reason=reason,
+            released=released,
+            stage="run",
+        )
 
     def __repr__(self) -> str:
         return f"<PermitHold {self.pool!r} of {self.task_id}>"
@@ -166,8 +175,7 @@ class ConcurrencyGuard(Guard):
         limit = options.limit_of(pool)
         lock = resolved.singleton  # the permit's lease: lock_ttl, under the prefix
         standby = _standby(options)
-        sem = semaphore_for(task, pool, limit, lock.lock_ttl, lock.prefix, lock.replicas,
-                            standby)  # fmt: skip
+        sem = semaphore_for(task, pool, limit, lock.lock_ttl, lock.prefix, lock.replicas, standby)
         request = task.request
         eager = bool(request.is_eager)
         owner = permit_owner(run.task_id, None if eager else _seed(request.headers))
@@ -181,18 +189,26 @@ class ConcurrencyGuard(Guard):
             _park(task, run, sem, tried_at if since is None else since, limit)
         if parked is not None:  # published by the release that reserved its permit
             # A standby (no permit reserved) waits in place first; refused, it parks again.
-            status, lease = take_parked(task.app, sem, parked[0], owner, standby=standby,
-                                        wait=lock.lock_ttl, ttl=ttl, on_lost=on_lost)  # fmt: skip
+            status, lease = take_parked(
+                task.app,
+                sem,
+                parked[0],
+                owner,
+                standby=standby,
+                wait=lock.lock_ttl,
+                ttl=ttl,
+                on_lost=on_lost,
+            )
             if status == DUPLICATE:
                 _skip_duplicate(task, run, pool)
         elif eager:  # no queue to go back to: wait as long as it takes
             lease = sem.acquire(owner=owner, ttl=ttl, renew=True, on_lost=on_lost)
         else:
-            lease = sem.acquire(blocking=False, owner=owner, ttl=ttl, renew=True,
-                                on_lost=on_lost)  # fmt: skip
+            lease = sem.acquire(blocking=False, owner=owner, ttl=ttl, renew=True, on_lost=on_lost)
             if lease is None and options.wait > 0 and _may_wait(sem, options, limit):
-                lease = sem.acquire(timeout=options.wait, owner=owner, ttl=ttl, renew=True,
-                                    on_lost=on_lost)  # fmt: skip
+                lease = sem.acquire(
+                    timeout=options.wait, owner=owner, ttl=ttl, renew=True, on_lost=on_lost
+                )
         if lease is None:
             first = tried_at if since is None else since
             if options.park:
@@ -201,10 +217,22 @@ class ConcurrencyGuard(Guard):
         assert lease is not None
         waited = time.monotonic() - started if since is None else max(0.0, time.time() - since)
         if parked is not None:
-            PERMIT.debug("celery_redislock: %s[%s] took its permit of pool %r after %.3fs "
-                         "parked", task.name, run.task_id, pool, waited)  # fmt: skip
-        permit_acquired.send(sender=task, task_id=run.task_id, key=pool, limit=limit,
-                             fence=lease.fence, waited=waited, rescheduled=rescheduled)  # fmt: skip
+            PERMIT.debug(
+                "celery_redislock: %s[%s] took its permit of pool %r after %.3fs parked",
+                task.name,
+                run.task_id,
+                pool,
+                waited,
+            )
+        permit_acquired.send(
+            sender=task,
+            task_id=run.task_id,
+            key=pool,
+            limit=limit,
+            fence=lease.fence,
+            waited=waited,
+            rescheduled=rescheduled,
+        )
         return PermitHold(task, run.task_id, pool, lease)
 
     def cleanup(self, task: AnyTask, event: Cleanup) -> None:
@@ -222,17 +250,33 @@ class ConcurrencyGuard(Guard):
             return  # its pool is unknown here: the permit expires after lock_ttl
         pool = options.pool(task, event.args, event.kwargs)
         lock = resolved.singleton
-        sem = semaphore_for(task, pool, options.limit_of(pool), lock.lock_ttl, lock.prefix,
-                            lock.replicas, _standby(options))  # fmt: skip
+        sem = semaphore_for(
+            task,
+            pool,
+            options.limit_of(pool),
+            lock.lock_ttl,
+            lock.prefix,
+            lock.replicas,
+            _standby(options),
+        )
         for headers in event.deliveries:
             seed = _seed(headers)
             if seed and sem.release_owner(permit_owner(event.task_id, seed)):
-                LEASE.info("celery_redislock: released the permit of pool %r held by "
-                            "%s[%s] after %s", pool, task.name, event.task_id,
-                            event.event)  # fmt: skip
-                permit_released.send(sender=task, task_id=event.task_id, key=pool,
-                                     reason=event.event, released=True,
-                                     stage="cleanup")  # fmt: skip
+                LEASE.info(
+                    "celery_redislock: released the permit of pool %r held by %s[%s] after %s",
+                    pool,
+                    task.name,
+                    event.task_id,
+                    event.event,
+                )
+                permit_released.send(
+                    sender=task,
+                    task_id=event.task_id,
+                    key=pool,
+                    reason=event.event,
+                    released=True,
+                    stage="cleanup",
+                )
 
 
 def _drop_parked(task: AnyTask, event: Cleanup) -> None:
@@ -240,8 +284,11 @@ def _drop_parked(task: AnyTask, event: Cleanup) -> None:
     release reserved for it: consume its park token (else the entry goes back to the
     queue when the reservation lapses, and is published and revoked again, round after
     round) and hand the permit on at once, not after ``lock_ttl``."""
-    ids = [str(h[PARK_HEADER]).split()[0] for h in event.deliveries
-           if str(h.get(PARK_HEADER) or "").strip()]  # fmt: skip
+    ids = [
+        str(h[PARK_HEADER]).split()[0]
+        for h in event.deliveries
+        if str(h.get(PARK_HEADER) or "").strip()
+    ]
     resolved = options_of(task)
     options = resolved.bounded
     if (
@@ -252,17 +299,29 @@ def _drop_parked(task: AnyTask, event: Cleanup) -> None:
         return  # its pool is unknown here: the reservation lapses after lock_ttl
     pool = options.pool(task, event.args, event.kwargs)
     lock = resolved.singleton
-    sem = semaphore_for(task, pool, options.limit_of(pool), lock.lock_ttl, lock.prefix,
-                        lock.replicas, _standby(options))  # fmt: skip
+    sem = semaphore_for(
+        task,
+        pool,
+        options.limit_of(pool),
+        lock.lock_ttl,
+        lock.prefix,
+        lock.replicas,
+        _standby(options),
+    )
     for entry_id in ids:
         forget(task.app, entry_id)
         status, lease = sem.take(entry_id, permit_owner(event.task_id, entry_id), renew=False)
         if lease is not None:
             lease.release()  # to the next parked run
         if status != DUPLICATE:
-            PERMIT.info("celery_redislock: parked run %s[%s] of pool %r was %s before it "
-                        "started: dropped from the parked queue, its permit handed on",
-                        task.name, event.task_id, pool, event.event)  # fmt: skip
+            PERMIT.info(
+                "celery_redislock: parked run %s[%s] of pool %r was %s before it "
+                "started: dropped from the parked queue, its permit handed on",
+                task.name,
+                event.task_id,
+                pool,
+                event.event,
+            )
 
 
 def _standby(options: BoundedOptions) -> int:

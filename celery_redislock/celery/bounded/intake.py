@@ -118,27 +118,43 @@ def park_at_intake(request: Any) -> bool:
     task = request.task
     message = request.request_dict
     guards = getattr(task, "redislock_guards", ())
-    if (CONCURRENCY not in guards or PARK_HEADER in message or TOKEN_HEADER in message
-            or KEY_HEADER in message or _not_due(request.eta)  # called directly
-            or time.monotonic() < _resting.get(task.app, 0.0)):  # fmt: skip
+    if (
+        CONCURRENCY not in guards
+        or PARK_HEADER in message
+        or TOKEN_HEADER in message
+        or KEY_HEADER in message
+        or _not_due(request.eta)  # called directly
+        or time.monotonic() < _resting.get(task.app, 0.0)
+    ):
         return False
     try:
         resolved = options_of(task)
         options = resolved.bounded
         lock = resolved.singleton
-        if (not options.enabled or not options.park or options.wait > 0 or lock.enabled
-                or len(guards) > 2):  # fmt: skip
+        if (
+            not options.enabled
+            or not options.park
+            or options.wait > 0
+            or lock.enabled
+            or len(guards) > 2
+        ):
             return False
         pool = options.pool(task, request.args, request.kwargs)
         limit = options.limit_of(pool)
-        sem = semaphore_for(task, pool, limit, lock.lock_ttl, lock.prefix, lock.replicas,
-                            options.standby)  # fmt: skip
+        sem = semaphore_for(
+            task, pool, limit, lock.lock_ttl, lock.prefix, lock.replicas, options.standby
+        )
         since = time.time()
         entry_id = intake_token(request)
         payload = encode_request(task, request, entry_id, since)
     except Exception as exc:
-        logger.debug("celery_redislock: %s[%s] not looked at on intake (%s: %s)", task.name,
-                     request.id, type(exc).__name__, exc)  # fmt: skip
+        logger.debug(
+            "celery_redislock: %s[%s] not looked at on intake (%s: %s)",
+            task.name,
+            request.id,
+            type(exc).__name__,
+            exc,
+        )
         return False
     # From here the park may have gone through: the run re-sends it under this token.
     message[ATTEMPT] = entry_id
@@ -146,17 +162,35 @@ def park_at_intake(request: Any) -> bool:
     # (as a published parked run's), so acks_late keeps the path of before.
     hand_over = not sem.standby and not task.acks_late and _a_process_is_free(task.app)
     try:
-        record(task.app, entry_id, payload, pool=pool, limit=limit, ttl=sem.ttl,
-               prefix=sem.keys.prefix, owner=request.id)  # survives the lock Redis  # fmt: skip
+        record(
+            task.app,
+            entry_id,
+            payload,
+            pool=pool,
+            limit=limit,
+            ttl=sem.ttl,
+            prefix=sem.keys.prefix,
+            owner=request.id,
+        )  # survives the lock Redis
         with reply_deadline(time.monotonic() + INTAKE_BUDGET):
-            position = sem.park(entry_id, payload, owner=request.id, intake=True,
-                                sent=sent_at(message.get(SENT_HEADER)),
-                                hand_over=hand_over)  # fmt: skip
+            position = sem.park(
+                entry_id,
+                payload,
+                owner=request.id,
+                intake=True,
+                sent=sent_at(message.get(SENT_HEADER)),
+                hand_over=hand_over,
+            )
     except Exception as exc:
         if isinstance(exc, RedisTimeoutError):  # DeadlinePassed too: it stopped answering
             _resting[task.app] = time.monotonic() + INTAKE_REST
-        logger.debug("celery_redislock: %s[%s] could not park on intake (%s: %s); its run "
-                     "tries again", task.name, request.id, type(exc).__name__, exc)  # fmt: skip
+        logger.debug(
+            "celery_redislock: %s[%s] could not park on intake (%s: %s); its run tries again",
+            task.name,
+            request.id,
+            type(exc).__name__,
+            exc,
+        )
         return False
     if position == NOT_PARKED:
         del message[ATTEMPT]
@@ -170,13 +204,23 @@ def park_at_intake(request: Any) -> bool:
     request.acknowledge()
     task_ready(request)
     if position == 0 and forget_if_taken(task.app, sem, entry_id):
-        logger.debug("celery_redislock: %s[%s] delivered again after its run started: "
-                     "dropped on intake", task.name, request.id)  # fmt: skip
+        logger.debug(
+            "celery_redislock: %s[%s] delivered again after its run started: dropped on intake",
+            task.name,
+            request.id,
+        )
         return True
-    logger.debug("celery_redislock: %s[%s] over the limit of pool %r (%d): parked at place "
-                 "%d on intake", task.name, request.id, pool, limit, position)  # fmt: skip
-    permit_parked.send(sender=task, task_id=request.id, key=pool, limit=limit,
-                       position=position, waited=0.0)  # fmt: skip
+    logger.debug(
+        "celery_redislock: %s[%s] over the limit of pool %r (%d): parked at place %d on intake",
+        task.name,
+        request.id,
+        pool,
+        limit,
+        position,
+    )
+    permit_parked.send(
+        sender=task, task_id=request.id, key=pool, limit=limit, position=position, waited=0.0
+    )
     return True
 
 
@@ -200,8 +244,9 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
 def connect() -> None:
     """Know each worker's process count (its main process; idempotent): see
     :func:`_a_process_is_free`."""
-    worker_init.connect(_on_worker_init, weak=False,
-                        dispatch_uid="celery_redislock.intake.worker_init")  # fmt: skip
+    worker_init.connect(
+        _on_worker_init, weak=False, dispatch_uid="celery_redislock.intake.worker_init"
+    )
 
 
 def intake_token(request: Any) -> str:

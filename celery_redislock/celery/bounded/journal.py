@@ -73,8 +73,17 @@ def _state(app: Celery) -> tuple[ParkJournal | None, float]:
     return journal, keep
 
 
-def record(app: Celery, entry_id: str, payload: bytes, *, pool: str, limit: int,
-           ttl: float, prefix: str, owner: str) -> None:  # fmt: skip
+def record(
+    app: Celery,
+    entry_id: str,
+    payload: bytes,
+    *,
+    pool: str,
+    limit: int,
+    ttl: float,
+    prefix: str,
+    owner: str,
+) -> None:
     """Journal a run about to be parked (before the lock Redis has it). With the
     journal's Redis unreachable the run parks without it (WARNING): waiting for it
     would hold the run, and fail it after ``redislock_outage_attempts``."""
@@ -85,9 +94,13 @@ def record(app: Celery, entry_id: str, payload: bytes, *, pool: str, limit: int,
             _flush(journal)
             journal.put(entry_id, head.encode() + b"\n" + payload, keep)
         except OUTAGE_ERRORS as exc:
-            logger.warning("celery_redislock: the park journal's Redis is unreachable "
-                           "(%s); run %s parks without it (lost if the lock Redis loses "
-                           "its data before it runs)", exc, owner)  # fmt: skip
+            logger.warning(
+                "celery_redislock: the park journal's Redis is unreachable "
+                "(%s); run %s parks without it (lost if the lock Redis loses "
+                "its data before it runs)",
+                exc,
+                owner,
+            )
 
 
 def forget(app: Celery, entry_id: str) -> None:
@@ -103,8 +116,12 @@ def forget(app: Celery, entry_id: str) -> None:
                 missed = _pending.setdefault(journal.entries_key, [])
                 if len(missed) < _PENDING_MAX:
                     missed.append(entry_id)
-            logger.warning("celery_redislock: the park journal's Redis is unreachable (%s); "
-                           "parked run %s is dropped from it later", exc, entry_id)  # fmt: skip
+            logger.warning(
+                "celery_redislock: the park journal's Redis is unreachable (%s); "
+                "parked run %s is dropped from it later",
+                exc,
+                entry_id,
+            )
 
 
 def _flush(journal: ParkJournal) -> None:
@@ -126,8 +143,14 @@ def read_value(value: bytes) -> tuple[str, int, float, str, str, bytes]:
     head, sep, payload = value.partition(b"\n")
     try:
         pool, limit, ttl, prefix, owner = json.loads(head)
-        if sep and isinstance(pool, str) and isinstance(prefix, str) and isinstance(
-                owner, str) and int(limit) >= 1 and float(ttl) > 0:  # fmt: skip
+        if (
+            sep
+            and isinstance(pool, str)
+            and isinstance(prefix, str)
+            and isinstance(owner, str)
+            and int(limit) >= 1
+            and float(ttl) > 0
+        ):
             return pool, int(limit), float(ttl), prefix, owner, payload
     except (TypeError, ValueError):
         pass
@@ -142,8 +165,10 @@ def _make(app: Celery) -> ParkJournal | None:
         return None
     if setting is not None:
         if not isinstance(setting, str) or _scheme(setting) not in _SCHEMES:
-            raise ConfigurationError(f"{JOURNAL_URL} must be a redis://, rediss://, unix:// "
-                                     f"or sentinel:// URL, or False, got {setting!r}")  # fmt: skip
+            raise ConfigurationError(
+                f"{JOURNAL_URL} must be a redis://, rediss://, unix:// "
+                f"or sentinel:// URL, or False, got {setting!r}"
+            )
         transport = "redislock_transport_options"
         return ParkJournal(_client(app, setting, transport, options), prefix)
     broker = _broker_url(app.conf.broker_write_url)
@@ -188,8 +213,11 @@ def _server(app: Celery, url: str, setting: str) -> Hashable:
     path, or a Sentinel group's master name and Sentinels."""
     if is_sentinel_url(url):
         name = transport_options(app, setting).get("master_name")
-        hosts = frozenset((urlsplit(p.strip()).hostname, urlsplit(p.strip()).port)
-                          for p in url.split(";") if p.strip())  # fmt: skip
+        hosts = frozenset(
+            (urlsplit(p.strip()).hostname, urlsplit(p.strip()).port)
+            for p in url.split(";")
+            if p.strip()
+        )
         return "sentinel", name, hosts
     parts = urlsplit(url.split(";")[0].strip())
     if parts.scheme in ("unix", "redis+socket"):
@@ -208,8 +236,12 @@ def forget_if_taken(app: Celery, sem: Any, entry_id: str) -> bool:
         if sem.client.zscore(sem.taken_key, entry_id) is None:
             return False
     except Exception as exc:
-        logger.debug("celery_redislock: park token %s not looked up (%s: %s)", entry_id,
-                     type(exc).__name__, exc)  # fmt: skip
+        logger.debug(
+            "celery_redislock: park token %s not looked up (%s: %s)",
+            entry_id,
+            type(exc).__name__,
+            exc,
+        )
         return False
     forget(app, entry_id)
     return True

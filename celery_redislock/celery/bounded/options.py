@@ -73,9 +73,16 @@ __all__ = [
     "resolve_bounded",
 ]
 
-OPTIONS: Final = ("concurrency_limit", "concurrency_key", "concurrency_countdown",
-                  "concurrency_jitter", "concurrency_wait", "concurrency_waiters",
-                  "concurrency_park", "concurrency_standby")  # fmt: skip
+OPTIONS: Final = (
+    "concurrency_limit",
+    "concurrency_key",
+    "concurrency_countdown",
+    "concurrency_jitter",
+    "concurrency_wait",
+    "concurrency_waiters",
+    "concurrency_park",
+    "concurrency_standby",
+)
 """The task options of bounded concurrency."""
 
 PoolKey: TypeAlias = "str | Callable[..., str] | None"
@@ -145,7 +152,6 @@ class BoundedOptions:
         return limit if self.waiters is None else self.waiters
 
 
-
 @functools.lru_cache(maxsize=256)
 def _signature(key: Callable[..., str]) -> inspect.Signature | None:
     """The call signature of a ``concurrency_key`` callable (None: not inspectable)."""
@@ -176,8 +182,11 @@ def _task_level(task: Any) -> dict[str, Any]:
         raise ConfigurationError(
             f"{where} concurrency_key={key!r} needs concurrency_limit (an int >= 1), got None"
         )
-    for name, zero in (("concurrency_countdown", False), ("concurrency_jitter", True),
-                       ("concurrency_wait", True)):  # fmt: skip
+    for name, zero in (
+        ("concurrency_countdown", False),
+        ("concurrency_jitter", True),
+        ("concurrency_wait", True),
+    ):
         if raw[name] is not None:
             values[name] = _seconds(raw[name], f"{where} {name}", zero=zero)
     if raw["concurrency_standby"] is not None:
@@ -199,7 +208,11 @@ def check_bounded_options(task: Any) -> None:
 
 
 _UNBOUNDED: Final = BoundedOptions(
-    limit=None, key=None, countdown=DEFAULT_COUNTDOWN, jitter=DEFAULT_JITTER, wait=DEFAULT_WAIT,
+    limit=None,
+    key=None,
+    countdown=DEFAULT_COUNTDOWN,
+    jitter=DEFAULT_JITTER,
+    wait=DEFAULT_WAIT,
     waiters=None,
 )
 
@@ -212,9 +225,10 @@ def resolve_bounded(task: Any) -> BoundedOptions:
     (they are checked where a bounded task reads them, and when a task is bound). Called
     by :func:`celery_redislock.celery.options.options_of` only, which keeps the result.
     """
-    if task_option(task, "concurrency_limit") is None and task_option(
-        task, "concurrency_key"
-    ) is None:
+    if (
+        task_option(task, "concurrency_limit") is None
+        and task_option(task, "concurrency_key") is None
+    ):
         return _UNBOUNDED
     settings = _settings_of(task.app)
     values = _task_level(task)

@@ -79,15 +79,20 @@ _semaphores_guard = threading.Lock()
 def encode_message(task: AnyTask, args: Any, kwargs: Any, options: dict[str, Any]) -> bytes:
     """The message to publish again, serialized as kombu would: ``RLP1 <content type>
     <content encoding>\\n<body>``."""
-    body = {"task": task.name, "args": list(args or ()), "kwargs": dict(kwargs or {}),
-            "options": options}  # fmt: skip
+    body = {
+        "task": task.name,
+        "args": list(args or ()),
+        "kwargs": dict(kwargs or {}),
+        "options": options,
+    }
     content_type, encoding, data = serialization.dumps(body, serializer=task.serializer)
     raw = data if isinstance(data, bytes) else str(data).encode(encoding or "utf-8")
     return b"%s %s %s\n%s" % (_MAGIC, content_type.encode(), encoding.encode(), raw)
 
 
-def decode_message(app: Any, payload: bytes) -> tuple[str, list[Any], dict[str, Any],
-                                                      dict[str, Any]]:  # fmt: skip
+def decode_message(
+    app: Any, payload: bytes
+) -> tuple[str, list[Any], dict[str, Any], dict[str, Any]]:
     """``(task name, args, kwargs, options)`` of a parked message; raises ``ValueError``
     (or the serializer's error) for anything else. Only the content types the app
     accepts (``accept_content``) are decoded."""
@@ -102,15 +107,20 @@ def decode_message(app: Any, payload: bytes) -> tuple[str, list[Any], dict[str, 
         raise ValueError("a parked message must be a dict naming its task")
     options = body.get("options")
     args, kwargs = body.get("args"), body.get("kwargs")
-    if not isinstance(options, dict) or not isinstance(args, list) or not isinstance(
-            kwargs, dict):  # fmt: skip
+    if not isinstance(options, dict) or not isinstance(args, list) or not isinstance(kwargs, dict):
         raise ValueError("a parked message needs args (list), kwargs and options (dicts)")
     return body["task"], args, kwargs, options
 
 
-def parking_for(app: Any, pool: str, limit: int, ttl: float, prefix: str,
-                acks: Mapping[str, Any] | None = None,
-                standby: int = 0) -> ParkingSemaphore:  # fmt: skip
+def parking_for(
+    app: Any,
+    pool: str,
+    limit: int,
+    ttl: float,
+    prefix: str,
+    acks: Mapping[str, Any] | None = None,
+    standby: int = 0,
+) -> ParkingSemaphore:
     """The parking semaphore of ``pool`` on the app's Redis (``acks``: the replica
     acknowledgement terms of its grants; ``standby``: runs published ahead, see
     :class:`~celery_redislock.core.parking.ParkingSemaphore`); claimed runs are
@@ -123,12 +133,19 @@ def parking_for(app: Any, pool: str, limit: int, ttl: float, prefix: str,
         if sem is not None and sem.client is client:
             _semaphores.move_to_end(cache_key)
             return sem
-    sem = ParkingSemaphore(client, pool, limit=limit, ttl=ttl, prefix=prefix,
-                           keep=park_keep(app),
-                           on_claimed=functools.partial(publish_claimed, app),
-                           standby=standby, restart_grace=restart_grace(app),
-                           taken_memory=taken_memory(app),
-                           **acks)  # fmt: skip
+    sem = ParkingSemaphore(
+        client,
+        pool,
+        limit=limit,
+        ttl=ttl,
+        prefix=prefix,
+        keep=park_keep(app),
+        on_claimed=functools.partial(publish_claimed, app),
+        standby=standby,
+        restart_grace=restart_grace(app),
+        taken_memory=taken_memory(app),
+        **acks,
+    )
     with _semaphores_guard:
         _semaphores[cache_key] = sem
         while len(_semaphores) > _KEPT:
@@ -147,9 +164,12 @@ def publish_claimed(app: Any, sem: ParkingSemaphore, claimed: list[Parked]) -> N
         except Exception as exc:
             logger.error(
                 "celery_redislock: parked run %s of pool %r cannot be decoded (%s: %s); "
-                "moved to the dead-letter list", entry.owner or entry.id, sem.name,
-                type(exc).__name__, exc,
-            )  # fmt: skip
+                "moved to the dead-letter list",
+                entry.owner or entry.id,
+                sem.name,
+                type(exc).__name__,
+                exc,
+            )
             dead = sem.give_back(entry.id, dead=f"{type(exc).__name__}: {exc}") or dead
             forget(app, entry.id)
             continue
@@ -161,12 +181,20 @@ def publish_claimed(app: Any, sem: ParkingSemaphore, claimed: list[Parked]) -> N
             # The broker is down: the entry keeps its place; a sweeper claims it again.
             logger.warning(
                 "celery_redislock: could not publish parked run %s[%s] of pool %r (%s); "
-                "it stays parked", name, options.get("task_id"), sem.name, exc,
-            )  # fmt: skip
+                "it stays parked",
+                name,
+                options.get("task_id"),
+                sem.name,
+                exc,
+            )
             sem.give_back(entry.id)
             continue
-        logger.info("celery_redislock: %s[%s] released from the parked queue of pool %r",
-                    name, options.get("task_id"), sem.name)  # fmt: skip
+        logger.info(
+            "celery_redislock: %s[%s] released from the parked queue of pool %r",
+            name,
+            options.get("task_id"),
+            sem.name,
+        )
     if dead:
         sem.pump()  # the dead entry's permit goes to the next one
 
@@ -238,14 +266,16 @@ def encode_request(task: AnyTask, request: Any, entry_id: str, since: float) -> 
     return _payload(task, request._context, entry_id, since, ())
 
 
-def _payload(task: AnyTask, context: Any, entry_id: str, since: float,
-             holds: Any) -> bytes:  # fmt: skip
+def _payload(task: AnyTask, context: Any, entry_id: str, since: float, holds: Any) -> bytes:
     sig = task.signature_from_request(context)
     options = dict(sig.options)
     # Not ours (they name this delivery), nor the intake's park token (a request key,
     # which Celery hands to the run as a header: the parked copy must not inherit it).
-    headers = {k: v for k, v in (options.get("headers") or {}).items()
-               if k not in HEADERS and k != PARK_HEADER and k != ATTEMPT}  # fmt: skip
+    headers = {
+        k: v
+        for k, v in (options.get("headers") or {}).items()
+        if k not in HEADERS and k != PARK_HEADER and k != ATTEMPT
+    }
     headers[PARK_HEADER] = park_header(entry_id, context.retries, since)
     for hold in holds:
         hold.on_park(headers)
@@ -253,8 +283,7 @@ def _payload(task: AnyTask, context: Any, entry_id: str, since: float,
     return encode_message(task, sig.args, sig.kwargs, options)
 
 
-def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
-             limit: int) -> int:  # fmt: skip
+def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float, limit: int) -> int:
     """Park the current request of ``task`` in ``sem``; its 1-based place in the queue
     (0: claimed at once). The caller then ends the run with ``Ignore``.
 
@@ -268,10 +297,22 @@ def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
     setattr(request, ATTEMPT, entry_id)
     payload = _payload(task, request, entry_id, since, run.holds)
     try:
-        record(task.app, entry_id, payload, pool=sem.name, limit=limit, ttl=sem.ttl,
-               prefix=sem.keys.prefix, owner=run.task_id)  # survives the lock Redis  # fmt: skip
-        position = sem.park(entry_id, payload, owner=run.task_id,
-                            sent=sent_at((request.headers or {}).get(SENT_HEADER)))  # fmt: skip
+        record(
+            task.app,
+            entry_id,
+            payload,
+            pool=sem.name,
+            limit=limit,
+            ttl=sem.ttl,
+            prefix=sem.keys.prefix,
+            owner=run.task_id,
+        )  # survives the lock Redis
+        position = sem.park(
+            entry_id,
+            payload,
+            owner=run.task_id,
+            sent=sent_at((request.headers or {}).get(SENT_HEADER)),
+        )
     except BaseException:
         for hold in run.holds:
             hold.on_park_failed()
@@ -282,10 +323,22 @@ def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
         forget_if_taken(task.app, sem, entry_id)
     _quiet(run.task_id)
     waited = max(0.0, time.time() - since)
-    logger.debug("celery_redislock: %s[%s] over the limit of pool %r (%d): parked at "
-                 "place %d", task.name, run.task_id, sem.name, limit, position)  # fmt: skip
-    permit_parked.send(sender=task, task_id=run.task_id, key=sem.name, limit=limit,
-                       position=position, waited=waited)  # fmt: skip
+    logger.debug(
+        "celery_redislock: %s[%s] over the limit of pool %r (%d): parked at place %d",
+        task.name,
+        run.task_id,
+        sem.name,
+        limit,
+        position,
+    )
+    permit_parked.send(
+        sender=task,
+        task_id=run.task_id,
+        key=sem.name,
+        limit=limit,
+        position=position,
+        waited=waited,
+    )
     return position
 
 

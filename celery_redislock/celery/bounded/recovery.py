@@ -54,8 +54,12 @@ def recover(app: Celery, mark: str) -> int | None:
         try:
             pool, limit, ttl, prefix, owner, payload = read_value(value)
         except ValueError as exc:
-            logger.error("celery_redislock: journaled parked run %s cannot be read (%s); "
-                         "dropped from the journal", entry_id, exc)  # fmt: skip
+            logger.error(
+                "celery_redislock: journaled parked run %s cannot be read (%s); "
+                "dropped from the journal",
+                entry_id,
+                exc,
+            )
             journal.drop(entry_id)
             continue
         parking_for(app, pool, limit, ttl, prefix).park(entry_id, payload, owner)

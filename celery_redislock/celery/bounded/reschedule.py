@@ -32,15 +32,18 @@ mark_resent_by(WAIT_HEADER)  # a re-scheduled copy: its receipt is not logged ag
 
 def skip_duplicate(task: AnyTask, run: RunState, pool: str) -> None:
     """A second message of a parked run whose park token was taken: never runs."""
-    PERMIT.warning("celery_redislock: %s[%s] is a second message of a parked run of pool "
-                   "%r that started already: skipped", task.name, run.task_id,
-                   pool)  # fmt: skip
+    PERMIT.warning(
+        "celery_redislock: %s[%s] is a second message of a parked run of pool "
+        "%r that started already: skipped",
+        task.name,
+        run.task_id,
+        pool,
+    )
     permit_duplicate.send(sender=task, task_id=run.task_id, key=pool)
     raise Ignore()
 
 
-def park(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
-          limit: int) -> None:  # fmt: skip
+def park(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float, limit: int) -> None:
     """Park the run in its pool's queue (see :mod:`.parking`); always raises Ignore."""
     request = task.request
     if _tracks_started(task, request):
@@ -52,9 +55,14 @@ def park(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float,
 
 
 def reschedule(
-    task: AnyTask, run: RunState, pool: str, limit: int, options: BoundedOptions,
-    since: float, rescheduled: int,
-) -> None:  # fmt: skip
+    task: AnyTask,
+    run: RunState,
+    pool: str,
+    limit: int,
+    options: BoundedOptions,
+    since: float,
+    rescheduled: int,
+) -> None:
     """Publish this run's message again in a jittered countdown; always raises Ignore."""
     request = task.request
     countdown = options.countdown + random.uniform(0.0, options.jitter)
@@ -74,11 +82,23 @@ def reschedule(
     # AsyncResult would keep Celery's result subscription (Redis backend, pools whose
     # join does not block) after the run.
     task.apply_async(sig.args, sig.kwargs, add_to_parent=False, **message)
-    PERMIT.info("celery_redislock: %s[%s] over the limit of pool %r (%d): re-sent to run "
-                "in %.2fs", task.name, run.task_id, pool, limit, countdown)  # fmt: skip
-    permit_rescheduled.send(sender=task, task_id=run.task_id, key=pool, limit=limit,
-                            countdown=countdown, rescheduled=rescheduled + 1,
-                            waited=max(0.0, time.time() - since))  # fmt: skip
+    PERMIT.info(
+        "celery_redislock: %s[%s] over the limit of pool %r (%d): re-sent to run in %.2fs",
+        task.name,
+        run.task_id,
+        pool,
+        limit,
+        countdown,
+    )
+    permit_rescheduled.send(
+        sender=task,
+        task_id=run.task_id,
+        key=pool,
+        limit=limit,
+        countdown=countdown,
+        rescheduled=rescheduled + 1,
+        waited=max(0.0, time.time() - since),
+    )
     quiet_ignored(run.task_id)  # logged above: Celery's "ignored" line would repeat it
     raise Ignore()
 

@@ -65,10 +65,15 @@ DEFAULT_WAIT: Final = 0.0
 """Seconds a refused run waits in place (if fewer than ``concurrency_waiters`` wait
 already) before it is re-scheduled. 0: never; a worker slot is not blocked."""
 
-SETTINGS: Final = ("redislock_concurrency_limits", "redislock_concurrency_countdown",
-                   "redislock_concurrency_jitter", "redislock_concurrency_wait",
-                   "redislock_concurrency_waiters", "redislock_concurrency_park",
-                   "redislock_concurrency_standby")  # fmt: skip
+SETTINGS: Final = (
+    "redislock_concurrency_limits",
+    "redislock_concurrency_countdown",
+    "redislock_concurrency_jitter",
+    "redislock_concurrency_wait",
+    "redislock_concurrency_waiters",
+    "redislock_concurrency_park",
+    "redislock_concurrency_standby",
+)
 """The settings of bounded concurrency."""
 
 
@@ -101,8 +106,9 @@ def check_limits(value: object, argument: str = "redislock_concurrency_limits") 
     limits: dict[str, int] = {}
     for pool, limit in value.items():
         if not isinstance(pool, str) or not pool:
-            raise ConfigurationError(f"{argument}: pool names must be non-empty strings, "
-                                     f"got {pool!r}")  # fmt: skip
+            raise ConfigurationError(
+                f"{argument}: pool names must be non-empty strings, got {pool!r}"
+            )
         limits[pool] = check_limit(limit, f"{argument}[{pool!r}]")
     return limits
 

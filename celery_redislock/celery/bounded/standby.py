@@ -31,8 +31,17 @@ __all__ = ["take_parked"]
 logger = logging.getLogger(__name__)
 
 
-def take_parked(app: Any, sem: ParkingSemaphore, entry_id: str, owner: str, *, standby: int,
-                wait: float, ttl: float, on_lost: OnLost) -> tuple[str, Lease | None]:  # fmt: skip
+def take_parked(
+    app: Any,
+    sem: ParkingSemaphore,
+    entry_id: str,
+    owner: str,
+    *,
+    standby: int,
+    wait: float,
+    ttl: float,
+    on_lost: OnLost,
+) -> tuple[str, Lease | None]:
     """Start the run of parked entry ``entry_id``: ``(status, lease)`` as
     :meth:`~celery_redislock.core.parking.ParkingSemaphore.take` answers, after waiting
     in place up to ``wait`` seconds first when the entry is a standby and fewer than
@@ -56,8 +65,9 @@ def take_parked(app: Any, sem: ParkingSemaphore, entry_id: str, owner: str, *, s
         lease.release()  # (its release tops the standbys up)
     else:  # refused a second permit, but the token is consumed: the run is this one
         # Off the run's path (it starts at once: the hand-off is what standbys save).
-        threading.Thread(target=_top_up, args=(sem, entry_id), daemon=True,
-                         name="celery_redislock-standby").start()  # fmt: skip
+        threading.Thread(
+            target=_top_up, args=(sem, entry_id), daemon=True, name="celery_redislock-standby"
+        ).start()
     return TAKEN, early
 
 
@@ -67,8 +77,11 @@ def _give_back(lease: Lease) -> None:
     try:
         lease.release()
     except Exception as exc:
-        logger.debug("celery_redislock: a standby's permit not given back, it expires (%s: "
-                     "%s)", type(exc).__name__, exc)  # fmt: skip
+        logger.debug(
+            "celery_redislock: a standby's permit not given back, it expires (%s: %s)",
+            type(exc).__name__,
+            exc,
+        )
 
 
 def _top_up(sem: ParkingSemaphore, entry_id: str) -> None:
@@ -80,8 +93,12 @@ def _top_up(sem: ParkingSemaphore, entry_id: str) -> None:
         sem.client.hdel(sem.payloads_key, f"r:{entry_id}")
         sem.pump()
     except Exception as exc:
-        logger.debug("celery_redislock: standbys of pool %r not topped up (%s: %s)",
-                     sem.name, type(exc).__name__, exc)  # fmt: skip
+        logger.debug(
+            "celery_redislock: standbys of pool %r not topped up (%s: %s)",
+            sem.name,
+            type(exc).__name__,
+            exc,
+        )
 
 
 def _is_standby(sem: ParkingSemaphore, entry_id: str, standby: int) -> bool:

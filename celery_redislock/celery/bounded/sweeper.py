@@ -102,9 +102,12 @@ class Sweeper(threading.Thread):
             restored = recover(self.app, mark)
         except OUTAGE_ERRORS as exc:  # the journal's Redis is down: sweep all the same
             if not self._journal_failing:
-                logger.warning("celery_redislock: the park journal cannot be read (%s: %s); "
-                               "tried again at every sweep", type(exc).__name__,
-                               exc)  # fmt: skip
+                logger.warning(
+                    "celery_redislock: the park journal cannot be read (%s: %s); "
+                    "tried again at every sweep",
+                    type(exc).__name__,
+                    exc,
+                )
             self._journal_failing = True
             restored, mark = 0, self._epoch or mark  # a new mark is seen again next time
         else:
@@ -114,8 +117,9 @@ class Sweeper(threading.Thread):
                 logger.warning(
                     "celery_redislock: the lock Redis lost its data (restarted empty, "
                     "flushed or failed over without it): parked runs parked again from the "
-                    "park journal (%d by this worker)", restored,
-                )  # fmt: skip
+                    "park journal (%d by this worker)",
+                    restored,
+                )
             else:
                 logger.error(
                     "celery_redislock: the lock Redis lost its data (restarted empty, "
@@ -123,11 +127,13 @@ class Sweeper(threading.Thread):
                     "this worker's last sweep are lost; run it with persistence (appendonly "
                     "yes), or keep the broker on another Redis, to keep parked runs",
                     self._waiting,
-                )  # fmt: skip
+                )
         elif restored:
-            logger.info("celery_redislock: the lock Redis restarted or failed over: %d "
-                        "journaled parked run(s) parked again (those it kept are unchanged)",
-                        restored)  # fmt: skip
+            logger.info(
+                "celery_redislock: the lock Redis restarted or failed over: %d "
+                "journaled parked run(s) parked again (those it kept are unchanged)",
+                restored,
+            )
         self._epoch = mark
         _, self._waiting = sweep(self.app)
 
@@ -139,9 +145,13 @@ class Sweeper(threading.Thread):
                 self.tick()
             except Exception as exc:
                 if not failing:
-                    logger.warning("celery_redislock: parked runs cannot be swept (%s: %s); "
-                                   "retrying every %gs", type(exc).__name__, exc,
-                                   self.interval)  # fmt: skip
+                    logger.warning(
+                        "celery_redislock: parked runs cannot be swept (%s: %s); "
+                        "retrying every %gs",
+                        type(exc).__name__,
+                        exc,
+                        self.interval,
+                    )
                 failing = True
             else:
                 if failing:
@@ -161,8 +171,9 @@ class Sweeper(threading.Thread):
 
 
 def _uses_parking(app: Any) -> bool:
-    return any(getattr(task, "concurrency_limit", None) is not None
-               for task in list(app.tasks.values()))  # fmt: skip
+    return any(
+        getattr(task, "concurrency_limit", None) is not None for task in list(app.tasks.values())
+    )
 
 
 def _on_ready(sender: Any = None, **_: Any) -> None:
@@ -195,7 +206,9 @@ def poke(app: Any) -> None:
 
 def connect() -> None:
     """Start a sweeper in each worker's main process (idempotent)."""
-    signals.worker_ready.connect(_on_ready, weak=False,
-                                 dispatch_uid="celery_redislock.sweeper.ready")  # fmt: skip
-    signals.worker_shutdown.connect(_on_shutdown, weak=False,
-                                    dispatch_uid="celery_redislock.sweeper.shutdown")  # fmt: skip
+    signals.worker_ready.connect(
+        _on_ready, weak=False, dispatch_uid="celery_redislock.sweeper.ready"
+    )
+    signals.worker_shutdown.connect(
+        _on_shutdown, weak=False, dispatch_uid="celery_redislock.sweeper.shutdown"
+    )

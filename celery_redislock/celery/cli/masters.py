@@ -27,8 +27,13 @@ from .group import (
 if TYPE_CHECKING:
     from ...core.inventory import Entry
 
-__all__ = ["MasterView", "inspect_masters", "list_masters", "redlock_connections",
-           "release_on_masters"]
+__all__ = [
+    "MasterView",
+    "inspect_masters",
+    "list_masters",
+    "redlock_connections",
+    "release_on_masters",
+]
 
 MasterView = tuple[Connection, "list[Entry] | None", str]
 """One master as read: its connection, its entries (None when unreadable), the error."""
@@ -49,15 +54,20 @@ def redlock_connections(ctx: click.Context) -> list[Connection] | None:
     from ..redlock import redlock_clients
 
     try:
-        prefix = check_prefix(options.prefix, "--prefix") if options.prefix is not None else \
-            check_prefix(app.conf.get("redislock_prefix", DEFAULT_PREFIX), "redislock_prefix")
+        prefix = (
+            check_prefix(options.prefix, "--prefix")
+            if options.prefix is not None
+            else check_prefix(app.conf.get("redislock_prefix", DEFAULT_PREFIX), "redislock_prefix")
+        )
         clients = redlock_clients(app)
     except ConfigurationError as exc:
         raise Unavailable(str(exc)) from exc
     assert clients is not None
     urls = app.conf.get("redislock_urls")
-    return [Connection(client, str(maybe_sanitize_url(url)), prefix)
-            for client, url in zip(clients, urls, strict=True)]  # fmt: skip
+    return [
+        Connection(client, str(maybe_sanitize_url(url)), prefix)
+        for client, url in zip(clients, urls, strict=True)
+    ]
 
 
 def _read(conns: list[Connection], kind: str | None, name: str | None) -> list[MasterView]:
@@ -96,8 +106,13 @@ def _document(views: list[MasterView], prefix: str) -> dict[str, Any]:
         if entries is None:
             masters.append({"url": conn.url, "error": error})
         else:
-            masters.append({"url": conn.url, "server_time": server_time(conn.client),
-                            "primitives": [entry.to_json() for entry in entries]})  # fmt: skip
+            masters.append(
+                {
+                    "url": conn.url,
+                    "server_time": server_time(conn.client),
+                    "primitives": [entry.to_json() for entry in entries],
+                }
+            )
     return {
         "redlock": True,
         "prefix": prefix,
@@ -124,8 +139,7 @@ def _render(views: list[MasterView], one: bool) -> str:
         elif not entries:
             lines.append("nothing held or waited for")
         elif one:
-            lines.append(render_entry(entries[0], prefix=conn.prefix,
-                                      now=server_time(conn.client)))  # fmt: skip
+            lines.append(render_entry(entries[0], prefix=conn.prefix, now=server_time(conn.client)))
         else:
             lines.append(render_list(entries))
     return "\n".join(lines)
@@ -145,18 +159,27 @@ def inspect_masters(conns: list[Connection], name: str, kind: str | None, as_jso
     views = _read(conns, kind, name)
     if all(not entries for _, entries, _ in views):
         if all(entries is None for _, entries, _ in views):
-            raise Unavailable("no Redlock master could be read: "
-                              + "; ".join(error for _, _, error in views))  # fmt: skip
-        raise NotFound(f"no lock or semaphore named {name!r} is held or waited for on any "
-                       f"of the {len(views)} Redlock masters")  # fmt: skip
+            raise Unavailable(
+                "no Redlock master could be read: " + "; ".join(error for _, _, error in views)
+            )
+        raise NotFound(
+            f"no lock or semaphore named {name!r} is held or waited for on any "
+            f"of the {len(views)} Redlock masters"
+        )
     if as_json:
         emit_json(_document(views, conns[0].prefix))
     else:
         click.echo(_render(views, one=True))
 
 
-def release_on_masters(conns: list[Connection], name: str, kind: str | None, owner: str | None,
-                       confirm: Callable[[str, Entry], None], as_json: bool) -> None:  # fmt: skip
+def release_on_masters(
+    conns: list[Connection],
+    name: str,
+    kind: str | None,
+    owner: str | None,
+    confirm: Callable[[str, Entry], None],
+    as_json: bool,
+) -> None:
     """``release NAME`` on every Redlock master: by owner (checked on each master), or
     by force after ``confirm(label, entry)``; an unreachable master is named (its
     copy of the lease expires with its TTL)."""
@@ -167,8 +190,10 @@ def release_on_masters(conns: list[Connection], name: str, kind: str | None, own
     down = [conn.url for conn, entries, _ in views if entries is None]
     held = [(conn, entries[0]) for conn, entries, _ in views if entries and entries[0].held]
     if not held:
-        raise NotFound(f"no lock named {name!r} is held on any of the {len(conns)} Redlock "
-                       "masters: nothing to release")  # fmt: skip
+        raise NotFound(
+            f"no lock named {name!r} is held on any of the {len(conns)} Redlock "
+            "masters: nothing to release"
+        )
     label = f"{held[0][1].kind} {name!r}"
     if owner is None:
         confirm(label, held[0][1])
@@ -187,10 +212,20 @@ def release_on_masters(conns: list[Connection], name: str, kind: str | None, own
     if released == 0:
         raise CommandError(f"nothing released: {label} is not held by {owner!r} on any master")
     if as_json:
-        emit_json({"kind": held[0][1].kind, "name": name, "released": released,
-                   "owners": sorted(owners), "unreachable": down})  # fmt: skip
+        emit_json(
+            {
+                "kind": held[0][1].kind,
+                "name": name,
+                "released": released,
+                "owners": sorted(owners),
+                "unreachable": down,
+            }
+        )
     else:
-        where = f"; unreachable (their copies expire with their TTL): {', '.join(down)}" if \
-            down else ""  # fmt: skip
-        click.echo(f"Released {label} on the Redlock masters ({released} leases, owner "
-                   f"{', '.join(sorted(owners)) or '-'}){where}.")  # fmt: skip
+        where = (
+            f"; unreachable (their copies expire with their TTL): {', '.join(down)}" if down else ""
+        )
+        click.echo(
+            f"Released {label} on the Redlock masters ({released} leases, owner "
+            f"{', '.join(sorted(owners)) or '-'}){where}."
+        )

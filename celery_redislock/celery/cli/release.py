@@ -40,11 +40,17 @@ def _describe_holders(entry: Entry) -> str:
 @redislock.command(name="release")
 @click.argument("name", required=False)
 @click.option(
-    "--all", "all_", is_flag=True,
+    "--all",
+    "all_",
+    is_flag=True,
     help="Release every lock and semaphore under the prefix (asks first; see below).",
 )
-@click.option("--match", metavar="PATTERN", default=None,
-              help="With --all: only names matching this glob (e.g. 'report:*').")
+@click.option(
+    "--match",
+    metavar="PATTERN",
+    default=None,
+    help="With --all: only names matching this glob (e.g. 'report:*').",
+)
 @click.option(
     "--owner",
     metavar="TASK_ID_OR_OWNER",
@@ -115,8 +121,14 @@ def release_command(
 
     masters = redlock_connections(ctx)
     if masters is not None:  # redislock_urls: on every master
-        release_on_masters(masters, name, kind, owner,
-                           lambda label, entry: _confirm_force(label, entry, yes), as_json)
+        release_on_masters(
+            masters,
+            name,
+            kind,
+            owner,
+            lambda label, entry: _confirm_force(label, entry, yes),
+            as_json,
+        )
         return
     conn = connect(ctx)
     with redis_errors(conn.url):
@@ -187,29 +199,33 @@ def _release_all(
     from .masters import redlock_connections
 
     if redlock_connections(ctx) is not None:
-        raise click.UsageError(
-            "--all with redislock_urls: run it on each master with --url URL"
-        )
+        raise click.UsageError("--all with redislock_urls: run it on each master with --url URL")
     conn = connect(ctx)
     kinds = ("lock", "semaphore") if kind is None else (kind,)
     scope = f"under prefix {conn.prefix!r}" + (f" matching {match!r}" if match else "")
     with redis_errors(conn.url):
-        entries = [e for e in snapshot(conn.client, conn.prefix, kinds)
-                   if e.held and (match is None or fnmatch.fnmatchcase(e.name, match))]  # fmt: skip
+        entries = [
+            e
+            for e in snapshot(conn.client, conn.prefix, kinds)
+            if e.held and (match is None or fnmatch.fnmatchcase(e.name, match))
+        ]
         leases = sum(len(e.holders) for e in entries)
         if not entries:
             raise CommandError(f"nothing held {scope} at {conn.url}: nothing to release")
-        label = f"{leases} lease{'' if leases == 1 else 's'} of {len(entries)} " \
-                f"lock(s)/semaphore(s) {scope}"  # fmt: skip
+        label = (
+            f"{leases} lease{'' if leases == 1 else 's'} of {len(entries)} "
+            f"lock(s)/semaphore(s) {scope}"
+        )
         if not yes:
             if not sys.stdin.isatty():
-                raise CommandError(f"refusing to release {label} without confirmation: "
-                                   "stdin is not a terminal; pass --yes to confirm")  # fmt: skip
+                raise CommandError(
+                    f"refusing to release {label} without confirmation: "
+                    "stdin is not a terminal; pass --yes to confirm"
+                )
             click.echo("Only safe while no worker using this prefix runs.", err=True)
             if not click.confirm(f"Release {label}?", default=False, err=True):
                 raise CommandError("not confirmed: nothing released")
-        released = release_all(conn.client, prefix=conn.prefix, match=match,
-                               kind=kind)  # type: ignore[arg-type]  # click.Choice
+        released = release_all(conn.client, prefix=conn.prefix, match=match, kind=kind)  # type: ignore[arg-type]  # click.Choice
     if as_json:
         emit_json({"prefix": conn.prefix, "kind": kind, "match": match, "released": released})
     else:

@@ -14,8 +14,17 @@ from ...core.inventory import Entry, Holder
 
 __all__ = ["format_duration", "render_entry", "render_list", "table"]
 
-LIST_HEADERS: Final = ("KIND", "NAME", "HELD", "WAITERS", "PARKED", "TASK/OWNER", "STATE", "TTL",
-                       "FENCE")  # fmt: skip
+LIST_HEADERS: Final = (
+    "KIND",
+    "NAME",
+    "HELD",
+    "WAITERS",
+    "PARKED",
+    "TASK/OWNER",
+    "STATE",
+    "TTL",
+    "FENCE",
+)
 HOLDER_HEADERS: Final = ("TOKEN", "TASK/OWNER", "STATE", "TTL", "FENCE", "OWNER ID")
 _NONE: Final = "-"
 
@@ -130,6 +139,9 @@ def render_entry(
         lines += ["", table(HOLDER_HEADERS, rows, indent="  ")]
     if dead_letters:
         rows = [[entry_id, _utc(at), reason] for entry_id, at, reason in dead_letters]
-        lines += ["", "  dead letters (newest last):",
-                  table(("ID", "AT", "REASON"), rows, indent="  ")]  # fmt: skip
+        lines += [
+            "",
+            "  dead letters (newest last):",
+            table(("ID", "AT", "REASON"), rows, indent="  "),
+        ]
     return "\n".join(lines)

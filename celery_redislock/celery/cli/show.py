@@ -203,8 +203,9 @@ def watch_command(
                 time.sleep(interval)
             failed, entries, now, error = _refresh(conn, kind)
             if as_json:
-                emit_json({"error": error} if failed else _list_document(conn, entries, now),
-                           compact=True)  # fmt: skip
+                emit_json(
+                    {"error": error} if failed else _list_document(conn, entries, now), compact=True
+                )
                 continue
             click.clear()  # only on a terminal
             if n and not sys.stdout.isatty():

@@ -20,8 +20,11 @@ from ..execution import AnyTask
 from .canonical import UNSET
 
 __all__ = [
-    "bind_arguments", "check_unique_on", "has_immutable_defaults", "select_arguments",
-]  # fmt: skip
+    "bind_arguments",
+    "check_unique_on",
+    "has_immutable_defaults",
+    "select_arguments",
+]
 
 _VAR_KEYWORD = inspect.Parameter.VAR_KEYWORD
 # (run function, bound?) -> its signature and simple form (see _Form);
@@ -39,8 +42,9 @@ def _signature_and_form(task: AnyTask) -> tuple[inspect.Signature | None, _Form 
         except (TypeError, ValueError):  # not introspectable: key on args as given
             signature = None
         cached = _signatures[cache_key] = (
-            signature, _form(signature) if signature is not None else None
-        )  # fmt: skip
+            signature,
+            _form(signature) if signature is not None else None,
+        )
     return cached
 
 
@@ -113,8 +117,7 @@ def has_immutable_defaults(task: AnyTask) -> bool:
     if signature is None:
         return True  # keyed on the arguments as given: no defaults take part
     return all(
-        p.default is p.empty or type(p.default) in _IMMUTABLE
-        for p in signature.parameters.values()
+        p.default is p.empty or type(p.default) in _IMMUTABLE for p in signature.parameters.values()
     )
 
 

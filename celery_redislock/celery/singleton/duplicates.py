@@ -40,14 +40,22 @@ def revoke_replaced(task: AnyTask, task_ids: list[str]) -> None:
             # anyway finds the lock taken by its replacement and is skipped.
             task.app.control.revoke(task_id)
         except Exception:
-            DUPLICATE.warning("celery_redislock: could not revoke replaced task %s[%s]",
-                           task.name, task_id, exc_info=True)  # fmt: skip
+            DUPLICATE.warning(
+                "celery_redislock: could not revoke replaced task %s[%s]",
+                task.name,
+                task_id,
+                exc_info=True,
+            )
 
 
 def enqueue_duplicate(
-    task: AnyTask, opts: SingletonOptions, key: str, task_id: str, holder: str | None,
+    task: AnyTask,
+    opts: SingletonOptions,
+    key: str,
+    task_id: str,
+    holder: str | None,
     options: Mapping[str, Any],
-) -> AsyncResult[Any] | None:  # fmt: skip
+) -> AsyncResult[Any] | None:
     """Apply ``on_duplicate`` to a call refused by ``holder`` (see the module docs)."""
     existing_id, running = parse_owner(holder)
     action = "existing" if opts.on_duplicate == "replace" else opts.on_duplicate
@@ -55,33 +63,61 @@ def enqueue_duplicate(
     if action in ("existing", "drop") and (canvas or existing_id is None):
         action = "raise"
     state = "running" if running else "queued" if running is False else "holding the lock"
-    singleton_duplicate.send(sender=task, task_id=task_id, key=key,
-                             existing_id=existing_id, action=action, stage="enqueue")  # fmt: skip
+    singleton_duplicate.send(
+        sender=task,
+        task_id=task_id,
+        key=key,
+        existing_id=existing_id,
+        action=action,
+        stage="enqueue",
+    )
     if action == "existing":
-        DUPLICATE.info("celery_redislock: %s[%s] not sent: %s[%s] with the same signature is "
-                    "%s; returning its result", task.name, task_id, task.name, existing_id,
-                    state)  # fmt: skip
+        DUPLICATE.info(
+            "celery_redislock: %s[%s] not sent: %s[%s] with the same signature is "
+            "%s; returning its result",
+            task.name,
+            task_id,
+            task.name,
+            existing_id,
+            state,
+        )
         assert existing_id is not None  # None was turned into "raise" above
         return task.AsyncResult(existing_id)
     if action == "drop":
-        DUPLICATE.info("celery_redislock: %s[%s] dropped: %s[%s] with the same signature is %s",
-                    task.name, task_id, task.name, existing_id, state)  # fmt: skip
+        DUPLICATE.info(
+            "celery_redislock: %s[%s] dropped: %s[%s] with the same signature is %s",
+            task.name,
+            task_id,
+            task.name,
+            existing_id,
+            state,
+        )
         return None
     why = (
         f" (a member of a {canvas.replace('_id', '')} cannot be replaced by another copy's "
-        "result: its canvas would wait for an id it does not know)" if canvas else ""
+        "result: its canvas would wait for an id it does not know)"
+        if canvas
+        else ""
     )
     left = ttl_left(lock_for(task, key, opts))  # what a caller needs to decide to retry
     raise DuplicateTask(
         f"task {task.name}[{task_id}] not sent: {task.name}[{existing_id}] with the same "
-        f"signature is {state}{why}", task_id=existing_id, key=key, ttl_left=left,
-    )  # fmt: skip
+        f"signature is {state}{why}",
+        task_id=existing_id,
+        key=key,
+        ttl_left=left,
+    )
 
 
 def runtime_duplicate(
-    task: AnyTask, run: RunState, key: str, holder: str | None, options: SingletonOptions,
-    action: str | None = None, headers_kept: dict[str, str] | None = None,
-) -> None:  # fmt: skip
+    task: AnyTask,
+    run: RunState,
+    key: str,
+    holder: str | None,
+    options: SingletonOptions,
+    action: str | None = None,
+    headers_kept: dict[str, str] | None = None,
+) -> None:
     """Skip or re-send a copy that found the lock held; always raises ``Ignore``.
 
     ``action`` forces ``"skip"`` or ``"reschedule"``; ``headers_kept`` go with a re-sent
@@ -108,8 +144,14 @@ def runtime_duplicate(
     else:
         action = options.on_running_duplicate
     if action == "skip":
-        DUPLICATE.info("celery_redislock: %s[%s] skipped: %s[%s] with the same signature "
-                       "is %s", task.name, run.task_id, task.name, existing_id, state)  # fmt: skip
+        DUPLICATE.info(
+            "celery_redislock: %s[%s] skipped: %s[%s] with the same signature is %s",
+            task.name,
+            run.task_id,
+            task.name,
+            existing_id,
+            state,
+        )
         if existing_id != run.task_id:  # never over the result of the copy that runs
             _store_skipped(task, run.task_id, key, existing_id, state)
     else:
@@ -117,13 +159,27 @@ def runtime_duplicate(
         countdown = options.lock_ttl + 0.5 if recheck else options.reschedule_countdown
         extra = {RECHECK_HEADER: "1"} if recheck else {}
         resend(task, countdown, {**extra, **(headers_kept or {})})
-        DUPLICATE.info("celery_redislock: %s[%s] found %s[%s] %s; re-sent to run in %gs%s",
-                       task.name, run.task_id, task.name, existing_id, state, countdown,
-                       " (a redelivery: skipped then if its first run still holds the lock)"
-                       if recheck else "")  # fmt: skip
+        DUPLICATE.info(
+            "celery_redislock: %s[%s] found %s[%s] %s; re-sent to run in %gs%s",
+            task.name,
+            run.task_id,
+            task.name,
+            existing_id,
+            state,
+            countdown,
+            " (a redelivery: skipped then if its first run still holds the lock)"
+            if recheck
+            else "",
+        )
         action = "reschedule"
-    singleton_duplicate.send(sender=task, task_id=run.task_id, key=key,
-                             existing_id=existing_id, action=action, stage="run")  # fmt: skip
+    singleton_duplicate.send(
+        sender=task,
+        task_id=run.task_id,
+        key=key,
+        existing_id=existing_id,
+        action=action,
+        stage="run",
+    )
     if not request.is_eager:
         quiet_ignored(run.task_id)  # logged above: Celery's "ignored" line would repeat it
     raise Ignore()
@@ -140,6 +196,9 @@ def _store_skipped(
     left = ttl_left(lock_for(task, key, options_of(task).singleton))
     error = DuplicateTask(
         f"task {task.name}[{task_id}] skipped: {task.name}[{existing_id}] with the same "
-        f"signature is {state}", task_id=existing_id, key=key, ttl_left=left,
-    )  # fmt: skip
+        f"signature is {state}",
+        task_id=existing_id,
+        key=key,
+        ttl_left=left,
+    )
     task.backend.mark_as_failure(task_id, error, request=request)

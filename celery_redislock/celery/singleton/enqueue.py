@@ -74,9 +74,14 @@ def delay_of(task: AnyTask, options: Mapping[str, Any]) -> float:
 
 
 def apply_async(
-    task: AnyTask, publish: Publish, args: Any, kwargs: Any, task_id: str | None,
-    options: dict[str, Any], call: CallOptions = NO_CALL_OPTIONS,
-) -> AsyncResult[Any] | None:  # fmt: skip
+    task: AnyTask,
+    publish: Publish,
+    args: Any,
+    kwargs: Any,
+    task_id: str | None,
+    options: dict[str, Any],
+    call: CallOptions = NO_CALL_OPTIONS,
+) -> AsyncResult[Any] | None:
     """Take the singleton lock and publish, or apply ``on_duplicate``; ``call`` holds
     the per-call options (see :mod:`.percall`)."""
     every = options_of(task)
@@ -152,26 +157,40 @@ def _with_call_options(
 
 
 def _publish_locked(
-    task: AnyTask, publish: Publish, task_id: str, key: str, lease: Lease,
+    task: AnyTask,
+    publish: Publish,
+    task_id: str,
+    key: str,
+    lease: Lease,
     headers: dict[str, Any],
-) -> AsyncResult[Any]:  # fmt: skip
+) -> AsyncResult[Any]:
     headers[TOKEN_HEADER], headers[KEY_HEADER] = lease.token, key
-    singleton_acquired.send(sender=task, task_id=task_id, key=key, fence=lease.fence,
-                            stage="enqueue")  # fmt: skip
+    singleton_acquired.send(
+        sender=task, task_id=task_id, key=key, fence=lease.fence, stage="enqueue"
+    )
     try:
         return publish(task_id, headers)
     except BaseException:
         released = lease.release()
-        singleton_released.send(sender=task, task_id=task_id, key=key,
-                                reason="publish-failed", released=released,
-                                stage="enqueue")  # fmt: skip
+        singleton_released.send(
+            sender=task,
+            task_id=task_id,
+            key=key,
+            reason="publish-failed",
+            released=released,
+            stage="enqueue",
+        )
         raise
 
 
 def _publish_retry(
-    run: RunState, publish: Publish, task_id: str, key: str | None, delay: float,
+    run: RunState,
+    publish: Publish,
+    task_id: str,
+    key: str | None,
+    delay: float,
     headers: dict[str, Any],
-) -> AsyncResult[Any]:  # fmt: skip
+) -> AsyncResult[Any]:
     for hold in run.holds:
         hold.on_retry(key, delay, headers)
     try:

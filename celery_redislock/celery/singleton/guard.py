@@ -47,8 +47,12 @@ def _report_lost(task: AnyTask, task_id: str, key: str, lease: Lease) -> None:
     # task goes on; users who must stop can watch lease.lost_event (see the README).
     LEASE.error(
         "celery_redislock: task %s[%s] lost its singleton lock %r while running (%s); "
-        "another copy may start", task.name, task_id, key, lease.lost_reason,
-    )  # fmt: skip
+        "another copy may start",
+        task.name,
+        task_id,
+        key,
+        lease.lost_reason,
+    )
     lease_lost.send(sender=task, task_id=task_id, key=key, fence=lease.fence, kind="lock")
 
 
@@ -59,8 +63,9 @@ def _quiet(lease: Lease) -> None:
 class SingletonHold(Hold):
     """The running lease of one run."""
 
-    def __init__(self, task: AnyTask, task_id: str, key: str, lease: Lease,
-                 options: SingletonOptions) -> None:  # fmt: skip
+    def __init__(
+        self, task: AnyTask, task_id: str, key: str, lease: Lease, options: SingletonOptions
+    ) -> None:
         self.task, self.task_id, self.key, self.lease = task, task_id, key, lease
         self.options = options
         self.handed_over = False
@@ -69,8 +74,10 @@ class SingletonHold(Hold):
         self._saved_on_lost: Callable[[Lease], None] | None = None
 
     def __repr__(self) -> str:
-        return (f"<SingletonHold {self.key!r} of {getattr(self.task, 'name', '?')}"
-                f"[{self.task_id}] fence={self.lease.fence}>")  # fmt: skip
+        return (
+            f"<SingletonHold {self.key!r} of {getattr(self.task, 'name', '?')}"
+            f"[{self.task_id}] fence={self.lease.fence}>"
+        )
 
     def finish(self, reason: str) -> None:
         """Release the lease (mode ``interval``: keep it ``singleton_interval`` more)."""
@@ -82,8 +89,14 @@ class SingletonHold(Hold):
             reason = f"{reason} (held {self.options.interval:g}s more: interval)"
         else:
             released = self.lease.release()
-        singleton_released.send(sender=self.task, task_id=self.task_id, key=self.key,
-                                reason=reason, released=released, stage="run")  # fmt: skip
+        singleton_released.send(
+            sender=self.task,
+            task_id=self.task_id,
+            key=self.key,
+            reason=reason,
+            released=released,
+            stage="run",
+        )
 
     def on_retry(self, key: str | None, delay: float, headers: dict[str, Any]) -> None:
         """Hand the running lease to the retry message, kept through its countdown."""
@@ -136,9 +149,14 @@ class SingletonHold(Hold):
             lock = self.lease.holder
             assert isinstance(lock, (RedisLock, RedlockLock))
             released = release_token(lock, self.lease.token)
-            singleton_released.send(sender=self.task, task_id=self.task_id, key=self.key,
-                                    reason="publish-failed", released=released,
-                                    stage="run")  # fmt: skip
+            singleton_released.send(
+                sender=self.task,
+                task_id=self.task_id,
+                key=self.key,
+                reason="publish-failed",
+                released=released,
+                stage="run",
+            )
 
 
 class SingletonGuard(Guard):
@@ -164,8 +182,14 @@ class SingletonGuard(Guard):
         lock = lock_for(task, key, options)
         if not options.lock_while_running:  # until_started: let go as the run starts
             if token and release_token(lock, token):
-                singleton_released.send(sender=task, task_id=run.task_id, key=key,
-                                        reason="STARTED", released=True, stage="run")  # fmt: skip
+                singleton_released.send(
+                    sender=task,
+                    task_id=run.task_id,
+                    key=key,
+                    reason="STARTED",
+                    released=True,
+                    stage="run",
+                )
             return None
         owner = running_owner(run.task_id)
         on_lost = functools.partial(_report_lost, task, run.task_id, key)
@@ -178,8 +202,9 @@ class SingletonGuard(Guard):
             # except in a parked run's message: there it names the running lease the
             # run was handed when it parked (SingletonHold.on_park), which it adopts
             # (else it found its own lock held and was re-sent until it lapsed).
-            lease = lock.adopt(token, new_token=run_token(token), owner=owner, ttl=ttl,
-                               renew=True, on_lost=on_lost)  # fmt: skip
+            lease = lock.adopt(
+                token, new_token=run_token(token), owner=owner, ttl=ttl, renew=True, on_lost=on_lost
+            )
             if lease is not None:
                 in_queue = False  # it holds no queued lease to give back
             elif in_queue and _parked(headers, request.retries):
@@ -189,8 +214,9 @@ class SingletonGuard(Guard):
                 handed = True
         if lease is None:
             seed = token or nonce
-            fresh, holder = lock.try_acquire(owner=owner, ttl=ttl, renew=not seed,
-                                             on_lost=None if seed else on_lost)  # fmt: skip
+            fresh, holder = lock.try_acquire(
+                owner=owner, ttl=ttl, renew=not seed, on_lost=None if seed else on_lost
+            )
             if fresh is None:
                 if in_queue:
                     queued.wait_in_queue(task, run, key, holder, options, token)
@@ -198,8 +224,12 @@ class SingletonGuard(Guard):
             assert fresh is not None
             lease = fresh
             if seed:  # move to the execution token the main process can recompute
-                lease = lock.adopt(fresh.token, new_token=run_token(seed), ttl=ttl,
-                                   renew=True, on_lost=on_lost) or fresh  # fmt: skip
+                lease = (
+                    lock.adopt(
+                        fresh.token, new_token=run_token(seed), ttl=ttl, renew=True, on_lost=on_lost
+                    )
+                    or fresh
+                )
                 if lease is fresh:  # cannot happen while we hold it; keep it anyway
                     fresh.on_lost = on_lost
                     if isinstance(fresh, RedlockLease) and isinstance(lock, RedlockLock):
@@ -212,10 +242,13 @@ class SingletonGuard(Guard):
                 LEASE.warning(
                     "celery_redislock: the queued lease of %s[%s] had lapsed (longer in "
                     "the queue than lock_queued_ttl?); the lock was free and is taken "
-                    "afresh: the task runs", task.name, run.task_id,
-                )  # fmt: skip
-        singleton_acquired.send(sender=task, task_id=run.task_id, key=key,
-                                fence=lease.fence, stage="run")  # fmt: skip
+                    "afresh: the task runs",
+                    task.name,
+                    run.task_id,
+                )
+        singleton_acquired.send(
+            sender=task, task_id=run.task_id, key=key, fence=lease.fence, stage="run"
+        )
         return SingletonHold(task, run.task_id, key, lease, options)
 
     def cleanup(self, task: AnyTask, event: Cleanup) -> None:
@@ -232,8 +265,11 @@ class SingletonGuard(Guard):
             lock = lock_for(task, key, options)
             token, nonce = headers.get(TOKEN_HEADER), headers.get(NONCE_HEADER)
             if token:  # the queued lease, if the run never adopted it
-                qlock = lock_for(task, queued_key(key), options) if (
-                    options.mode == queued.MODE) else lock  # fmt: skip
+                qlock = (
+                    lock_for(task, queued_key(key), options)
+                    if (options.mode == queued.MODE)
+                    else lock
+                )
                 done = release_token(qlock, token)
                 if not done and qlock is not lock:
                     # A parked run's message names the running lease it was handed
@@ -259,10 +295,21 @@ def _parked(headers: Any, retries: int | None) -> bool:
 
 def _cleanup_release(task: AnyTask, event: Cleanup, key: str, released: bool) -> None:
     if released:
-        LEASE.info("celery_redislock: released the singleton lock %r of %s[%s] after %s",
-                    key, task.name, event.task_id, event.event)  # fmt: skip
-        singleton_released.send(sender=task, task_id=event.task_id, key=key,
-                                reason=event.event, released=True, stage="cleanup")  # fmt: skip
+        LEASE.info(
+            "celery_redislock: released the singleton lock %r of %s[%s] after %s",
+            key,
+            task.name,
+            event.task_id,
+            event.event,
+        )
+        singleton_released.send(
+            sender=task,
+            task_id=event.task_id,
+            key=key,
+            reason=event.event,
+            released=True,
+            stage="cleanup",
+        )
 
 
 SINGLETON = SingletonGuard()

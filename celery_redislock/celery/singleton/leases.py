@@ -45,12 +45,18 @@ def lock_for(task: AnyTask, key: str, options: SingletonOptions) -> SingletonLoc
     masters = None if max_ttl is None else redlock_clients(task.app)
     lock: SingletonLock
     if masters is not None and max_ttl is not None:
-        lock = CeleryRedlock(masters, key, ttl=options.lock_ttl, prefix=options.prefix,
-                             max_ttl=max_ttl)  # fmt: skip
+        lock = CeleryRedlock(
+            masters, key, ttl=options.lock_ttl, prefix=options.prefix, max_ttl=max_ttl
+        )
     else:
-        lock = RedisLock(get_redis(task.app), key, ttl=options.lock_ttl,
-                         prefix=options.prefix, restart_grace=options.restart_grace,
-                         **options.replicas)  # fmt: skip
+        lock = RedisLock(
+            get_redis(task.app),
+            key,
+            ttl=options.lock_ttl,
+            prefix=options.prefix,
+            restart_grace=options.restart_grace,
+            **options.replicas,
+        )
     if len(options.locks) >= _LOCKS_KEPT:
         options.locks.clear()  # one C call, safe beside other threads; refilled on use
     options.locks[key] = (pid, lock)

@@ -157,9 +157,11 @@ def _task_level(task: Any) -> dict[str, Any]:
             raise ConfigurationError(f"task {_name(task)!r}: option {exc}") from None
     values["on_duplicate"] = raw
     values["on_running_duplicate"] = _choice(
-        task, "on_running_duplicate", get(task, "on_running_duplicate", "skip"),
+        task,
+        "on_running_duplicate",
+        get(task, "on_running_duplicate", "skip"),
         ON_RUNNING_DUPLICATE,
-    )  # fmt: skip
+    )
     if values["singleton_interval"] is not None and values["mode"] != "interval":
         raise ConfigurationError(
             f"task {_name(task)!r}: option singleton_interval="
@@ -184,9 +186,18 @@ def check_singleton_options(task: Any) -> None:
     _task_level(task)
 
 
-OPTIONS: Final = ("singleton", "singleton_mode", "lock_ttl", "lock_queued_ttl",
-                  "singleton_interval", "reschedule_countdown", "on_duplicate",
-                  "on_running_duplicate", "lock_key", "unique_on")  # fmt: skip
+OPTIONS: Final = (
+    "singleton",
+    "singleton_mode",
+    "lock_ttl",
+    "lock_queued_ttl",
+    "singleton_interval",
+    "reschedule_countdown",
+    "on_duplicate",
+    "on_running_duplicate",
+    "lock_key",
+    "unique_on",
+)
 """The task options of singleton tasks."""
 
 

@@ -92,14 +92,18 @@ def call_options(
         if looks_like_ours(name):
             hint = (
                 " (celery-once's per-call options: use on_duplicate=, lock_queued_ttl=)"
-                if name == "once" else ""
+                if name == "once"
+                else ""
             )
             raise ConfigurationError(
                 f"{_task_name(task)}.apply_async(): unknown per-call option "
                 f"{name}={options[name]!r}{hint}; per-call options are {', '.join(PER_CALL)}"
             )
-    if on_duplicate is None and singleton is None and lock_ttl is None and (
-        lock_queued_ttl is None
+    if (
+        on_duplicate is None
+        and singleton is None
+        and lock_ttl is None
+        and (lock_queued_ttl is None)
     ):
         return NO_CALL_OPTIONS  # the usual call
     try:

@@ -29,9 +29,13 @@ MODE = "until_and_while_executing"
 
 
 def wait_in_queue(
-    task: AnyTask, run: RunState, key: str, holder: str | None, options: SingletonOptions,
+    task: AnyTask,
+    run: RunState,
+    key: str,
+    holder: str | None,
+    options: SingletonOptions,
     token: str | None,
-) -> None:  # fmt: skip
+) -> None:
     """The running lock is held by another copy: stay the queued copy and come back
     later (re-sent, keeping the queued lease), or be skipped when a newer call holds
     the queued lock. Without a queued lease (``send_task``) it is an ordinary runtime
@@ -45,13 +49,24 @@ def wait_in_queue(
                 runtime_duplicate(task, run, key, holder, options, action="skip")
             assert lease is not None
             token = lease.token
-        runtime_duplicate(task, run, key, holder, options, action="reschedule",
-                          headers_kept={TOKEN_HEADER: token, KEY_HEADER: key})  # fmt: skip
+        runtime_duplicate(
+            task,
+            run,
+            key,
+            holder,
+            options,
+            action="reschedule",
+            headers_kept={TOKEN_HEADER: token, KEY_HEADER: key},
+        )
     runtime_duplicate(task, run, key, holder, options)
 
 
 def leave_queue(
-    task: AnyTask, run: RunState, key: str, lease: Lease, options: SingletonOptions,
+    task: AnyTask,
+    run: RunState,
+    key: str,
+    lease: Lease,
+    options: SingletonOptions,
     token: str | None,
 ) -> None:
     """The run holds the running lock: give its queued lease back so the next call may

@@ -134,8 +134,13 @@ def _call_image(serializer: str, args: Any, kwargs: Any) -> Hashable | None:
     if not all(type(name) is str for name in kwargs):
         return None
     named = sorted(kwargs.items())  # names are unique: values are never compared
-    return (serializer, tuple(args), tuple(map(type, args)), tuple(named),
-            tuple(type(value) for _, value in named))  # fmt: skip
+    return (
+        serializer,
+        tuple(args),
+        tuple(map(type, args)),
+        tuple(named),
+        tuple(type(value) for _, value in named),
+    )
 
 
 def call_key(
@@ -170,9 +175,13 @@ def call_key(
 
 
 def _fresh_key(
-    task: AnyTask, args: Any, kwargs: Any, options: Mapping[str, Any] | None, serializer: str,
+    task: AnyTask,
+    args: Any,
+    kwargs: Any,
+    options: Mapping[str, Any] | None,
+    serializer: str,
     opts: SingletonOptions,
-) -> str:  # fmt: skip
+) -> str:
     dump_models = getattr(task, "_dump_pydantic_arguments", None)
     # As Task.apply_async does: only a call that asks for pickle keeps its models.
     if dump_models is not None and (options or {}).get("serializer") != "pickle":
@@ -181,9 +190,12 @@ def _fresh_key(
 
 
 def received_key(
-    task: AnyTask, args: Any, kwargs: Any, serializer: str | None = None,
+    task: AnyTask,
+    args: Any,
+    kwargs: Any,
+    serializer: str | None = None,
     opts: SingletonOptions | None = None,
-) -> str:  # fmt: skip
+) -> str:
     """The key of a received call (``request.args``, ``request.kwargs``), on the worker.
 
     Equal to the producer's :func:`call_key` of the same call; ``serializer`` is the

@@ -57,9 +57,13 @@ more (a master that falls behind slows its client down; a stopped master's reque
 do not pile up, it fails at the oldest's deadline)."""
 
 
-def fan_out(masters: Sequence[Master], call: Call, timeout: float,
-            enough: Enough | None = None, packed_for: PackedFor | None = None,
-            ) -> list[Any]:  # fmt: skip
+def fan_out(
+    masters: Sequence[Master],
+    call: Call,
+    timeout: float,
+    enough: Enough | None = None,
+    packed_for: PackedFor | None = None,
+) -> list[Any]:
     """Send ``call`` to every master at once (``call.packed``, or ``packed_for(i,
     run_id)`` to ``masters[i]``); wait until every master answered, ``enough`` of them
     did (see :data:`Enough`), or ``timeout`` seconds passed since the last was sent (a
@@ -175,8 +179,11 @@ def _closed_idle(conns: list[Any]) -> list[int]:
     one owing no reply has nothing else to read. Connected again before the request
     is written (as redis-py's pool checks a connection it hands out), not counted as
     a master that did not answer. One ``select`` for all, not polling each."""
-    idle = [conn.redlock_fd for conn in conns
-            if conn._sock is not None and not conn.redlock_due and conn.redlock_raw]  # fmt: skip
+    idle = [
+        conn.redlock_fd
+        for conn in conns
+        if conn._sock is not None and not conn.redlock_due and conn.redlock_raw
+    ]
     return select.select(idle, [], [], 0)[0] if idle else []
 
 
@@ -262,8 +269,9 @@ def _catch_up(conn: Any, label: str) -> None:
     while due and (len(due) >= MAX_DUE or due[0][1] <= time.monotonic()):
         left = due[0][1] - time.monotonic()
         if left <= 0 or not select.select([conn._sock.fileno()], [], [], left)[0]:
-            raise RedisTimeoutError(f"{label} did not answer an earlier request within "
-                                    f"its deadline")  # fmt: skip
+            raise RedisTimeoutError(
+                f"{label} did not answer an earlier request within its deadline"
+            )
         _receive(conn, None)
 
 

@@ -75,8 +75,10 @@ class RedlockLease(Lease):
         held, deadline, error = lock._extend_all(self.token, ttl_ms)
         if held and self._confirmed(ttl_ms, deadline):
             return True
-        self._mark_lost(f"extend found no majority of {lock.quorum} masters holding the "
-                        f"lease in time ({error or 'validity passed'})")  # fmt: skip
+        self._mark_lost(
+            f"extend found no majority of {lock.quorum} masters holding the "
+            f"lease in time ({error or 'validity passed'})"
+        )
         return False
 
     def _confirmed(self, ttl_ms: int, deadline: float) -> bool:
@@ -94,9 +96,11 @@ def keep_alive(lease: RedlockLease, lock: Majority) -> None:
     stop = threading.Event()
     lease._stop_renewal = stop.set
     thread = threading.Thread(
-        target=_renew, args=(weakref.ref(lease), lock, stop), daemon=True,
+        target=_renew,
+        args=(weakref.ref(lease), lock, stop),
+        daemon=True,
         name=f"celery-redislock-redlock-renewal-{lease.name}",
-    )  # fmt: skip
+    )
     thread.start()
 
 
@@ -117,8 +121,15 @@ def _renew(ref: weakref.ref[RedlockLease], lock: Majority, stop: threading.Event
         if lease is None or lease.released or lease._lost:
             return
         if time.monotonic() >= lease.deadline:
-            report([(lease, f"no majority of {lock.quorum} masters confirmed the lease "
-                            f"before its deadline (last error: {error or 'none'})")])
+            report(
+                [
+                    (
+                        lease,
+                        f"no majority of {lock.quorum} masters confirmed the lease "
+                        f"before its deadline (last error: {error or 'none'})",
+                    )
+                ]
+            )
             return
         held, deadline, error = lock._extend_all(lease.token, ttl_ms)
         if stop.is_set():
@@ -126,8 +137,15 @@ def _renew(ref: weakref.ref[RedlockLease], lock: Majority, stop: threading.Event
         if held and lease._confirmed(ttl_ms, deadline):
             continue
         if held is False:
-            report([(lease, f"renewal found fewer than {lock.quorum} masters that could "
-                            f"still hold the lease ({error})")])
+            report(
+                [
+                    (
+                        lease,
+                        f"renewal found fewer than {lock.quorum} masters that could "
+                        f"still hold the lease ({error})",
+                    )
+                ]
+            )
             return
         # No majority answered (masters down or slow): try again soon, until the deadline.
         log.debug("celery_redislock: Redlock renewal of %r failed: %s", lease.name, error)

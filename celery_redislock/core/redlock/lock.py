@@ -86,8 +86,14 @@ class RedlockLock(RedlockOperations, Primitive):
         retry_jitter: float = 0.05,
     ) -> None:
         self._masters: list[Master] = check_masters(clients)
-        super().__init__(self._masters[0].client, name, ttl=ttl, prefix=prefix,
-                         renew=check_bool(renew, "renew"), max_hold=None)  # fmt: skip
+        super().__init__(
+            self._masters[0].client,
+            name,
+            ttl=ttl,
+            prefix=prefix,
+            renew=check_bool(renew, "renew"),
+            max_hold=None,
+        )
         self.quorum = len(self._masters) // 2 + 1
         self._max_ttl_ms = self._ttl_ms if max_ttl is None else ttl_to_ms(max_ttl, "max_ttl")
         if self._ttl_ms > self._max_ttl_ms:
@@ -95,23 +101,35 @@ class RedlockLock(RedlockOperations, Primitive):
         if isinstance(drift, bool) or not isinstance(drift, (int, float)) or not 0 <= drift < 0.5:
             raise ConfigurationError(f"drift must be a fraction >= 0 and < 0.5, got {drift!r}")
         self._drift = float(drift)
-        self._timeout = (min(0.5, self._ttl_ms / 5000) if master_timeout is None
-                         else ttl_to_ms(master_timeout, "master_timeout") / 1000)  # fmt: skip
-        if isinstance(retry_jitter, bool) or not isinstance(retry_jitter, (int, float)) or not (
-                0 <= retry_jitter < math.inf):  # fmt: skip
+        self._timeout = (
+            min(0.5, self._ttl_ms / 5000)
+            if master_timeout is None
+            else ttl_to_ms(master_timeout, "master_timeout") / 1000
+        )
+        if (
+            isinstance(retry_jitter, bool)
+            or not isinstance(retry_jitter, (int, float))
+            or not (0 <= retry_jitter < math.inf)
+        ):
             raise ConfigurationError(f"retry_jitter must be seconds >= 0, got {retry_jitter!r}")
         self._jitter = float(retry_jitter)
         keys = self._keys
-        holders, fence, queue, alive, asks = (key.encode() for key in (
-            keys.holders, keys.fence, keys.queue, keys.alive, keys.asks))  # fmt: skip
+        holders, fence, queue, alive, asks = (
+            key.encode() for key in (keys.holders, keys.fence, keys.queue, keys.alive, keys.asks)
+        )
         self._acquire_keys = [holders, fence, queue, alive, asks]
         self._release_keys = [holders, queue, alive, asks, fence]
         self._queue_keys = [holders, queue, alive, asks]
         self._holders_key = [holders]
         self._adopt_keys = [holders, fence]
         self._fence_key = fence
-        self._prepared = Prepared(self._acquire_keys, self._release_keys, keys.done("").encode(),
-                                  f"{prefix}:redlock:boot:", self._max_ttl_ms)  # fmt: skip
+        self._prepared = Prepared(
+            self._acquire_keys,
+            self._release_keys,
+            keys.done("").encode(),
+            f"{prefix}:redlock:boot:",
+            self._max_ttl_ms,
+        )
 
     @property
     def masters(self) -> list[str]:
@@ -192,25 +210,41 @@ class RedlockLock(RedlockOperations, Primitive):
         new_token = new_token or fresh_token()[0]
         nonce = secrets.token_hex(16)  # this call's: a re-send is told the lease it made
         fence, sent_at, adopted = rounds.adopt(
-            self._masters, [*self._adopt_keys, self._keys.done(nonce).encode()],
-            [token, new_token, ttl_ms, owner or "", nonce], ttl_ms, self.quorum, self._timeout,
-        )  # fmt: skip
+            self._masters,
+            [*self._adopt_keys, self._keys.done(nonce).encode()],
+            [token, new_token, ttl_ms, owner or "", nonce],
+            ttl_ms,
+            self.quorum,
+            self._timeout,
+        )
         valid_until = sent_at + ttl_ms / 1000 - self._drift_s(ttl_ms)
         if not fence or valid_until <= time.monotonic():
-            rounds.run_each(self._masters, adopted, rounds.RELEASE,
-                            self._release_call_keys(new_token), [new_token],
-                            self._timeout)  # fmt: skip
+            rounds.run_each(
+                self._masters,
+                adopted,
+                rounds.RELEASE,
+                self._release_call_keys(new_token),
+                [new_token],
+                self._timeout,
+            )
             return None
-        lease = RedlockLease(self, new_token, fence, ttl_ms / 1000, owner=owner,
-                             granted_at=valid_until - ttl_ms / 1000)  # fmt: skip
+        lease = RedlockLease(
+            self,
+            new_token,
+            fence,
+            ttl_ms / 1000,
+            owner=owner,
+            granted_at=valid_until - ttl_ms / 1000,
+        )
         return self._started(lease, renew, on_lost)
 
     def _release_call_keys(self, token: str) -> list[bytes]:
         """lock_release.lua's KEYS for ``token``: with its record for re-sends."""
         return [*self._release_keys, self._keys.done(token).encode()]
 
-    def _started(self, lease: RedlockLease, renew: bool | None,
-                 on_lost: OnLost | None) -> RedlockLease:  # fmt: skip
+    def _started(
+        self, lease: RedlockLease, renew: bool | None, on_lost: OnLost | None
+    ) -> RedlockLease:
         lease.on_lost = on_lost
         if self.renew if renew is None else renew:
             keep_alive(lease, self)
@@ -228,9 +262,15 @@ class RedlockLock(RedlockOperations, Primitive):
     def _drift_s(self, ttl_ms: int) -> float:
         return ttl_ms * self._drift / 1000 + 0.002
 
-    def _try(self, token: str, owner: str | None, ttl_ms: int,
-             ticket: int = 0, give_back: bool = True, floor: int = 0,
-             ) -> tuple[RedlockLease | None, rounds.Round]:  # fmt: skip
+    def _try(
+        self,
+        token: str,
+        owner: str | None,
+        ttl_ms: int,
+        ticket: int = 0,
+        give_back: bool = True,
+        floor: int = 0,
+    ) -> tuple[RedlockLease | None, rounds.Round]:
         """One round; the lease when a majority granted in time, else everything
         granted (or possibly granted) given back (unless ``give_back`` is False: the
         next round asks with the same token, and finds them). With a ``ticket`` (µs),
@@ -242,22 +282,34 @@ class RedlockLock(RedlockOperations, Primitive):
         if ticket:
             args.append(ticket)
         token_b = token.encode()
-        outcome = rounds.attempt(self._masters, self._prepared, token_b, args, ttl_ms,
-                                 self._timeout)  # fmt: skip
+        outcome = rounds.attempt(
+            self._masters, self._prepared, token_b, args, ttl_ms, self._timeout
+        )
         grants = outcome.grants
         if len(grants) >= self.quorum:
             fence = max(granted for granted, _ in grants.values())
-            stored = rounds.raise_floors(self._masters, self._fence_key, grants, fence,
-                                         self._timeout)  # fmt: skip
+            stored = rounds.raise_floors(
+                self._masters, self._fence_key, grants, fence, self._timeout
+            )
             expiries = sorted((start for _, start in grants.values()), reverse=True)
             valid_until = expiries[self.quorum - 1] + ttl_ms / 1000 - self._drift_s(ttl_ms)
             if stored >= self.quorum and valid_until > time.monotonic():
-                lease = RedlockLease(self, token, fence, ttl_ms / 1000, owner=owner,
-                                     granted_at=valid_until - ttl_ms / 1000)  # fmt: skip
+                lease = RedlockLease(
+                    self,
+                    token,
+                    fence,
+                    ttl_ms / 1000,
+                    owner=owner,
+                    granted_at=valid_until - ttl_ms / 1000,
+                )
                 return lease, outcome
         if give_back and (grants or outcome.errors or outcome.late):
-            rounds.run_call(self._masters, sorted({*grants, *outcome.errors, *outcome.late}),
-                            self._prepared.release(token_b, b"1"), self._timeout)  # fmt: skip
+            rounds.run_call(
+                self._masters,
+                sorted({*grants, *outcome.errors, *outcome.late}),
+                self._prepared.release(token_b, b"1"),
+                self._timeout,
+            )
         return None, outcome
 
     def _unavailable(self, outcome: rounds.Round) -> RedlockUnavailable:
@@ -273,8 +325,12 @@ class RedlockLock(RedlockOperations, Primitive):
 
     def _release_token(self, token: str) -> bool:
         # No release record ("0"): a fan-out never re-sends, none needs the first answer.
-        replies = fan_out(self._masters, self._prepared.release(token.encode(), b"0"),
-                                 self._timeout, (self.quorum, rounds.confirmed))  # fmt: skip
+        replies = fan_out(
+            self._masters,
+            self._prepared.release(token.encode(), b"0"),
+            self._timeout,
+            (self.quorum, rounds.confirmed),
+        )
         return replies.count(1) >= self.quorum
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
@@ -286,9 +342,15 @@ class RedlockLock(RedlockOperations, Primitive):
         """Extend on every master: (True, new local deadline, "") with a majority;
         (False, 0, why) when too few can still hold it; (None, 0, errors) otherwise."""
         sent_at = time.monotonic()
-        replies = rounds.run_each(self._masters, list(range(len(self._masters))),
-                                  rounds.EXTEND, self._holders_key, [token, ttl_ms],
-                                  self._timeout, (self.quorum, rounds.confirmed))  # fmt: skip
+        replies = rounds.run_each(
+            self._masters,
+            list(range(len(self._masters))),
+            rounds.EXTEND,
+            self._holders_key,
+            [token, ttl_ms],
+            self._timeout,
+            (self.quorum, rounds.confirmed),
+        )
         held = sum(1 for reply in replies.values() if reply == 1)
         gone = sum(1 for reply in replies.values() if reply == 0)
         errors = {i: r for i, r in replies.items() if isinstance(r, BaseException)}

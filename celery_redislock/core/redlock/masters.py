@@ -25,8 +25,14 @@ from ..lease import current_pid
 from ..scripts import as_text
 from . import wire
 
-__all__ = ["IO_TIMEOUT", "RECONNECT_MAX", "RECONNECT_MIN", "Master", "check_masters",
-           "server_label"]  # fmt: skip
+__all__ = [
+    "IO_TIMEOUT",
+    "RECONNECT_MAX",
+    "RECONNECT_MIN",
+    "Master",
+    "check_masters",
+    "server_label",
+]
 
 IO_TIMEOUT = 1.0
 """Longest socket wait, in seconds, of a master's own connections (connect, and the
@@ -97,8 +103,9 @@ class Master:
         :data:`IO_TIMEOUT`) when it is unreachable -- not one per round."""
         now = time.monotonic()
         if now < self._retry_at:
-            raise RedisConnectionError(f"{self.label}: reconnecting in "
-                                       f"{self._retry_at - now:.3f}s (backoff)")  # fmt: skip
+            raise RedisConnectionError(
+                f"{self.label}: reconnecting in {self._retry_at - now:.3f}s (backoff)"
+            )
         try:
             conn.connect()
         except BaseException:

@@ -50,25 +50,39 @@ class RedlockOperations:
 
     def _release_owner(self: _Lock, owner: str) -> int:
         nonce = secrets.token_hex(16)  # this call's: a re-send gets the same count
-        replies = rounds.run_each(self._masters, list(range(len(self._masters))),
-                                  rounds.RELEASE_OWNER,
-                                  [*self._queue_keys, self._keys.done(nonce).encode()],
-                                  [nonce, owner], self._timeout)  # fmt: skip
-        return sum(1 for reply in replies.values()
-                   if not isinstance(reply, BaseException) and int(reply) > 0)  # fmt: skip
+        replies = rounds.run_each(
+            self._masters,
+            list(range(len(self._masters))),
+            rounds.RELEASE_OWNER,
+            [*self._queue_keys, self._keys.done(nonce).encode()],
+            [nonce, owner],
+            self._timeout,
+        )
+        return sum(
+            1
+            for reply in replies.values()
+            if not isinstance(reply, BaseException) and int(reply) > 0
+        )
 
     def locked(self: _Lock) -> bool:
         """True while a majority of the masters hold the lock."""
-        return sum(1 for info in self.info_by_master().values()
-                   if isinstance(info, PrimitiveInfo) and info.holders) >= self.quorum  # fmt: skip
+        return (
+            sum(
+                1
+                for info in self.info_by_master().values()
+                if isinstance(info, PrimitiveInfo) and info.holders
+            )
+            >= self.quorum
+        )
 
     def info_by_master(self: _Lock) -> dict[str, PrimitiveInfo | Exception]:
         """Each master's view of the lock (``host:port`` -> its info, or the error)."""
         views: dict[str, PrimitiveInfo | Exception] = {}
         for master in self._masters:
             try:
-                views[master.label] = RedisLock(master.client, self.name,
-                                                prefix=self._keys.prefix).info()  # fmt: skip
+                views[master.label] = RedisLock(
+                    master.client, self.name, prefix=self._keys.prefix
+                ).info()
             except Exception as exc:  # a master down is part of the picture
                 views[master.label] = exc
         return views

@@ -28,8 +28,14 @@ class Prepared:
 
     __slots__ = ("_acquire", "_boot", "_boot_prefix", "_boot_suffix", "_done", "_release")
 
-    def __init__(self, acquire_keys: list[bytes], release_keys: list[bytes], done: bytes,
-                 boot_prefix: str, max_ttl_ms: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        acquire_keys: list[bytes],
+        release_keys: list[bytes],
+        done: bytes,
+        boot_prefix: str,
+        max_ttl_ms: int,
+    ) -> None:
         # lock_acquire.lua: 5 keys and the boot marker; lock_release.lua: 5 keys and
         # the token's release record (``done`` + token).
         self._acquire = ACQUIRE.head + b"$1\r\n6\r\n" + bulks(acquire_keys)

@@ -33,8 +33,19 @@ from .masters import Master
 from .prepared import Prepared
 from .wire import Call
 
-__all__ = ["ACQUIRE", "ADOPT", "EXTEND", "FLOOR", "LEAVE", "RELEASE", "RELEASE_OWNER", "Round",
-           "errors_text", "run_call", "run_each"]  # fmt: skip
+__all__ = [
+    "ACQUIRE",
+    "ADOPT",
+    "EXTEND",
+    "FLOOR",
+    "LEAVE",
+    "RELEASE",
+    "RELEASE_OWNER",
+    "Round",
+    "errors_text",
+    "run_call",
+    "run_each",
+]
 
 FLOOR = LuaScript("redlock_floor.lua", SCRIPT_CONSTANTS)
 
@@ -71,8 +82,14 @@ class Round:
         return None
 
 
-def attempt(masters: list[Master], prepared: Prepared, token: bytes, args: list[Any],
-            ttl_ms: int, timeout: float) -> Round:  # fmt: skip
+def attempt(
+    masters: list[Master],
+    prepared: Prepared,
+    token: bytes,
+    args: list[Any],
+    ttl_ms: int,
+    timeout: float,
+) -> Round:
     """Send ``lock_acquire.lua`` (ARGV ``[token, *args]``) to every master; sort the
     replies."""
     call, packed_for = prepared.acquire(token, args)
@@ -104,8 +121,9 @@ def confirmed(answer: Any) -> bool:
     return answer.__class__ is int and answer == 1
 
 
-def raise_floors(masters: list[Master], fence_key: Any, grants: dict[int, Grant], fence: int,
-                 timeout: float) -> int:  # fmt: skip
+def raise_floors(
+    masters: list[Master], fence_key: Any, grants: dict[int, Grant], fence: int, timeout: float
+) -> int:
     """Raise the fence counter of every granting master below ``fence`` to it; return
     how many granting masters store a fence >= ``fence`` (at least a majority, when
     enough of them answered). Waits only for as many as a majority needs: when the
@@ -115,22 +133,37 @@ def raise_floors(masters: list[Master], fence_key: Any, grants: dict[int, Grant]
     lower = [index for index, (given, _) in grants.items() if given < fence]
     if lower:
         need = max(0, len(masters) // 2 + 1 - stored)
-        replies = fan_out([masters[i] for i in lower], Call(FLOOR, [fence_key], [fence]),
-                          timeout, (need, confirmed))  # fmt: skip
+        replies = fan_out(
+            [masters[i] for i in lower],
+            Call(FLOOR, [fence_key], [fence]),
+            timeout,
+            (need, confirmed),
+        )
         stored += sum(1 for reply in replies if reply == 1)
     return stored
 
 
-def run_each(masters: list[Master], indexes: list[int], script: LuaScript, keys: list[Any],
-             args: list[Any], timeout: float, enough: Enough | None = None,
-             ) -> dict[int, Any]:  # fmt: skip
+def run_each(
+    masters: list[Master],
+    indexes: list[int],
+    script: LuaScript,
+    keys: list[Any],
+    args: list[Any],
+    timeout: float,
+    enough: Enough | None = None,
+) -> dict[int, Any]:
     """Run one script with the same KEYS/ARGV on ``masters[i]`` for each ``i`` in
     ``indexes``; see :func:`run_call`."""
     return run_call(masters, indexes, Call(script, keys, args), timeout, enough)
 
 
-def run_call(masters: list[Master], indexes: list[int], call: Call, timeout: float,
-             enough: Enough | None = None) -> dict[int, Any]:  # fmt: skip
+def run_call(
+    masters: list[Master],
+    indexes: list[int],
+    call: Call,
+    timeout: float,
+    enough: Enough | None = None,
+) -> dict[int, Any]:
     """Send ``call`` to ``masters[i]`` for each ``i`` in ``indexes``; each master's
     reply or exception by index (None: not read, the round ended when ``enough``
     answered: see :func:`~.fanout.fan_out`)."""
@@ -142,12 +175,19 @@ def run_call(masters: list[Master], indexes: list[int], call: Call, timeout: flo
 
 def errors_text(masters: list[Master], errors: dict[int, Any]) -> str:
     """``host:port: error; ...`` for the masters that failed."""
-    return "; ".join(f"{masters[i].label}: {type(exc).__name__}: {exc}"
-                     for i, exc in sorted(errors.items()))  # fmt: skip
+    return "; ".join(
+        f"{masters[i].label}: {type(exc).__name__}: {exc}" for i, exc in sorted(errors.items())
+    )
 
 
-def adopt(masters: list[Master], keys: list[Any], args: list[Any], ttl_ms: int, quorum: int,
-          timeout: float) -> tuple[int, float, list[int]]:  # fmt: skip
+def adopt(
+    masters: list[Master],
+    keys: list[Any],
+    args: list[Any],
+    ttl_ms: int,
+    quorum: int,
+    timeout: float,
+) -> tuple[int, float, list[int]]:
     """Hand a lease over to a new token on every master (``lock_adopt.lua``).
 
     Returns (fence, sent_at, adopted): the largest fence and the masters that
@@ -156,8 +196,11 @@ def adopt(masters: list[Master], keys: list[Any], args: list[Any], ttl_ms: int, 
     """
     sent_at = time.monotonic()
     replies = run_each(masters, list(range(len(masters))), ADOPT, keys, args, timeout)
-    grants = {i: adopt_reply(reply, sent_at, ttl_ms) for i, reply in replies.items()
-              if not isinstance(reply, BaseException)}  # fmt: skip
+    grants = {
+        i: adopt_reply(reply, sent_at, ttl_ms)
+        for i, reply in replies.items()
+        if not isinstance(reply, BaseException)
+    }
     fences = {i: grant[0] if grant else 0 for i, grant in grants.items()}
     adopted = [i for i, fence in fences.items() if fence]
     if len(adopted) >= quorum:

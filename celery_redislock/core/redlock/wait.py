@@ -46,17 +46,24 @@ class Waiting(Protocol):
     _timeout: float
     _jitter: float
 
-    def _try(self, token: str, owner: str | None, ttl_ms: int, ticket: int = 0,
-             give_back: bool = True, floor: int = 0,
-             ) -> tuple[RedlockLease | None, rounds.Round]: ...  # fmt: skip
+    def _try(
+        self,
+        token: str,
+        owner: str | None,
+        ttl_ms: int,
+        ticket: int = 0,
+        give_back: bool = True,
+        floor: int = 0,
+    ) -> tuple[RedlockLease | None, rounds.Round]: ...
 
     def _unavailable(self, outcome: rounds.Round) -> RedlockUnavailable: ...
 
     def _release_call_keys(self, token: str) -> list[bytes]: ...
 
 
-def wait_for_lease(lock: Waiting, token: str, tag: str, owner: str | None, ttl_ms: int,
-                   deadline: float) -> RedlockLease | None:  # fmt: skip
+def wait_for_lease(
+    lock: Waiting, token: str, tag: str, owner: str | None, ttl_ms: int, deadline: float
+) -> RedlockLease | None:
     """Rounds until granted or ``deadline``; queued on every master meanwhile, so a
     release wakes this waiter (on the first master that answered)."""
     channel = f"{lock._keys.channel}:{tag}"
@@ -90,8 +97,9 @@ def wait_for_lease(lock: Waiting, token: str, tag: str, owner: str | None, ttl_m
                 splits = splits + 1 if outcome.grants and splits < SPLIT_RETRIES else 0
                 if splits:
                     if splits > 1:
-                        time.sleep(min(0.001 * 2 ** (splits - 2),
-                                       max(0.0, deadline - time.monotonic())))  # fmt: skip
+                        time.sleep(
+                            min(0.001 * 2 ** (splits - 2), max(0.0, deadline - time.monotonic()))
+                        )
                     continue
                 if waiter is None and outcome.answered:
                     first = min([*outcome.grants, *outcome.refused])
@@ -111,8 +119,14 @@ def wait_for_lease(lock: Waiting, token: str, tag: str, owner: str | None, ttl_m
                     time.sleep(sleep)
     finally:
         # Out of the queues: where refused (or silent) when granted, else everywhere.
-        _leave(lock, token, granted, sorted({*outcome.refused, *outcome.errors, *outcome.late})
-               if granted else list(range(len(lock._masters))))  # fmt: skip
+        _leave(
+            lock,
+            token,
+            granted,
+            sorted({*outcome.refused, *outcome.errors, *outcome.late})
+            if granted
+            else list(range(len(lock._masters))),
+        )
     if outcome.answered < lock.quorum:
         raise lock._unavailable(outcome)
     return None
@@ -124,11 +138,26 @@ def _leave(lock: Waiting, token: str, granted: bool, indexes: list[int]) -> None
     lease's release then reaches it with the others)."""
     # Granted, the replies are not needed (a lease granted meanwhile is released with
     # the others): sent, not waited for.
-    left = rounds.run_each(lock._masters, indexes, rounds.LEAVE, lock._queue_keys,
-                           [token, "lock"], lock._timeout,
-                           (0, rounds.confirmed) if granted else None)  # fmt: skip
-    stray = [i for i, reply in left.items() if reply is not None
-             and not isinstance(reply, BaseException) and leave_reply(reply)]  # fmt: skip
+    left = rounds.run_each(
+        lock._masters,
+        indexes,
+        rounds.LEAVE,
+        lock._queue_keys,
+        [token, "lock"],
+        lock._timeout,
+        (0, rounds.confirmed) if granted else None,
+    )
+    stray = [
+        i
+        for i, reply in left.items()
+        if reply is not None and not isinstance(reply, BaseException) and leave_reply(reply)
+    ]
     if stray and not granted:
-        rounds.run_each(lock._masters, stray, rounds.RELEASE, lock._release_call_keys(token),
-                        [token], lock._timeout)  # fmt: skip
+        rounds.run_each(
+            lock._masters,
+            stray,
+            rounds.RELEASE,
+            lock._release_call_keys(token),
+            [token],
+            lock._timeout,
+        )

@@ -42,12 +42,18 @@ class Call:
 
     __slots__ = ("packed", "prefix", "script", "stamp")
 
-    def __init__(self, script: LuaScript, keys: Sequence[bytes], args: Sequence[Any],
-                 packed: bytes | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        script: LuaScript,
+        keys: Sequence[bytes],
+        args: Sequence[Any],
+        packed: bytes | None = None,
+    ) -> None:
         self.script = script
         first = _bytes(args[0]) if args else b""
-        self.packed = packed if packed is not None else pack_evalsha(script.head, keys, args,
-                                                                     _bytes)  # fmt: skip
+        self.packed = (
+            packed if packed is not None else pack_evalsha(script.head, keys, args, _bytes)
+        )
         self.stamp, self.prefix = _check(script, first)
 
     @classmethod
@@ -63,8 +69,9 @@ class Call:
         """``packed`` (this call's request to one master) as ``EVAL`` with the script's
         text (after NOSCRIPT): the same arguments after the script."""
         text = self.script.text.encode()
-        return packed.replace(self.script.head, b"$4\r\nEVAL\r\n$%d\r\n%b\r\n" % (
-            len(text), text), 1)  # fmt: skip
+        return packed.replace(
+            self.script.head, b"$4\r\nEVAL\r\n$%d\r\n%b\r\n" % (len(text), text), 1
+        )
 
     def payload(self, reply: Any) -> Any:
         """The reply's payload when it is this call's; :class:`StaleReply` if not (an

@@ -21,9 +21,16 @@ from ..lease_state import LeaseState
 from ..scripts import LuaScript
 
 __all__ = [
-    "Entry", "HeapItem", "Renewable", "Reply", "current", "loss_reason", "pop_superseded", "report",
+    "Entry",
+    "HeapItem",
+    "Renewable",
+    "Reply",
+    "current",
+    "loss_reason",
+    "pop_superseded",
+    "report",
     "restart_grace_ms",
-]  # fmt: skip
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +69,24 @@ class Renewable(Protocol):
 class Entry:
     """The renewer's record of one lease (the lease itself is held weakly)."""
 
-    __slots__ = ("_keys", "_slot", "client", "dead", "error", "final", "gen", "holder",
-                 "inflight", "lease", "renewer", "script", "stop", "stop_at", "ticket",
-                 "token")  # fmt: skip
+    __slots__ = (
+        "_keys",
+        "_slot",
+        "client",
+        "dead",
+        "error",
+        "final",
+        "gen",
+        "holder",
+        "inflight",
+        "lease",
+        "renewer",
+        "script",
+        "stop",
+        "stop_at",
+        "ticket",
+        "token",
+    )
 
     def __init__(
         self,

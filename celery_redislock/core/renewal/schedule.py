@@ -149,8 +149,9 @@ class Schedule:
         if not entry.dead and not entry.final:
             self.push_renewal(entry, sent_at, ttl)
 
-    def answered(self, replies: list[Reply], sent_at: float, error: str, now: float,
-                 lost: Lost) -> None:  # fmt: skip
+    def answered(
+        self, replies: list[Reply], sent_at: float, error: str, now: float, lost: Lost
+    ) -> None:
         """Record one call's outcome (``error`` non-empty: the call failed), sent at
         ``sent_at`` and answered at ``now``; adds losses to ``lost``."""
         for entry, ttl_ms, renewed in replies:

@@ -38,8 +38,15 @@ except ImportError:  # pragma: no cover - older redis-py
 from ..scripts import LuaScript
 from .entry import Entry, Reply, restart_grace_ms
 
-__all__ = ["MAX_BATCH", "Sender", "batch_call", "batch_replies", "check_batch_reply",
-           "failure", "splits"]  # fmt: skip
+__all__ = [
+    "MAX_BATCH",
+    "Sender",
+    "batch_call",
+    "batch_replies",
+    "check_batch_reply",
+    "failure",
+    "splits",
+]
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +97,11 @@ class Sender:
                 kwargs["driver_info"] = None
             if "maint_notifications_config" in kwargs and _NO_MAINT is not None:
                 kwargs["maint_notifications_config"] = _NO_MAINT
-            own = redis.Redis(connection_pool=redis.ConnectionPool(
-                connection_class=pool.connection_class, max_connections=1, **kwargs))  # fmt: skip
+            own = redis.Redis(
+                connection_pool=redis.ConnectionPool(
+                    connection_class=pool.connection_class, max_connections=1, **kwargs
+                )
+            )
             own.connection_pool.release(own.connection_pool.get_connection())  # connects
         except Exception as exc:  # the client's pool serves; tried again next start
             log.debug("celery_redislock: renewal connection failed: %r", exc)
@@ -168,8 +178,10 @@ def batch_call(items: list[tuple[Entry, int]]) -> tuple[list[Any], list[Any]]:
         args += [entry.gen for entry, _ in items]
     if any(graces):  # leases to put back if Redis lost them (see core/restart.py)
         leases = [entry.lease() for entry, _ in items]
-        args += [lease.fence if lease is not None and grace else 0
-                 for lease, grace in zip(leases, graces, strict=True)]  # fmt: skip
+        args += [
+            lease.fence if lease is not None and grace else 0
+            for lease, grace in zip(leases, graces, strict=True)
+        ]
         args += [(lease.owner or "") if lease is not None else "" for lease in leases]
         args += graces
         # Its limit: a put-back fills the placeholders first (none may be yet), so no
@@ -203,10 +215,18 @@ def failure(exc: Exception, items: list[tuple[Entry, int]]) -> str:
 def batch_replies(items: list[tuple[Entry, int]], renewed: list[Any], error: str) -> list[Reply]:
     """Each lease's outcome of one call, for :meth:`.schedule.Schedule.answered`."""
     if not error and 3 in renewed:
-        log.warning("celery_redislock: Redis lost its data; %d lease(s) put back by their "
-                    "renewal (restart grace)", renewed.count(3))  # fmt: skip
+        log.warning(
+            "celery_redislock: Redis lost its data; %d lease(s) put back by their "
+            "renewal (restart grace)",
+            renewed.count(3),
+        )
     return [
-        (entry, ttl_ms, None if not error and int(renewed[i]) == 2  # superseded
-         else not error and int(renewed[i]) in (1, 3))
+        (
+            entry,
+            ttl_ms,
+            None
+            if not error and int(renewed[i]) == 2  # superseded
+            else not error and int(renewed[i]) in (1, 3),
+        )
         for i, (entry, ttl_ms) in enumerate(items)
-    ]  # fmt: skip
+    ]

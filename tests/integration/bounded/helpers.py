@@ -21,17 +21,24 @@ from celery_redislock.core.info import HolderInfo
 
 from ..helpers import wait_until
 
-__all__ = ["RECORD", "Interval", "busy_and_parking_singleton", "gated_call", "holders", "peak",
-           "runs"]
+__all__ = [
+    "RECORD",
+    "Interval",
+    "busy_and_parking_singleton",
+    "gated_call",
+    "holders",
+    "peak",
+    "runs",
+]
 
 Interval = tuple[float, float, str]
 
-RECORD = '''
+RECORD = """
 def record(list_name, label, seconds):
     start = time.time()
     time.sleep(seconds)
     locks.rpush(list_name, f"{start} {time.time()} {label}")
-'''
+"""
 """Source of ``record(list_name, label, seconds)`` for worker modules (needs ``locks``)."""
 
 
@@ -71,8 +78,14 @@ def busy_and_parking_singleton(
         proceed.wait(10)
         return "busy"
 
-    @singleton_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_standby=0,
-                    singleton_mode="until_and_while_executing", **sync_options)  # fmt: skip
+    @singleton_task(
+        app=app,
+        concurrency_limit=1,
+        concurrency_key="api",
+        concurrency_standby=0,
+        singleton_mode="until_and_while_executing",
+        **sync_options,
+    )
     def sync(user: int) -> int:
         return user
 

@@ -119,8 +119,9 @@ def test_a_run_parked_at_intake_keeps_its_message(
         seen.append(("after", result))
 
     first = _start_busy(app, locks, worker, call)
-    second = call.apply_async((1,), {"word": "w"}, headers={"x-tenant": "t1"}, retries=2,
-                              link=after.s())  # fmt: skip
+    second = call.apply_async(
+        (1,), {"word": "w"}, headers={"x-tenant": "t1"}, retries=2, link=after.s()
+    )
     wait_until(lambda: len(parked) == 1, what="the run parked")
     proceed.set()
     assert first.get(timeout=10) == 0 and second.get(timeout=10) == 1

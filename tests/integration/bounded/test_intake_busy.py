@@ -38,8 +38,10 @@ def test_a_run_queued_behind_a_busy_worker_reserves_no_permit(
         blocker = busy.delay()
         wait_until(lambda: any(p["task_id"] == blocker.id for p in prerun), what="busy runs")
         result = call.delay(1)
-        wait_until(lambda: any(r["request"].id == result.id for r in received),
-                   what="the bounded run received")  # fmt: skip
+        wait_until(
+            lambda: any(r["request"].id == result.id for r in received),
+            what="the bounded run received",
+        )
         sem = _lot(app)
         deadline = time.monotonic() + 1.5  # the worker's only thread is busy throughout
         while time.monotonic() < deadline:

@@ -204,8 +204,10 @@ def test_an_acks_late_run_parked_in_its_process_delivered_again_runs_once(
         deliver_again = _keep_sent(app, monkeypatch)
         worker(app, concurrency=2)
         first = call.delay(1)
-        wait_until(lambda: lot.parking_info().parked == 1 and _all_acked(app),
-                   what="the run parked from its process, its message acknowledged")  # fmt: skip
+        wait_until(
+            lambda: lot.parking_info().parked == 1 and _all_acked(app),
+            what="the run parked from its process, its message acknowledged",
+        )
         assert held and held[0] is not None
         deliver_again(0)  # the same message, delivered again
         wait_until(lambda: _all_acked(app), what="the copy looked at on intake")

@@ -75,8 +75,10 @@ def test_a_message_redelivered_after_its_main_died_past_the_intake_park_runs_onc
         with Connection(db_url(redis_url, BROKER_DB)) as conn:
             for tag in broker.hkeys("unacked"):  # what restore_visible does, per message
                 conn.default_channel.qos.restore_by_tag(tag)
-        wait_until(lambda: broker.hlen("unacked") == 0 and broker.llen(module.queue) == 0,
-                   what="the redelivered copy looked at and acknowledged")  # fmt: skip
+        wait_until(
+            lambda: broker.hlen("unacked") == 0 and broker.llen(module.queue) == 0,
+            what="the redelivered copy looked at and acknowledged",
+        )
         if held is not None:
             assert sem.parking_info().parked == 1  # not parked a second time
             held.release()

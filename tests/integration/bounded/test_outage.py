@@ -95,9 +95,15 @@ def _stop_keeping_data(server: RedisServer) -> None:
 
 def _settled(locks: redis.Redis, prefix: str = DEFAULT_PREFIX) -> ParkingSemaphore:
     sem = ParkingSemaphore(locks, "api", limit=LIMIT, prefix=prefix)
-    wait_until(lambda: not sem.info().holders and sem.parking_info().parked == 0
-               and sem.parking_info().claimed == 0, timeout=15,
-               what="no permit held, nothing parked or claimed")  # fmt: skip
+    wait_until(
+        lambda: (
+            not sem.info().holders
+            and sem.parking_info().parked == 0
+            and sem.parking_info().claimed == 0
+        ),
+        timeout=15,
+        what="no permit held, nothing parked or claimed",
+    )
     return sem
 
 
@@ -131,8 +137,7 @@ def test_shared_redis_stopped_30s_loses_no_run(tmp_path: Path, server: RedisServ
         time.sleep(max(0.0, 30 - (time.monotonic() - stopped)))
         server.start()
         sent += _send(tasks.call, 6)
-        wait_until(lambda: len(_runs(records)) >= len(sent), timeout=60,
-                   what="every run sent")  # fmt: skip
+        wait_until(lambda: len(_runs(records)) >= len(sent), timeout=60, what="every run sent")
         locks = redis.Redis.from_url(db_url(server.url, LOCKS_DB))
         _settled(locks)
         time.sleep(1)  # nothing runs twice late
@@ -147,8 +152,9 @@ def test_lock_redis_restarted_empty_loses_no_run(tmp_path: Path, redis_url: str)
         module, records = _module(tmp_path, redis_url, locks_url=lock_server.url)
         prefix = f"o{module.name[-8:]}"  # a journal of its own on the shared broker
         source = module.path.read_text().replace(
-            '"task_ignore_result": True,', f'"task_ignore_result": True, "redislock_prefix": '
-            f'"{prefix}",')  # fmt: skip
+            '"task_ignore_result": True,',
+            f'"task_ignore_result": True, "redislock_prefix": "{prefix}",',
+        )
         module.path.write_text(source)
         workers = [WorkerProcess(module, concurrency=2, name=n) for n in ("a", "b")]
         with workers[0], workers[1]:
@@ -165,8 +171,7 @@ def test_lock_redis_restarted_empty_loses_no_run(tmp_path: Path, redis_url: str)
             time.sleep(3)
             lock_server.start()  # empty
             sent += _send(tasks.call, 4)
-            wait_until(lambda: len(_runs(records)) >= len(sent), timeout=60,
-                       what="every run sent")  # fmt: skip
+            wait_until(lambda: len(_runs(records)) >= len(sent), timeout=60, what="every run sent")
             settled = _settled(redis.Redis.from_url(lock_server.url), prefix)
             time.sleep(1)  # nothing runs twice late
             _check(records, sent, workers)
@@ -195,8 +200,11 @@ def test_a_worker_killed_while_its_runs_are_parked(tmp_path: Path, server: Redis
         a.process.wait(5)
         broker = redis.Redis.from_url(db_url(server.url, BROKER_DB))
         at_kill = _unacked(broker)  # a's prefetched messages (and b's of the moment)
-        wait_until(lambda: set(parked) <= {t for _, _, t in _runs(records)}, timeout=40,
-                   what="every run parked when the worker died")  # fmt: skip
+        wait_until(
+            lambda: set(parked) <= {t for _, _, t in _runs(records)},
+            timeout=40,
+            what="every run parked when the worker died",
+        )
         _settled(locks)
         done = Counter(task_id for _, _, task_id in _runs(records))
         assert max(done.values()) == 1 and peak(_runs(records)) <= LIMIT

@@ -44,9 +44,12 @@ def _app(make_app: MakeApp, lock_server: RedisServer) -> tuple[Celery, Any, str]
     prefix = f"j{uuid.uuid4().hex[:8]}"
     # No restart grace: it would hold the permits for the TTL (30 s) after a restart
     # (see test_restart_grace.py); these tests look at the journal's recovery alone.
-    app = make_app(redislock_url=lock_server.url, redislock_prefix=prefix,
-                   redislock_client_options={"socket_timeout": 2},
-                   redislock_restart_grace=False)  # fmt: skip
+    app = make_app(
+        redislock_url=lock_server.url,
+        redislock_prefix=prefix,
+        redislock_client_options={"socket_timeout": 2},
+        redislock_restart_grace=False,
+    )
 
     @bounded_task(app=app, concurrency_limit=1, concurrency_key="api")
     def call(n: int) -> int:  # pragma: no cover - never runs here
@@ -60,8 +63,16 @@ def _park(app: Celery, task: Any, sem: ParkingSemaphore, n: int) -> str:
     entry_id = new_entry_id()
     options = {"task_id": f"run-{n}", "headers": {"redislock_park": f"{entry_id} 0 0"}}
     payload = encode_message(task, (n,), {}, options)
-    record(app, entry_id, payload, pool=sem.name, limit=sem.limit, ttl=sem.ttl,
-           prefix=sem.keys.prefix, owner=f"run-{n}")  # fmt: skip
+    record(
+        app,
+        entry_id,
+        payload,
+        pool=sem.name,
+        limit=sem.limit,
+        ttl=sem.ttl,
+        prefix=sem.keys.prefix,
+        owner=f"run-{n}",
+    )
     sem.park(entry_id, payload, owner=f"run-{n}")
     return entry_id
 
@@ -71,8 +82,9 @@ def test_runs_parked_when_the_lock_redis_restarts_empty_are_parked_again(
 ) -> None:
     app, call, prefix = _app(make_app, lock_server)
     journal = journal_for(app)
-    assert journal is not None and journal.client.connection_pool.connection_kwargs[
-        "db"] == BROKER_DB  # the broker's Redis: another server than the locks'  # fmt: skip
+    assert (
+        journal is not None and journal.client.connection_pool.connection_kwargs["db"] == BROKER_DB
+    )  # the broker's Redis: another server than the locks'
     sem = parking_for(app, "api", 1, 30.0, prefix)
     holder = sem.acquire(blocking=False)  # the permit's run; nothing is claimed
     assert holder is not None
@@ -147,8 +159,7 @@ def test_a_parked_singleton_whose_handed_lease_lapsed_still_runs(
     key = call_key(sync, (7,), {}, {})
     sem = ParkingSemaphore(locks, "api", limit=1)
     wait_until(lambda: sem.parking_info().parked == 1, what="the singleton parked")
-    wait_until(lambda: not lock_info(locks, key).held, timeout=5,
-               what="its handed lease lapsed")  # fmt: skip
+    wait_until(lambda: not lock_info(locks, key).held, timeout=5, what="its handed lease lapsed")
     newer = sync.apply_async((7,), countdown=4)  # holds the queued lock meanwhile
     proceed.set()
     assert first_busy.get(timeout=10) == "busy"
@@ -160,10 +171,15 @@ def test_the_journal_redis_down_neither_blocks_parking_nor_forgets_a_drop(
     make_app: MakeApp, lock_server: RedisServer, caplog: Any
 ) -> None:
     with RedisServer() as journal_server:
-        app = make_app(redislock_url=lock_server.url, redislock_prefix="jdown",
-                       redislock_park_journal_url=journal_server.url,
-                       redislock_client_options={"socket_connect_timeout": 0.5,
-                                                 "retry": Retry(NoBackoff(), 0)})  # fmt: skip
+        app = make_app(
+            redislock_url=lock_server.url,
+            redislock_prefix="jdown",
+            redislock_park_journal_url=journal_server.url,
+            redislock_client_options={
+                "socket_connect_timeout": 0.5,
+                "retry": Retry(NoBackoff(), 0),
+            },
+        )
 
         @bounded_task(app=app, concurrency_limit=1, concurrency_key="api")
         def call(n: int) -> int:  # pragma: no cover - never runs here
@@ -186,7 +202,8 @@ def test_the_journal_redis_down_neither_blocks_parking_nor_forgets_a_drop(
         journal.put(kept, b"x", 60.0)  # as if the data had survived
         _park(app, call, sem, 2)
         assert [entry_id for entry_id, _ in journal.entries()] != [] and kept not in dict(
-            journal.entries())  # fmt: skip
+            journal.entries()
+        )
 
 
 def test_a_restart_that_kept_part_of_the_data_gets_the_rest_back(

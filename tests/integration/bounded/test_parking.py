@@ -32,8 +32,9 @@ from .helpers import busy_and_parking_singleton, gated_call, holders, peak
 
 
 def _lot(app: Celery, pool: str = "api") -> ParkingSemaphore:
-    return semaphore_for(app.tasks[next(iter(n for n in app.tasks if "call" in n))],
-                         pool, 1, 30.0, "redislock", {})  # fmt: skip
+    return semaphore_for(
+        app.tasks[next(iter(n for n in app.tasks if "call" in n))], pool, 1, 30.0, "redislock", {}
+    )
 
 
 def test_parked_runs_are_published_in_order_by_the_release(
@@ -46,8 +47,14 @@ def test_parked_runs_are_published_in_order_by_the_release(
     order: list[int] = []
     proceed = threading.Event()
 
-    @bounded_task(app=app, bind=True, concurrency_limit=1, concurrency_key="api",
-                  max_retries=0, concurrency_standby=0)  # fmt: skip
+    @bounded_task(
+        app=app,
+        bind=True,
+        concurrency_limit=1,
+        concurrency_key="api",
+        max_retries=0,
+        concurrency_standby=0,
+    )
     def call(self: Any, n: int) -> tuple[int, int]:
         order.append(n)
         if n == 0:
@@ -79,8 +86,9 @@ def test_parked_runs_are_published_in_order_by_the_release(
     for result in others:  # one DEBUG line when parked, one INFO when released
         lines = [r for r in caplog.records if result.id in r.getMessage()]
         assert [r.levelname for r in lines if "parked at place" in r.getMessage()] == ["DEBUG"]
-        assert [r.levelname for r in lines if "released from the parked queue"
-                in r.getMessage()] == ["INFO"]  # fmt: skip
+        assert [
+            r.levelname for r in lines if "released from the parked queue" in r.getMessage()
+        ] == ["INFO"]
         assert not [r for r in lines if "ignored" in r.getMessage()]  # Celery's line
 
 
@@ -118,8 +126,9 @@ def test_a_second_message_of_a_parked_run_never_runs(
     proceed = threading.Event()
     published: list[bytes] = []
 
-    @bounded_task(app=app, bind=True, concurrency_limit=1, concurrency_key="api",
-                  concurrency_standby=0)
+    @bounded_task(
+        app=app, bind=True, concurrency_limit=1, concurrency_key="api", concurrency_standby=0
+    )
     def call(self: Any, n: int) -> int:
         runs.append(self.request.id)
         if n == 0:
@@ -169,8 +178,9 @@ def test_an_undecodable_entry_is_dead_lettered_and_the_queue_goes_on(
     assert lot.parking_info().dead == 1
 
 
-def test_a_lowered_limit_drains_at_the_new_limit(make_app: MakeApp, locks: redis.Redis,
-                                                 worker: Any) -> None:  # fmt: skip
+def test_a_lowered_limit_drains_at_the_new_limit(
+    make_app: MakeApp, locks: redis.Redis, worker: Any
+) -> None:
     app = make_app()
     spans: list[tuple[float, float]] = []
     gate = threading.Event()
@@ -268,5 +278,6 @@ def test_a_parked_singleton_that_expired_lets_its_lock_go(
     proceed.set()
     assert busy.get(timeout=10) == "busy"
     wait_until(lambda: expiring.state == "REVOKED", what="the parked run revoked")
-    wait_until(lambda: not lock_info(locks, key).held, timeout=5,
-               what="the singleton lock released")  # fmt: skip
+    wait_until(
+        lambda: not lock_info(locks, key).held, timeout=5, what="the singleton lock released"
+    )

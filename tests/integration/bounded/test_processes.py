@@ -21,7 +21,8 @@ from .helpers import RECORD, holders, peak, runs
 
 pytestmark = pytest.mark.slow
 
-HEADER = """
+HEADER = (
+    """
 from celery_redislock import bounded_task
 from celery_redislock.celery.signals import permit_rescheduled
 
@@ -29,7 +30,9 @@ from celery_redislock.celery.signals import permit_rescheduled
 @permit_rescheduled.connect
 def count_reschedules(sender=None, task_id=None, **kwargs):
     locks.incr(f"rescheduled:{task_id}")
-""" + RECORD
+"""
+    + RECORD
+)
 
 
 def _module(tmp_path: Path, redis_url: str, body: str, conf: str = "{}") -> AppModule:
@@ -37,18 +40,25 @@ def _module(tmp_path: Path, redis_url: str, body: str, conf: str = "{}") -> AppM
 
 
 def _two_workers(module: AppModule) -> tuple[WorkerProcess, WorkerProcess]:
-    return (WorkerProcess(module, concurrency=4, name="a"),
-            WorkerProcess(module, concurrency=4, name="b"))  # fmt: skip
+    return (
+        WorkerProcess(module, concurrency=4, name="a"),
+        WorkerProcess(module, concurrency=4, name="b"),
+    )
 
 
-def test_limit_is_reached_under_load_and_never_exceeded(tmp_path: Path, redis_url: str,
-                                                        locks: redis.Redis) -> None:  # fmt: skip
-    module = _module(tmp_path, redis_url, """
+def test_limit_is_reached_under_load_and_never_exceeded(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
+    module = _module(
+        tmp_path,
+        redis_url,
+        """
 @bounded_task(app=app, bind=True, concurrency_limit=3, lock_ttl=5)
 def call(self, n):
     record("runs", self.request.hostname, 0.2)
     return n
-""")
+""",
+    )
     a, b = _two_workers(module)
     with a, b:
         tasks = module.load()
@@ -61,9 +71,13 @@ def call(self, n):
     assert not holders(locks, tasks.call.name)
 
 
-def test_a_pool_shared_by_two_task_types(tmp_path: Path, redis_url: str,
-                                         locks: redis.Redis) -> None:  # fmt: skip
-    module = _module(tmp_path, redis_url, """
+def test_a_pool_shared_by_two_task_types(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
+    module = _module(
+        tmp_path,
+        redis_url,
+        """
 @bounded_task(app=app, concurrency_limit=3, concurrency_key="stripe-api")
 def charge(n):
     record("runs", "charge", 0.15)
@@ -72,7 +86,8 @@ def charge(n):
 @bounded_task(app=app, concurrency_limit=3, concurrency_key="stripe-api")
 def refund(n):
     record("runs", "refund", 0.15)
-""")
+""",
+    )
     a, b = _two_workers(module)
     with a, b:
         tasks = module.load()
@@ -87,9 +102,13 @@ def refund(n):
     assert not holders(locks, "stripe-api")
 
 
-def test_max_retries_1_under_a_busy_limit_still_completes(tmp_path: Path, redis_url: str,
-                                                          locks: redis.Redis) -> None:  # fmt: skip
-    module = _module(tmp_path, redis_url, """
+def test_max_retries_1_under_a_busy_limit_still_completes(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
+    module = _module(
+        tmp_path,
+        redis_url,
+        """
 @bounded_task(app=app, concurrency_limit=1, concurrency_key="api")
 def busy(seconds):
     record("runs", "busy", seconds)
@@ -104,7 +123,8 @@ def flaky(self):
     if not self.request.retries:
         raise self.retry()  # its one retry: re-schedules must not have spent it
     return "done"
-""")
+""",
+    )
     a, b = _two_workers(module)
     with a, b:
         tasks = module.load()
@@ -117,15 +137,20 @@ def flaky(self):
     assert int(locks.get(f"rescheduled:{result.id}") or 0) >= 5
 
 
-def test_sigkilled_child_gives_its_permit_back(tmp_path: Path, redis_url: str,
-                                               locks: redis.Redis) -> None:  # fmt: skip
-    module = _module(tmp_path, redis_url, """
+def test_sigkilled_child_gives_its_permit_back(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
+    module = _module(
+        tmp_path,
+        redis_url,
+        """
 @bounded_task(app=app, bind=True, concurrency_limit=3, concurrency_key="api", lock_ttl=2)
 def call(self, n):
     locks.rpush("started", f"{os.getpid()} {self.request.id}")
     record("runs", str(n), 1.0)
     return n
-""")
+""",
+    )
     a, b = _two_workers(module)
     with a, b:
         tasks = module.load()
@@ -139,8 +164,11 @@ def call(self, n):
         left: list[float] = []
 
         def freed() -> bool:
-            mine = [h.ttl_left for h in holders(locks, "api")
-                    if h.owner and h.owner.split("@")[0] == task_id]  # fmt: skip
+            mine = [
+                h.ttl_left
+                for h in holders(locks, "api")
+                if h.owner and h.owner.split("@")[0] == task_id
+            ]
             left.extend(mine)
             return not mine
 
@@ -166,12 +194,16 @@ def test_main_process_gives_permits_back_after_a_kill_or_a_hard_time_limit(
 ) -> None:
     # lock_ttl=30: a permit back within seconds was given back by the worker's main
     # process, which Celery tells (task_failure) that the child died or was killed.
-    module = _module(tmp_path, redis_url, """
+    module = _module(
+        tmp_path,
+        redis_url,
+        """
 @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", lock_ttl=30, time_limit=2)
 def slow(marker):
     locks.rpush(marker, os.getpid())
     time.sleep(60)
-""")
+""",
+    )
     with WorkerProcess(module, concurrency=1) as worker:
         tasks = module.load()
         killed = tasks.slow.apply_async(("killed",), time_limit=60)
@@ -193,13 +225,18 @@ def slow(marker):
         worker.wait_for_log("after time-limit")
 
 
-def test_per_tenant_pools_from_a_callable_key(tmp_path: Path, redis_url: str,
-                                              locks: redis.Redis) -> None:  # fmt: skip
-    module = _module(tmp_path, redis_url, """
+def test_per_tenant_pools_from_a_callable_key(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
+    module = _module(
+        tmp_path,
+        redis_url,
+        """
 @bounded_task(app=app, concurrency_limit=2, concurrency_key=lambda tenant, n: f"tenant:{tenant}")
 def export(tenant, n):
     record("runs", tenant, 0.2)
-""")
+""",
+    )
     a, b = _two_workers(module)
     with a, b:
         tasks = module.load()
@@ -215,13 +252,17 @@ def export(tenant, n):
 
 def test_singleton_with_a_limit(tmp_path: Path, redis_url: str, locks: redis.Redis) -> None:
     # One run per user at a time, and at most 2 runs at once overall.
-    module = _module(tmp_path, redis_url, """
+    module = _module(
+        tmp_path,
+        redis_url,
+        """
 @bounded_task(app=app, concurrency_limit=2, concurrency_key="sync", singleton=True,
               unique_on=["user"], lock_ttl=5)
 def sync(user, attempt=0):
     record("runs", user, 0.25)
     return user
-""")
+""",
+    )
     a, b = _two_workers(module)
     with a, b:
         tasks = module.load()
@@ -233,8 +274,9 @@ def sync(user, attempt=0):
         # after the first, never beside it.
         for user in users:
             tasks.app.send_task(tasks.sync.name, args=(user,))
-        assert {user: r.get(timeout=60) for user, r in results.items()} == \
-            {user: user for user in users}  # fmt: skip
+        assert {user: r.get(timeout=60) for user, r in results.items()} == {
+            user: user for user in users
+        }
         time.sleep(1.0)  # let the duplicates finish or be skipped
         wait_until(lambda: not holders(locks, "sync"), what="every permit back")
     done = runs(locks, "runs")
@@ -252,13 +294,18 @@ def test_a_limit_changed_in_configuration_spares_running_tasks(
     # limit 1 and a is shut down warmly. a's tasks finish (nothing is revoked); b
     # starts nothing until fewer than 1 run, then one at a time.
     conf = '{"redislock_concurrency_limits": {"api": int(os.environ["API_LIMIT"])}}'
-    module = _module(tmp_path, redis_url, """
+    module = _module(
+        tmp_path,
+        redis_url,
+        """
 @bounded_task(app=app, concurrency_limit=3, concurrency_key="api", concurrency_wait=0,
               concurrency_countdown=0.1, concurrency_jitter=0.1)
 def call(n, seconds):
     record("runs", str(n), seconds)
     return n
-""", conf=conf)
+""",
+        conf=conf,
+    )
     monkeypatch.setenv("API_LIMIT", "3")
     a = WorkerProcess(module, concurrency=4, name="a").start()
     try:

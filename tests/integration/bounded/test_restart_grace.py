@@ -67,8 +67,9 @@ def _running(sem: ParkingSemaphore) -> int:
     return sum(not h.token_hint.startswith("~restart") for h in sem.info().holders)
 
 
-def restart_while_running(tmp_path: Path, redis_url: str, grace: bool) -> tuple[
-        list[tuple[float, float, str]], list[str], str, int]:  # fmt: skip
+def restart_while_running(
+    tmp_path: Path, redis_url: str, grace: bool
+) -> tuple[list[tuple[float, float, str]], list[str], str, int]:
     """Runs of 5 s at limit 2; the lock Redis SIGKILLed while two run, back empty
     0.5 s later; more sent then. ``(runs, ids sent, worker logs, worker exits)``."""
     with RedisServer() as lock_server:
@@ -85,15 +86,17 @@ def restart_while_running(tmp_path: Path, redis_url: str, grace: bool) -> tuple[
             locks = redis.Redis.from_url(lock_server.url)
             sem = ParkingSemaphore(locks, "api", limit=LIMIT, prefix=prefix)
             sent = [tasks.call.delay(RUN).id for _ in range(3)]
-            wait_until(lambda: _running(sem) == LIMIT and sem.parking_info().parked >= 1,
-                       timeout=30, what="two runs running, one parked")  # fmt: skip
+            wait_until(
+                lambda: _running(sem) == LIMIT and sem.parking_info().parked >= 1,
+                timeout=30,
+                what="two runs running, one parked",
+            )
             time.sleep(1.0)  # well into their runs, renewed at least once
             lock_server.kill()
             time.sleep(0.5)
             lock_server.start()  # empty
             sent += [tasks.call.delay(0.5).id for _ in range(4)]
-            wait_until(lambda: len(_runs(records)) >= len(sent), timeout=90,
-                       what="every run sent")  # fmt: skip
+            wait_until(lambda: len(_runs(records)) >= len(sent), timeout=90, what="every run sent")
             time.sleep(1)  # nothing runs twice late
             logs = workers[0].log() + workers[1].log()
             exits = sum(w.process is None or w.process.poll() is not None for w in workers)

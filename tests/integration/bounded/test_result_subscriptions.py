@@ -36,9 +36,15 @@ def test_a_rescheduled_copy_is_no_child_of_the_refused_run(
     children: list[list[str]] = []
     proceed = threading.Event()
 
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_wait=0,
-                  concurrency_park=False, concurrency_countdown=0.05,
-                  concurrency_jitter=0.05)  # fmt: skip
+    @bounded_task(
+        app=app,
+        concurrency_limit=1,
+        concurrency_key="api",
+        concurrency_wait=0,
+        concurrency_park=False,
+        concurrency_countdown=0.05,
+        concurrency_jitter=0.05,
+    )
     def call(n: int) -> int:
         if n == 0:
             proceed.wait(20)

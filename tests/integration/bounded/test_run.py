@@ -33,14 +33,14 @@ from .helpers import gated_call, holders, peak
 FAST = {"concurrency_countdown": 0.05, "concurrency_jitter": 0.05, "concurrency_park": False}
 
 
-def test_permit_signals_and_state_while_rescheduled(app: Celery, locks: redis.Redis,
-                                                    worker: Any, capture: Any) -> None:  # fmt: skip
+def test_permit_signals_and_state_while_rescheduled(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
     acquired, released = capture(permit_acquired), capture(permit_released)
     rescheduled = capture(permit_rescheduled)
     proceed = threading.Event()
 
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_wait=0,
-                  **FAST)  # fmt: skip
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_wait=0, **FAST)
     def call(n: int) -> int:
         if n == 0:
             proceed.wait(40)  # set by the test once the second was re-scheduled
@@ -49,8 +49,9 @@ def test_permit_signals_and_state_while_rescheduled(app: Celery, locks: redis.Re
     worker(app, concurrency=3)
     sent = time.monotonic()
     first = call.delay(0)
-    wait_until(lambda: [r for r in acquired if r["task_id"] == first.id], 30,
-               "the first run's permit")  # fmt: skip
+    wait_until(
+        lambda: [r for r in acquired if r["task_id"] == first.id], 30, "the first run's permit"
+    )
     since_sent = time.monotonic() - sent  # the most the first run can have waited
     second = call.delay(1)
     wait_until(lambda: len(rescheduled) >= 3, 30, "re-schedules of the second")
@@ -62,12 +63,14 @@ def test_permit_signals_and_state_while_rescheduled(app: Celery, locks: redis.Re
 
     # Each copy sends its signal after publishing the next, which another worker
     # thread may refuse and report first: the counts, in order, are 1, 2, ... n.
-    mine = sorted((r for r in rescheduled if r["task_id"] == second.id),
-                  key=lambda r: r["rescheduled"])  # fmt: skip
+    mine = sorted(
+        (r for r in rescheduled if r["task_id"] == second.id), key=lambda r: r["rescheduled"]
+    )
     assert [r["rescheduled"] for r in mine] == list(range(1, len(mine) + 1))
     assert all(a["waited"] <= b["waited"] for a, b in itertools.pairwise(mine))
-    assert all(r["key"] == "api" and r["limit"] == 1 and 0.05 <= r["countdown"] <= 0.1
-               for r in mine)  # fmt: skip
+    assert all(
+        r["key"] == "api" and r["limit"] == 1 and 0.05 <= r["countdown"] <= 0.1 for r in mine
+    )
     got = {r["task_id"]: r for r in acquired}
     assert got[first.id]["rescheduled"] == 0 and 0 <= got[first.id]["waited"] <= since_sent
     assert got[second.id]["rescheduled"] == len(mine)
@@ -76,14 +79,21 @@ def test_permit_signals_and_state_while_rescheduled(app: Celery, locks: redis.Re
     assert ends == sorted([(first.id, "SUCCESS", True, "run"), (second.id, "SUCCESS", True, "run")])
 
 
-def test_track_started_state_goes_back_to_pending(make_app: MakeApp, locks: redis.Redis,
-                                                  worker: Any, capture: Any) -> None:  # fmt: skip
+def test_track_started_state_goes_back_to_pending(
+    make_app: MakeApp, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
     app = make_app(task_track_started=True)
     rescheduled = capture(permit_rescheduled)
 
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_wait=0,
-                  concurrency_countdown=1.0, concurrency_jitter=0,
-                  concurrency_park=False)  # fmt: skip
+    @bounded_task(
+        app=app,
+        concurrency_limit=1,
+        concurrency_key="api",
+        concurrency_wait=0,
+        concurrency_countdown=1.0,
+        concurrency_jitter=0,
+        concurrency_park=False,
+    )
     def call() -> str:
         return "done"
 
@@ -97,13 +107,16 @@ def test_track_started_state_goes_back_to_pending(make_app: MakeApp, locks: redi
     assert result.get(timeout=10) == "done"
 
 
-def test_waits_in_place_and_is_woken_by_the_release(app: Celery, locks: redis.Redis,
-                                                    worker: Any, capture: Any) -> None:  # fmt: skip
+def test_waits_in_place_and_is_woken_by_the_release(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
     acquired, rescheduled = capture(permit_acquired), capture(permit_rescheduled)
     proceed, call, first = gated_call(app, locks, worker, 2, concurrency_wait=10)
     second = call.delay(1)
-    wait_until(lambda: locks.zcard(RedisSemaphore(locks, "api", limit=1).keys.queue),
-               what="the second run waiting in place")  # fmt: skip
+    wait_until(
+        lambda: locks.zcard(RedisSemaphore(locks, "api", limit=1).keys.queue),
+        what="the second run waiting in place",
+    )
     time.sleep(0.3)
     released_at = time.monotonic()
     proceed.set()
@@ -115,12 +128,19 @@ def test_waits_in_place_and_is_woken_by_the_release(app: Celery, locks: redis.Re
     assert first.get(timeout=10) == 0
 
 
-def test_only_concurrency_waiters_wait_in_place(app: Celery, locks: redis.Redis, worker: Any,
-                                                capture: Any) -> None:  # fmt: skip
+def test_only_concurrency_waiters_wait_in_place(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
     rescheduled = capture(permit_rescheduled)
 
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_wait=10,
-                  concurrency_waiters=1, **FAST)  # fmt: skip
+    @bounded_task(
+        app=app,
+        concurrency_limit=1,
+        concurrency_key="api",
+        concurrency_wait=10,
+        concurrency_waiters=1,
+        **FAST,
+    )
     def call(n: int) -> int:
         return n
 
@@ -131,20 +151,22 @@ def test_only_concurrency_waiters_wait_in_place(app: Celery, locks: redis.Redis,
     queue = RedisSemaphore(locks, "api", limit=1).keys.queue
     wait_until(lambda: locks.zcard(queue) == 1, what="one run waiting in place")
     bounced = call.delay(2)
-    wait_until(lambda: any(r["task_id"] == bounced.id for r in rescheduled),
-               what="the second over the limit re-scheduled")  # fmt: skip
+    wait_until(
+        lambda: any(r["task_id"] == bounced.id for r in rescheduled),
+        what="the second over the limit re-scheduled",
+    )
     assert locks.zcard(queue) == 1
     assert not any(r["task_id"] == waiting.id for r in rescheduled)
     held.release()
     assert waiting.get(timeout=10) == 1 and bounced.get(timeout=10) == 2
 
 
-def test_a_wait_that_times_out_reschedules(app: Celery, locks: redis.Redis, worker: Any,
-                                           capture: Any) -> None:  # fmt: skip
+def test_a_wait_that_times_out_reschedules(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
     rescheduled = capture(permit_rescheduled)
 
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_wait=0.3,
-                  **FAST)  # fmt: skip
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_wait=0.3, **FAST)
     def call() -> str:
         return "done"
 
@@ -158,12 +180,19 @@ def test_a_wait_that_times_out_reschedules(app: Celery, locks: redis.Redis, work
     assert result.get(timeout=10) == "done"
 
 
-def test_permit_given_back_on_failure_and_retry(app: Celery, locks: redis.Redis, worker: Any,
-                                                capture: Any) -> None:  # fmt: skip
+def test_permit_given_back_on_failure_and_retry(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
     released = capture(permit_released)
 
-    @bounded_task(app=app, bind=True, concurrency_limit=2, concurrency_key="api",
-                  max_retries=1, default_retry_delay=0)  # fmt: skip
+    @bounded_task(
+        app=app,
+        bind=True,
+        concurrency_limit=2,
+        concurrency_key="api",
+        max_retries=1,
+        default_retry_delay=0,
+    )
     def call(self: Any, how: str) -> int:
         if how == "fail":
             raise ValueError("boom")
@@ -177,17 +206,27 @@ def test_permit_given_back_on_failure_and_retry(app: Celery, locks: redis.Redis,
         failed.get(timeout=10)
     assert retried.get(timeout=10) == 1
     reasons = sorted((r["task_id"], r["reason"]) for r in released if r["released"])
-    assert reasons == sorted([(failed.id, "FAILURE"), (retried.id, "RETRY"),
-                              (retried.id, "SUCCESS")])  # fmt: skip
+    assert reasons == sorted(
+        [(failed.id, "FAILURE"), (retried.id, "RETRY"), (retried.id, "SUCCESS")]
+    )
     assert not holders(locks, "api")
 
 
-def test_rescheduling_never_spends_retries(app: Celery, locks: redis.Redis, worker: Any,
-                                           capture: Any) -> None:  # fmt: skip
+def test_rescheduling_never_spends_retries(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
     rescheduled = capture(permit_rescheduled)
 
-    @bounded_task(app=app, bind=True, concurrency_limit=1, concurrency_key="api",
-                  concurrency_wait=0, max_retries=1, default_retry_delay=0, **FAST)  # fmt: skip
+    @bounded_task(
+        app=app,
+        bind=True,
+        concurrency_limit=1,
+        concurrency_key="api",
+        concurrency_wait=0,
+        max_retries=1,
+        default_retry_delay=0,
+        **FAST,
+    )
     def call(self: Any) -> tuple[int, bool]:
         if not self.request.retries:
             raise self.retry()  # its one retry
@@ -203,13 +242,18 @@ def test_rescheduling_never_spends_retries(app: Celery, locks: redis.Redis, work
     assert retries == 1  # one retry: the re-schedules were not counted
 
 
-def test_singleton_with_a_limit(app: Celery, locks: redis.Redis, worker: Any,
-                                capture: Any) -> None:  # fmt: skip
+def test_singleton_with_a_limit(app: Celery, locks: redis.Redis, worker: Any, capture: Any) -> None:
     rescheduled, duplicates = capture(permit_rescheduled), capture(singleton_duplicate)
     proceed = threading.Event()
 
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", singleton=True,
-                  concurrency_wait=0, **FAST)  # fmt: skip
+    @bounded_task(
+        app=app,
+        concurrency_limit=1,
+        concurrency_key="api",
+        singleton=True,
+        concurrency_wait=0,
+        **FAST,
+    )
     def sync(user: str) -> str:
         if user == "a":
             proceed.wait(10)
@@ -223,8 +267,10 @@ def test_singleton_with_a_limit(app: Celery, locks: redis.Redis, worker: Any,
     wait_until(lambda: duplicates, what="the duplicate skipped")
     assert not rescheduled and len(holders(locks, "api")) == 1
     second = sync.delay("b")
-    wait_until(lambda: len([r for r in rescheduled if r["task_id"] == second.id]) >= 3,
-               what="b re-scheduled")  # fmt: skip
+    wait_until(
+        lambda: len([r for r in rescheduled if r["task_id"] == second.id]) >= 3,
+        what="b re-scheduled",
+    )
     # While b bounces, its singleton lock travels with it: still one job per user.
     info = lock_info(locks, call_key(sync, ("b",)))
     assert info.held and parse_owner(info.owner)[0] == second.id
@@ -241,8 +287,7 @@ def test_a_limit_changed_in_configuration_spares_running_tasks(
     app = make_app(redislock_concurrency_limits={"api": 3})
     proceed = threading.Event()
 
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_wait=0,
-                  **FAST)  # fmt: skip
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_wait=0, **FAST)
     def call(n: int, hold: bool) -> int:
         start = time.time()
         if hold:
@@ -272,8 +317,7 @@ def test_a_limit_changed_in_configuration_spares_running_tasks(
     assert all(start >= min(long_ends) for start, _ in after)  # none beside 3 running
 
 
-def test_eager_runs_wait_for_a_permit(make_app: MakeApp, locks: redis.Redis,
-                                      capture: Any) -> None:  # fmt: skip
+def test_eager_runs_wait_for_a_permit(make_app: MakeApp, locks: redis.Redis, capture: Any) -> None:
     app = make_app(task_always_eager=True)
     acquired, released = capture(permit_acquired), capture(permit_released)
 
@@ -306,10 +350,14 @@ def test_direct_call_takes_no_permit(app: Celery, locks: redis.Redis, capture: A
     assert not acquired and held is not None and held.release()
 
 
-def test_per_tenant_pools_from_a_callable_key(app: Celery, locks: redis.Redis,
-                                              worker: Any) -> None:  # fmt: skip
-    @bounded_task(app=app, concurrency_limit=1, concurrency_key=lambda tenant, n: f"t:{tenant}",
-                  concurrency_wait=0, **FAST)  # fmt: skip
+def test_per_tenant_pools_from_a_callable_key(app: Celery, locks: redis.Redis, worker: Any) -> None:
+    @bounded_task(
+        app=app,
+        concurrency_limit=1,
+        concurrency_key=lambda tenant, n: f"t:{tenant}",
+        concurrency_wait=0,
+        **FAST,
+    )
     def export(tenant: str, n: int) -> None:
         start = time.time()
         time.sleep(0.1)
@@ -319,8 +367,10 @@ def test_per_tenant_pools_from_a_callable_key(app: Celery, locks: redis.Redis,
     results = [export.delay(tenant, n) for n in range(3) for tenant in ("a", "b")]
     for result in results:
         result.get(timeout=15)
-    spans = {t: [tuple(float(x) for x in r.split()) for r in locks.lrange(f"runs:{t}", 0, -1)]
-             for t in ("a", "b")}  # fmt: skip
+    spans = {
+        t: [tuple(float(x) for x in r.split()) for r in locks.lrange(f"runs:{t}", 0, -1)]
+        for t in ("a", "b")
+    }
     assert peak(spans["a"]) == 1 and peak(spans["b"]) == 1
     assert peak(spans["a"] + spans["b"]) == 2  # two pools, each with its own permit
 
@@ -348,8 +398,9 @@ def test_a_bad_limits_setting_fails_the_run(make_app: MakeApp, worker: Any) -> N
         call.delay().get(timeout=10)
 
 
-def test_revoke_terminate_gives_the_permit_back(app: Celery, locks: redis.Redis,
-                                                worker: Any) -> None:  # fmt: skip
+def test_revoke_terminate_gives_the_permit_back(
+    app: Celery, locks: redis.Redis, worker: Any
+) -> None:
     @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", lock_ttl=30)
     def job() -> None:
         locks.set("terminate-started", 1)

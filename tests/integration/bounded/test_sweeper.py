@@ -26,8 +26,9 @@ def test_a_sweep_hands_on_an_expired_permit_and_reports_lost_data(
         pass
 
     published: list[Parked] = []
-    sem = ParkingSemaphore(locks, "api", limit=1, ttl=0.2,
-                           on_claimed=lambda _, c: published.extend(c))  # fmt: skip
+    sem = ParkingSemaphore(
+        locks, "api", limit=1, ttl=0.2, on_claimed=lambda _, c: published.extend(c)
+    )
     assert sem.acquire(blocking=False) is not None  # its holder dies: never released
     sem.park(new_entry_id(), b"RLP1 x y\n1")
     sem.park(new_entry_id(), b"RLP1 x y\n2")

@@ -68,9 +68,12 @@ def lock_server() -> Iterator[RedisServer]:
 
 @pytest.mark.parametrize("restart", [False, True], ids=["lock-redis-kept", "restarted-empty"])
 def test_a_republished_run_lost_with_a_killed_main_is_published_again_and_runs_once(
-    tmp_path: Path, redis_url: str, locks: redis.Redis, lock_server: RedisServer,
+    tmp_path: Path,
+    redis_url: str,
+    locks: redis.Redis,
+    lock_server: RedisServer,
     restart: bool,
-) -> None:  # fmt: skip
+) -> None:
     conf = f"{{'redislock_url': {lock_server.url!r}}}" if restart else "{}"
     module = AppModule(tmp_path, redis_url, BODY, conf=conf)
     tasks = module.load()
@@ -84,15 +87,18 @@ def test_a_republished_run_lost_with_a_killed_main_is_published_again_and_runs_o
     entry_id, task_id = new_entry_id(), f"run-{time.time_ns()}"
     options = {"task_id": task_id, "headers": {PARK_HEADER: f"{entry_id} 0 {time.time()}"}}
     payload = encode_message(tasks.call, (1,), {}, options)
-    record(app, entry_id, payload, pool="kill", limit=1, ttl=2.0, prefix=DEFAULT_PREFIX,
-           owner=task_id)  # fmt: skip
+    record(
+        app, entry_id, payload, pool="kill", limit=1, ttl=2.0, prefix=DEFAULT_PREFIX, owner=task_id
+    )
     assert sem.park(entry_id, payload, owner=task_id) == 1
     with WorkerProcess(module, concurrency=1, name="a") as a:
         tasks.hog.delay(60)
         wait_until(lambda: locks.get("hog"), what="A's only pool process busy")
         held.release()  # claims run 1 and publishes it: A's main takes it, and holds it
-        wait_until(lambda: broker.llen(module.queue) == 0 and broker.hlen("unacked") == 1,
-                   what="the re-published message in A's main")  # fmt: skip
+        wait_until(
+            lambda: broker.llen(module.queue) == 0 and broker.hlen("unacked") == 1,
+            what="the re-published message in A's main",
+        )
         assert a.process is not None
         os.kill(a.process.pid, signal.SIGKILL)  # its pool process dies with it
         a.process.wait(5)
@@ -106,8 +112,11 @@ def test_a_republished_run_lost_with_a_killed_main_is_published_again_and_runs_o
         with Connection(db_url(redis_url, BROKER_DB)) as conn:
             for tag in broker.hkeys("unacked"):  # what restore_visible does, per message
                 conn.default_channel.qos.restore_by_tag(tag)
-        wait_until(lambda: locks.get(f"duplicate:{task_id}"), timeout=10,
-                   what="the restored message skipped as a duplicate")  # fmt: skip
+        wait_until(
+            lambda: locks.get(f"duplicate:{task_id}"),
+            timeout=10,
+            what="the restored message skipped as a duplicate",
+        )
         assert [label for _, _, label in runs(locks, "runs")] == ["1"]
         wait_until(lambda: broker.hlen("unacked") == 0, what="the duplicate acknowledged")
         wait_until(lambda: not sem.info().holders, what="its permit given back")

@@ -42,8 +42,21 @@ Run = Callable[..., subprocess.CompletedProcess[str]]
 TASK_A = "5b0e7c1a-1111-4c8e-9f00-aaaaaaaaaaaa"
 TASK_B = "c0ffee00-2222-4c8e-9f00-bbbbbbbbbbbb"
 
-PRIMITIVE_KEYS = {"kind", "name", "held", "holders", "waiters", "limit", "available", "ttl",
-                  "fence", "since", "parked", "oldest_parked", "dead"}  # fmt: skip
+PRIMITIVE_KEYS = {
+    "kind",
+    "name",
+    "held",
+    "holders",
+    "waiters",
+    "limit",
+    "available",
+    "ttl",
+    "fence",
+    "since",
+    "parked",
+    "oldest_parked",
+    "dead",
+}
 HOLDER_KEYS = {"owner", "task_id", "state", "ttl", "fence", "token"}
 
 
@@ -69,8 +82,9 @@ def _runner(directory: Path, module: str) -> Run:
 
     def run(*args: str, stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "celery", "-A", module, "redislock", *args]
-        return subprocess.run(command, cwd=directory, env=env, stdin=stdin, text=True,
-                              capture_output=True, timeout=30)  # fmt: skip
+        return subprocess.run(
+            command, cwd=directory, env=env, stdin=stdin, text=True, capture_output=True, timeout=30
+        )
 
     return run
 
@@ -157,8 +171,17 @@ def test_list_shows_holders_states_ttl_fences_and_waiters(
     result = run("list")
     assert result.returncode == 0, result.stderr
     rows = _rows(result.stdout)
-    assert rows[0] == ["KIND", "NAME", "HELD", "WAITERS", "PARKED", "TASK/OWNER", "STATE", "TTL",
-                       "FENCE"]  # fmt: skip
+    assert rows[0] == [
+        "KIND",
+        "NAME",
+        "HELD",
+        "WAITERS",
+        "PARKED",
+        "TASK/OWNER",
+        "STATE",
+        "TTL",
+        "FENCE",
+    ]
     assert "  plain {braces} % lock  " in result.stdout  # encoded in keys, shown decoded
     assert rows[1][:10] == ["lock", "plain", "{braces}", "%", "lock", "held", "0", "-", "-", "-"]
     assert rows[2][:7] == ["lock", "proj.report:9d1c", "held", "1", "-", TASK_B, "running"]
@@ -172,8 +195,9 @@ def test_list_shows_holders_states_ttl_fences_and_waiters(
     assert len(rows) == 7
 
 
-def test_a_primitive_with_waiters_only_is_listed(invoke: Callable[..., Any],
-                                                 locks: redis.Redis) -> None:  # fmt: skip
+def test_a_primitive_with_waiters_only_is_listed(
+    invoke: Callable[..., Any], locks: redis.Redis
+) -> None:
     # Between a holder's expiry and its waiter's next poll only the waiter keys exist
     # (the queue, and its heartbeat, which info() counts while it has not lapsed).
     keys = KeySpace.build("redislock", "lock", "w")
@@ -256,8 +280,9 @@ def test_inspect_json_and_semaphores(invoke: Callable[..., Any], locks: redis.Re
     assert "2 leases of limit 2, 0 available; 0 waiters" in sem_view
 
 
-def test_unknown_name_is_a_clear_error(run: Run, invoke: Callable[..., Any],
-                                       locks_url: str) -> None:  # fmt: skip
+def test_unknown_name_is_a_clear_error(
+    run: Run, invoke: Callable[..., Any], locks_url: str
+) -> None:
     result = run("inspect", "no-such-lock")
     assert result.returncode == 3
     assert result.stdout == ""
@@ -289,8 +314,11 @@ def test_release_by_full_owner_id(invoke: Callable[..., Any], locks: redis.Redis
     assert invoke("release", "proj.report:9d1c", "--owner", TASK_B[:8]).exit_code == 1
     by_owner = invoke("release", "proj.report:9d1c", "--owner", owner, "--json")
     assert json.loads(by_owner.output) == {
-        "kind": "lock", "name": "proj.report:9d1c", "released": 2, "owners": [owner]
-    }  # fmt: skip
+        "kind": "lock",
+        "name": "proj.report:9d1c",
+        "released": 2,
+        "owners": [owner],
+    }
     assert not lock.locked()
 
 
@@ -367,8 +395,9 @@ def test_watch_refreshes_count_times(run: Run, locks: redis.Redis) -> None:
     assert result.stdout.count(TASK_B) == 3
 
 
-def test_watch_json_prints_one_line_per_refresh(invoke: Callable[..., Any],
-                                                locks: redis.Redis) -> None:  # fmt: skip
+def test_watch_json_prints_one_line_per_refresh(
+    invoke: Callable[..., Any], locks: redis.Redis
+) -> None:
     assert RedisLock(locks, "proj.report:9d1c", ttl=30).acquire()
     lines = invoke("watch", "--count", "2", "--interval", "0.1", "--json").output.splitlines()
     assert len(lines) == 2
@@ -391,23 +420,24 @@ def test_unreachable_redis_names_the_url_with_the_password_masked(
     assert result.returncode == 4, result.stderr
     assert f"cannot reach Redis at redis://:**@127.0.0.1:{port}/0" in result.stderr
     assert "s3cret" not in result.stderr + result.stdout and "Traceback" not in result.stderr
-    for args in (["inspect", "x"], ["release", "x", "--force", "--yes"],
-                 ["watch", "--count", "1"]):  # fmt: skip
+    for args in (["inspect", "x"], ["release", "x", "--force", "--yes"], ["watch", "--count", "1"]):
         outcome = invoke("--url", url, *args)
         assert outcome.exit_code == 4, (args, outcome.output)
         assert "cannot reach Redis at redis://:**@" in outcome.output
         assert "s3cret" not in outcome.output
 
 
-def test_a_broker_that_is_not_redis_needs_redislock_url(tmp_path: Path, locks_url: str,
-                                                        locks: redis.Redis) -> None:  # fmt: skip
+def test_a_broker_that_is_not_redis_needs_redislock_url(
+    tmp_path: Path, locks_url: str, locks: redis.Redis
+) -> None:
     _write_app(tmp_path, "amqpproj", {"broker_url": "amqp://guest:pw@localhost//"})
     result = _runner(tmp_path, "amqpproj")("list")
     assert result.returncode == 4 and "redislock_url is not set" in result.stderr
     assert "pw@" not in result.stderr
 
-    _write_app(tmp_path, "urlproj", {"broker_url": "amqp://localhost//",
-                                     "redislock_url": locks_url})  # fmt: skip
+    _write_app(
+        tmp_path, "urlproj", {"broker_url": "amqp://localhost//", "redislock_url": locks_url}
+    )
     assert RedisLock(locks, "seen").acquire()
     assert "seen" in _runner(tmp_path, "urlproj")("list").stdout
 
@@ -443,8 +473,9 @@ def test_a_running_singleton_task_is_listed_and_released(
 # -- in-process (CliRunner): the command's logic ---------------------------------------
 
 
-def test_a_name_that_is_both_kinds_needs_kind(invoke: Callable[..., Any],
-                                              locks: redis.Redis) -> None:  # fmt: skip
+def test_a_name_that_is_both_kinds_needs_kind(
+    invoke: Callable[..., Any], locks: redis.Redis
+) -> None:
     assert RedisLock(locks, "twin").acquire(owner="l")
     assert RedisSemaphore(locks, "twin", limit=1).acquire(owner="s")
     ambiguous = invoke("inspect", "twin")
@@ -454,8 +485,7 @@ def test_a_name_that_is_both_kinds_needs_kind(invoke: Callable[..., Any],
     assert invoke("inspect", "twin").exit_code == 0  # now only the semaphore is held
 
 
-def test_prefix_from_the_app_or_the_option(invoke: Callable[..., Any],
-                                           locks: redis.Redis) -> None:  # fmt: skip
+def test_prefix_from_the_app_or_the_option(invoke: Callable[..., Any], locks: redis.Redis) -> None:
     assert RedisLock(locks, "mine", prefix="custom").acquire()
     assert RedisLock(locks, "glob", prefix="we*rd?").acquire()
     assert RedisLock(locks, "other", prefix="weXrdY").acquire()
@@ -469,8 +499,9 @@ def test_prefix_from_the_app_or_the_option(invoke: Callable[..., Any],
     assert bad.exit_code == 4 and "--prefix must not contain" in bad.output
 
 
-def test_url_option_overrides_the_app(invoke: Callable[..., Any], locks: redis.Redis,
-                                      redis_url: str) -> None:  # fmt: skip
+def test_url_option_overrides_the_app(
+    invoke: Callable[..., Any], locks: redis.Redis, redis_url: str
+) -> None:
     assert RedisLock(locks, "in-locks-db").acquire()
     other_db = db_url(redis_url, 0)
     assert "in-locks-db" not in invoke("--url", other_db, "list").output
@@ -480,23 +511,50 @@ def test_url_option_overrides_the_app(invoke: Callable[..., Any], locks: redis.R
 
 
 def test_watch_reports_a_lost_connection_and_exits_4(invoke: Callable[..., Any]) -> None:
-    result = invoke("--url", f"redis://127.0.0.1:{_dead_port()}/0", "watch", "--count", "2",
-                    "--interval", "0.1", "--json")  # fmt: skip
+    result = invoke(
+        "--url",
+        f"redis://127.0.0.1:{_dead_port()}/0",
+        "watch",
+        "--count",
+        "2",
+        "--interval",
+        "0.1",
+        "--json",
+    )
     assert result.exit_code == 4
     lines = [json.loads(line) for line in result.output.splitlines()]
     assert len(lines) == 2 and all("cannot reach Redis" in line["error"] for line in lines)
 
 
-def test_watch_clears_the_screen_on_a_terminal(tmp_path: Path, run: Run,
-                                               locks: redis.Redis) -> None:  # fmt: skip
+def test_watch_clears_the_screen_on_a_terminal(
+    tmp_path: Path, run: Run, locks: redis.Redis
+) -> None:
     assert RedisLock(locks, "proj.report:9d1c", ttl=30).acquire()
     primary, secondary = pty.openpty()
     try:
-        command = [sys.executable, "-m", "celery", "-A", "cliproj", "redislock", "watch",
-                   "--count", "2", "--interval", "0.1"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "cliproj",
+            "redislock",
+            "watch",
+            "--count",
+            "2",
+            "--interval",
+            "0.1",
+        ]
         env = _env(tmp_path)
-        done = subprocess.run(command, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
-                              stdout=secondary, stderr=subprocess.PIPE, timeout=30)  # fmt: skip
+        done = subprocess.run(
+            command,
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=secondary,
+            stderr=subprocess.PIPE,
+            timeout=30,
+        )
         assert done.returncode == 0, done.stderr
         screen = os.read(primary, 65536).decode()
     finally:
@@ -505,8 +563,9 @@ def test_watch_clears_the_screen_on_a_terminal(tmp_path: Path, run: Run,
     assert screen.count("\x1b[2J") == 2 and screen.count("proj.report:9d1c") == 2
 
 
-def test_inspect_a_task_name_lists_its_locks(invoke: Callable[..., Any],
-                                             locks: redis.Redis) -> None:  # fmt: skip
+def test_inspect_a_task_name_lists_its_locks(
+    invoke: Callable[..., Any], locks: redis.Redis
+) -> None:
     for digest, owner in (("9d1c", running_owner(TASK_A)), ("77aa", queued_owner(TASK_B))):
         assert RedisLock(locks, f"proj.nightly:{digest}", ttl=30).acquire(owner=owner)
     assert RedisLock(locks, "proj.nightly_other:1111", ttl=30).acquire()
@@ -520,8 +579,9 @@ def test_inspect_a_task_name_lists_its_locks(invoke: Callable[..., Any],
     assert invoke("inspect", "proj.weekly").exit_code == 3
 
 
-def test_parked_runs_and_dead_letters_are_shown(invoke: Callable[..., Any],
-                                                locks: redis.Redis) -> None:  # fmt: skip
+def test_parked_runs_and_dead_letters_are_shown(
+    invoke: Callable[..., Any], locks: redis.Redis
+) -> None:
     sem = ParkingSemaphore(locks, "stripe-api", limit=1, ttl=30)
     assert sem.acquire(owner=running_owner(TASK_A))
     sem.park(new_entry_id(), b"RLP1 x y\nrun", owner=TASK_B)
@@ -542,10 +602,12 @@ def test_parked_runs_and_dead_letters_are_shown(invoke: Callable[..., Any],
     assert f"{dead.id}  " in view and "ValueError: not a parked message" in view
 
 
-def test_release_all_asks_then_releases_every_lease(invoke: Callable[..., Any],
-                                                    locks: redis.Redis) -> None:  # fmt: skip
-    leases = [RedisLock(locks, name).acquire(owner="t") for name in ("report:1", "report:2",
-                                                                      "sync")]  # fmt: skip
+def test_release_all_asks_then_releases_every_lease(
+    invoke: Callable[..., Any], locks: redis.Redis
+) -> None:
+    leases = [
+        RedisLock(locks, name).acquire(owner="t") for name in ("report:1", "report:2", "sync")
+    ]
     permit = RedisSemaphore(locks, "report:api", limit=2).acquire()
     other = RedisLock(locks, "report:9", prefix="elsewhere").acquire()
     assert all(leases) and permit and other
@@ -554,11 +616,16 @@ def test_release_all_asks_then_releases_every_lease(invoke: Callable[..., Any],
     assert all(lease.held() for lease in leases)  # type: ignore[union-attr]
     assert invoke("release", "--all", "report:1").exit_code == 2  # NAME or --all
     assert invoke("release", "report:1", "--match", "x").exit_code == 2
-    narrowed = invoke("release", "--all", "--kind", "lock", "--match", "report:*", "--yes",
-                      "--json")  # fmt: skip
+    narrowed = invoke(
+        "release", "--all", "--kind", "lock", "--match", "report:*", "--yes", "--json"
+    )
     assert narrowed.exit_code == 0, narrowed.output
-    assert json.loads(narrowed.output) == {"prefix": "redislock", "kind": "lock",
-                                           "match": "report:*", "released": 2}  # fmt: skip
+    assert json.loads(narrowed.output) == {
+        "prefix": "redislock",
+        "kind": "lock",
+        "match": "report:*",
+        "released": 2,
+    }
     rest = invoke("release", "--all", "--yes")
     assert rest.exit_code == 0 and "Released 2 leases" in rest.output  # sync + the permit
     assert invoke("release", "--all", "--yes").exit_code == 1  # nothing left

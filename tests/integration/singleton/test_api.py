@@ -94,9 +94,15 @@ def test_per_call_on_duplicate_singleton_and_ttls(
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("lock_tll", 3), ("once", {"graceful": True}), ("on_duplicat", "raise"),
-     ("singleton_mode", "while_running"), ("concurrency_limit", 2), ("unique_on", ["a"])],
-)  # fmt: skip
+    [
+        ("lock_tll", 3),
+        ("once", {"graceful": True}),
+        ("on_duplicat", "raise"),
+        ("singleton_mode", "while_running"),
+        ("concurrency_limit", 2),
+        ("unique_on", ["a"]),
+    ],
+)
 def test_an_unknown_per_call_option_fails_at_the_call(
     app: Celery, locks: redis.Redis, option: str, value: Any
 ) -> None:
@@ -114,8 +120,12 @@ def test_a_bad_per_call_value_fails_at_the_call(app: Celery) -> None:
     @app.task(base=SingletonTask)
     def job() -> None: ...
 
-    for options in ({"on_duplicate": "bogus"}, {"singleton": "no"}, {"lock_ttl": -1},
-                    {"lock_queued_ttl": 0}):  # fmt: skip
+    for options in (
+        {"on_duplicate": "bogus"},
+        {"singleton": "no"},
+        {"lock_ttl": -1},
+        {"lock_queued_ttl": 0},
+    ):
         with pytest.raises(ConfigurationError, match=next(iter(options))):
             job.apply_async(**options)
 
@@ -256,8 +266,13 @@ def test_until_and_while_executing_coalesces_a_burst_into_two_runs(
     burst_done = threading.Event()
     runs: list[tuple[float, float, int]] = []
 
-    @app.task(base=SingletonTask, singleton_mode="until_and_while_executing",
-              on_duplicate="replace", unique_on=["user_id"], reschedule_countdown=0.2)  # fmt: skip
+    @app.task(
+        base=SingletonTask,
+        singleton_mode="until_and_while_executing",
+        on_duplicate="replace",
+        unique_on=["user_id"],
+        reschedule_countdown=0.2,
+    )
     def refresh(user_id: int, version: int) -> int:
         start = time.monotonic()
         burst_done.wait(30)  # the first run lasts the whole burst
@@ -268,8 +283,10 @@ def test_until_and_while_executing_coalesces_a_burst_into_two_runs(
     worker(app, concurrency=3)
     first = refresh.delay(1, 0)
     wait_until(lambda: lock_info(locks, call_key(refresh, (1, 0))).held, what="the first run")
-    wait_until(lambda: not locks.exists(
-        f"redislock:lock:{{{call_key(refresh, (1, 0))}|queued}}:holders"), what="it left the queue")
+    wait_until(
+        lambda: not locks.exists(f"redislock:lock:{{{call_key(refresh, (1, 0))}|queued}}:holders"),
+        what="it left the queue",
+    )
     for version in range(1, 100):
         refresh.delay(1, version)
         queued = lock_info(locks, refresh.singleton_key(1, 0) + "|queued")
@@ -294,9 +311,14 @@ def test_a_republished_bounded_run_logs_one_line_per_event(
 
     started, proceed = threading.Event(), threading.Event()
 
-    @bounded_task(app=app, concurrency_limit=1, concurrency_park=False,
-                  concurrency_countdown=0.2, concurrency_jitter=0.0,
-                  concurrency_wait=0)  # fmt: skip
+    @bounded_task(
+        app=app,
+        concurrency_limit=1,
+        concurrency_park=False,
+        concurrency_countdown=0.2,
+        concurrency_jitter=0.0,
+        concurrency_wait=0,
+    )
     def call_api(n: int) -> int:
         if n == 1:
             started.set()
@@ -309,9 +331,15 @@ def test_a_republished_bounded_run_logs_one_line_per_event(
     first = call_api.delay(1)
     assert started.wait(10)
     second = call_api.delay(2)
+
     def resends() -> int:
-        return len([r for r in caplog.records
-                    if second.id in r.getMessage() and "re-sent" in r.getMessage()])  # fmt: skip
+        return len(
+            [
+                r
+                for r in caplog.records
+                if second.id in r.getMessage() and "re-sent" in r.getMessage()
+            ]
+        )
 
     wait_until(lambda: resends() >= 2, what="two re-publishes")
     proceed.set()

@@ -26,8 +26,9 @@ from ..conftest import MakeApp
 from ..helpers import lock_info, wait_until
 
 
-def test_enqueue_takes_the_lock_owned_by_the_task_id(app: Celery, locks: redis.Redis,
-                                                     capture: Any) -> None:  # fmt: skip
+def test_enqueue_takes_the_lock_owned_by_the_task_id(
+    app: Celery, locks: redis.Redis, capture: Any
+) -> None:
     acquired = capture(singleton_acquired)
 
     @app.task(base=SingletonTask)
@@ -97,8 +98,9 @@ def test_lock_key_gives_full_control(app: Celery, locks: redis.Redis) -> None:
     assert lock_info(locks, "tenant-sync:acme").held
 
 
-def test_unencodable_argument_is_a_clear_error_before_redis(app: Celery,
-                                                           locks: redis.Redis) -> None:  # fmt: skip
+def test_unencodable_argument_is_a_clear_error_before_redis(
+    app: Celery, locks: redis.Redis
+) -> None:
     @app.task(base=SingletonTask)
     def job(a: Any) -> None:
         pass
@@ -199,8 +201,7 @@ def test_on_duplicate_replace_never_replaces_a_running_copy(
     assert running.get(timeout=10) == "done"
 
 
-def test_countdown_and_eta_are_covered_by_the_queued_lease(app: Celery,
-                                                          locks: redis.Redis) -> None:  # fmt: skip
+def test_countdown_and_eta_are_covered_by_the_queued_lease(app: Celery, locks: redis.Redis) -> None:
     @app.task(base=SingletonTask, lock_queued_ttl=10)
     def job(a: int) -> None:
         pass
@@ -212,11 +213,16 @@ def test_countdown_and_eta_are_covered_by_the_queued_lease(app: Celery,
     assert 69 < lock_info(locks, call_key(job, (2,))).ttl_left <= 70
 
 
-def test_publish_failure_releases_and_reraises(make_app: MakeApp, locks: redis.Redis,
-                                               capture: Any) -> None:  # fmt: skip
+def test_publish_failure_releases_and_reraises(
+    make_app: MakeApp, locks: redis.Redis, capture: Any
+) -> None:
     released = capture(singleton_released)
-    app = make_app(broker_url="redis://127.0.0.1:1/0", task_publish_retry=False,
-                   broker_connection_timeout=0.5, broker_connection_retry=False)  # fmt: skip
+    app = make_app(
+        broker_url="redis://127.0.0.1:1/0",
+        task_publish_retry=False,
+        broker_connection_timeout=0.5,
+        broker_connection_retry=False,
+    )
 
     @app.task(base=SingletonTask)
     def job() -> None:
@@ -259,8 +265,9 @@ def test_direct_call_runs_the_body_without_a_lock(app: Celery, locks: redis.Redi
     assert job(3) == 6
 
 
-def test_eager_mode_takes_and_releases_the_lock(make_app: MakeApp, locks: redis.Redis,
-                                                capture: Any) -> None:  # fmt: skip
+def test_eager_mode_takes_and_releases_the_lock(
+    make_app: MakeApp, locks: redis.Redis, capture: Any
+) -> None:
     acquired, released = capture(singleton_acquired), capture(singleton_released)
     app = make_app(task_always_eager=True, task_store_eager_result=False)
 
@@ -278,8 +285,7 @@ def test_eager_mode_takes_and_releases_the_lock(make_app: MakeApp, locks: redis.
     assert locks.keys("*:holders") == []
 
 
-def test_eager_retry_runs_again_and_leaves_no_lock(make_app: MakeApp,
-                                                   locks: redis.Redis) -> None:  # fmt: skip
+def test_eager_retry_runs_again_and_leaves_no_lock(make_app: MakeApp, locks: redis.Redis) -> None:
     app = make_app(task_always_eager=True)
 
     @app.task(base=SingletonTask, bind=True, max_retries=2)
@@ -308,8 +314,7 @@ def test_eager_duplicate_of_a_queued_copy_is_existing(make_app: MakeApp) -> None
     assert inline.delay().id == first.id  # the lock is shared through Redis
 
 
-def test_apply_without_headers_takes_the_lock_at_run_time(app: Celery,
-                                                         locks: redis.Redis) -> None:  # fmt: skip
+def test_apply_without_headers_takes_the_lock_at_run_time(app: Celery, locks: redis.Redis) -> None:
     @app.task(base=SingletonTask)
     def job(a: int) -> int:
         return int(lock_info(locks, call_key(job, (a,))).held)

@@ -32,8 +32,9 @@ def _module(tmp_path: Path, redis_url: str, options: str = "{}", conf: str = "{}
     return AppModule(tmp_path, redis_url, f"OPTIONS = {options}\n" + HOLDER, conf=conf)
 
 
-def test_sigkilled_child_frees_the_lock_within_lock_ttl(tmp_path: Path, redis_url: str,
-                                                        locks: redis.Redis) -> None:  # fmt: skip
+def test_sigkilled_child_frees_the_lock_within_lock_ttl(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
     module = _module(tmp_path, redis_url)  # lock_ttl=2
     with WorkerProcess(module, concurrency=1):
         tasks = module.load()
@@ -61,8 +62,9 @@ def test_sigkilled_child_frees_the_lock_within_lock_ttl(tmp_path: Path, redis_ur
         assert again.id != result.id and again.get(timeout=10) == "done"
 
 
-def test_main_process_releases_the_lock_of_a_killed_child(tmp_path: Path, redis_url: str,
-                                                          locks: redis.Redis) -> None:  # fmt: skip
+def test_main_process_releases_the_lock_of_a_killed_child(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
     module = _module(tmp_path, redis_url, options='{"lock_ttl": 60}')
     with WorkerProcess(module, concurrency=1) as worker:
         tasks = module.load()
@@ -75,8 +77,9 @@ def test_main_process_releases_the_lock_of_a_killed_child(tmp_path: Path, redis_
         worker.wait_for_log("after worker-lost")
 
 
-def test_requeued_after_a_lost_child_runs_again(tmp_path: Path, redis_url: str,
-                                                locks: redis.Redis) -> None:  # fmt: skip
+def test_requeued_after_a_lost_child_runs_again(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
     # acks_late + reject_on_worker_lost: Celery requeues the message and sends no
     # signal, so the dead run's lease is only freed by its TTL. The redelivered copy
     # usually arrives while that lease is still live: it is re-sent once to look again
@@ -112,8 +115,9 @@ def test_retry_on_worker_lost_takes_over_the_dead_runs_lock(
         assert not lock_info(locks, call_key(tasks.hold, ("retried", 1))).held
 
 
-def test_hard_time_limit_releases_from_the_main_process(tmp_path: Path, redis_url: str,
-                                                        locks: redis.Redis) -> None:  # fmt: skip
+def test_hard_time_limit_releases_from_the_main_process(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
     body = """
 @app.task(base=SingletonTask, lock_ttl=30, time_limit=1)
 def slow(marker):
@@ -150,11 +154,14 @@ def race(n):
 """
 
 
-def test_two_workers_never_run_one_signature_at_once(tmp_path: Path, redis_url: str,
-                                                     locks: redis.Redis) -> None:  # fmt: skip
+def test_two_workers_never_run_one_signature_at_once(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
     module = AppModule(tmp_path, redis_url, RACER)
-    with WorkerProcess(module, concurrency=2, name="a"), \
-            WorkerProcess(module, concurrency=2, name="b"):  # fmt: skip
+    with (
+        WorkerProcess(module, concurrency=2, name="a"),
+        WorkerProcess(module, concurrency=2, name="b"),
+    ):
         tasks = module.load()
         # send_task bypasses apply_async: every copy reaches a worker, which decides.
         sent = []
@@ -162,8 +169,10 @@ def test_two_workers_never_run_one_signature_at_once(tmp_path: Path, redis_url: 
             sent.append(tasks.app.send_task(tasks.race.name, args=(7,)))
             time.sleep(0.02)
         time.sleep(0.6)
-        wait_until(lambda: not lock_info(locks, call_key(tasks.race, (7,))).held,
-                   what="the last run to end")  # fmt: skip
+        wait_until(
+            lambda: not lock_info(locks, call_key(tasks.race, (7,))).held,
+            what="the last run to end",
+        )
     intervals = sorted(
         tuple(float(x) for x in row.split()[:2])
         for row in (item.decode() for item in locks.lrange("intervals", 0, -1))

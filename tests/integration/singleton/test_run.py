@@ -32,8 +32,9 @@ from ..helpers import lock_info, wait_until
 from ..workers import BROKER_DB, LOCKS_DB, RESULTS_DB, db_url
 
 
-def test_run_adopts_the_lock_and_renews_a_short_lease(app: Celery, locks: redis.Redis,
-                                                     worker: Any) -> None:  # fmt: skip
+def test_run_adopts_the_lock_and_renews_a_short_lease(
+    app: Celery, locks: redis.Redis, worker: Any
+) -> None:
     started, proceed = threading.Event(), threading.Event()
 
     @app.task(base=SingletonTask, lock_ttl=0.6)
@@ -60,8 +61,9 @@ def test_run_adopts_the_lock_and_renews_a_short_lease(app: Celery, locks: redis.
 
 
 @pytest.mark.parametrize("outcome", ["success", "failure"])
-def test_released_before_the_result_is_stored(app: Celery, locks: redis.Redis, worker: Any,
-                                              capture: Any, outcome: str) -> None:  # fmt: skip
+def test_released_before_the_result_is_stored(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any, outcome: str
+) -> None:
     released = capture(singleton_released)
 
     @app.task(base=SingletonTask)
@@ -81,9 +83,12 @@ def test_released_before_the_result_is_stored(app: Celery, locks: redis.Redis, w
 
 
 def test_runtime_duplicate_is_skipped_and_never_releases_the_running_lock(
-    app: Celery, locks: redis.Redis, worker: Any, capture: Any,
+    app: Celery,
+    locks: redis.Redis,
+    worker: Any,
+    capture: Any,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     started, proceed = threading.Event(), threading.Event()
     duplicates, released = capture(singleton_duplicate), capture(singleton_released)
     runs: list[str] = []
@@ -119,8 +124,13 @@ def test_runtime_duplicate_rescheduled_runs_later_without_counting_a_retry(
     started, proceed = threading.Event(), threading.Event()
     duplicates = capture(singleton_duplicate)
 
-    @app.task(base=SingletonTask, bind=True, on_running_duplicate="reschedule",
-              reschedule_countdown=0.2, max_retries=0)  # fmt: skip
+    @app.task(
+        base=SingletonTask,
+        bind=True,
+        on_running_duplicate="reschedule",
+        reschedule_countdown=0.2,
+        max_retries=0,
+    )
     def job(self: Any) -> int:
         started.set()
         proceed.wait(10)
@@ -175,8 +185,9 @@ def test_broker_redelivery_of_a_running_message_never_runs_beside_it(
     ]
 
 
-def test_lapsed_queued_lease_still_runs(app: Celery, worker: Any,
-                                        caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_lapsed_queued_lease_still_runs(
+    app: Celery, worker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     @app.task(base=SingletonTask, lock_queued_ttl=0.1)
     def job() -> str:
         return "ran"
@@ -189,8 +200,9 @@ def test_lapsed_queued_lease_still_runs(app: Celery, worker: Any,
     assert "queued lease" in caplog.text and "had lapsed" in caplog.text
 
 
-def test_retry_keeps_the_lock_through_the_countdown(app: Celery, locks: redis.Redis,
-                                                   worker: Any, capture: Any) -> None:  # fmt: skip
+def test_retry_keeps_the_lock_through_the_countdown(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
     lost = capture(lease_lost)
     released = capture(singleton_released)
     retried = threading.Event()
@@ -223,8 +235,12 @@ def test_autoretry_without_countdown_hands_over_between_attempts(
     lost, acquired = capture(lease_lost), capture(singleton_acquired)
     attempts: list[int] = []
 
-    @app.task(base=SingletonTask, bind=True, autoretry_for=(KeyError,),
-              retry_kwargs={"countdown": 0, "max_retries": 3})  # fmt: skip
+    @app.task(
+        base=SingletonTask,
+        bind=True,
+        autoretry_for=(KeyError,),
+        retry_kwargs={"countdown": 0, "max_retries": 3},
+    )
     def job(self: Any) -> int:
         attempts.append(self.request.retries)
         if self.request.retries < 3:
@@ -239,8 +255,7 @@ def test_autoretry_without_countdown_hands_over_between_attempts(
     assert lost == [] and not lock_info(locks, call_key(job)).held
 
 
-def test_retries_exhausted_release_the_lock(app: Celery, locks: redis.Redis,
-                                            worker: Any) -> None:  # fmt: skip
+def test_retries_exhausted_release_the_lock(app: Celery, locks: redis.Redis, worker: Any) -> None:
     @app.task(base=SingletonTask, bind=True, max_retries=1)
     def job(self: Any) -> None:
         raise self.retry(countdown=0, exc=ValueError("always"))
@@ -272,8 +287,9 @@ def test_revoked_before_start_releases_the_queued_lease(
     assert [(r["reason"], r["stage"]) for r in released] == [("revoked", "cleanup")]
 
 
-def test_revoke_terminate_releases_the_running_lease(app: Celery, locks: redis.Redis,
-                                                    worker: Any) -> None:  # fmt: skip
+def test_revoke_terminate_releases_the_running_lease(
+    app: Celery, locks: redis.Redis, worker: Any
+) -> None:
     @app.task(base=SingletonTask, lock_ttl=30)
     def job() -> None:
         locks.set("terminate-started", 1)
@@ -285,13 +301,15 @@ def test_revoke_terminate_releases_the_running_lease(app: Celery, locks: redis.R
     assert lock_info(locks, call_key(job)).held
     result.revoke(terminate=True)
     # Released long before lock_ttl (30 s): by the child's postrun and the main process.
-    wait_until(lambda: not lock_info(locks, call_key(job)).held, timeout=5,
-               what="release after terminate")  # fmt: skip
+    wait_until(
+        lambda: not lock_info(locks, call_key(job)).held, timeout=5, what="release after terminate"
+    )
     wait_until(lambda: result.state == "REVOKED", what="REVOKED")
 
 
-def test_mode_while_running_locks_only_the_run(app: Celery, locks: redis.Redis,
-                                               worker: Any, capture: Any) -> None:  # fmt: skip
+def test_mode_while_running_locks_only_the_run(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
     duplicates = capture(singleton_duplicate)
     started, proceed = threading.Event(), threading.Event()
     runs: list[str] = []
@@ -336,8 +354,9 @@ def test_mode_until_started_lets_a_new_copy_queue_while_running(
     assert first.get(timeout=10) == second.get(timeout=10) == "done"
 
 
-def test_mode_interval_keeps_the_lock_after_the_run(app: Celery, locks: redis.Redis,
-                                                   worker: Any) -> None:  # fmt: skip
+def test_mode_interval_keeps_the_lock_after_the_run(
+    app: Celery, locks: redis.Redis, worker: Any
+) -> None:
     @app.task(base=SingletonTask, singleton_mode="interval", singleton_interval=1.0)
     def job() -> str:
         return "done"
@@ -354,9 +373,12 @@ def test_mode_interval_keeps_the_lock_after_the_run(app: Celery, locks: redis.Re
 
 
 def test_lost_lease_is_reported_and_the_task_goes_on(
-    app: Celery, locks: redis.Redis, worker: Any, capture: Any,
+    app: Celery,
+    locks: redis.Redis,
+    worker: Any,
+    capture: Any,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     lost, released = capture(lease_lost), capture(singleton_released)
     started, proceed = threading.Event(), threading.Event()
 
@@ -475,10 +497,13 @@ def test_visibility_timeout_redelivery_never_runs_beside_the_first_run(
 ) -> None:
     # The Redis transport redelivers an unacknowledged (acks_late) message once it has
     # been out longer than visibility_timeout: here while its first run still runs.
-    app = make_app(broker_transport_options={
-        "visibility_timeout": 1, "unacked_restore_interval": 0.5,
-        "unacked_restore_throttle": 1,
-    })  # fmt: skip
+    app = make_app(
+        broker_transport_options={
+            "visibility_timeout": 1,
+            "unacked_restore_interval": 0.5,
+            "unacked_restore_throttle": 1,
+        }
+    )
     duplicates = capture(singleton_duplicate)
     runs: list[float] = []
 
@@ -491,7 +516,10 @@ def test_visibility_timeout_redelivery_never_runs_beside_the_first_run(
     worker(app, concurrency=3)
     result = job.delay()
     assert result.get(timeout=20) == "done"
-    wait_until(lambda: any(d["action"] == "skip" for d in duplicates), timeout=10,
-               what="the redelivered copy skipped")  # fmt: skip
+    wait_until(
+        lambda: any(d["action"] == "skip" for d in duplicates),
+        timeout=10,
+        what="the redelivered copy skipped",
+    )
     assert len(runs) == 1
     assert {d["existing_id"] for d in duplicates} == {result.id}

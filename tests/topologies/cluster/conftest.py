@@ -47,8 +47,9 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[tuple[int, str
     counter: collections.Counter[tuple[int, str]] = collections.Counter()
     call = LuaScript.__call__
 
-    def counting(self: LuaScript, client: Any, keys: list[Any], args: list[Any],
-                 **options: Any) -> Any:  # fmt: skip
+    def counting(
+        self: LuaScript, client: Any, keys: list[Any], args: list[Any], **options: Any
+    ) -> Any:
         counter[id(client), self.name] += 1
         return call(self, client, keys, args, **options)
 

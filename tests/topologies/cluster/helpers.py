@@ -24,8 +24,9 @@ class Waiter(threading.Thread):
     """A blocking acquire in a thread: ``lease``, and ``at`` (monotonic) when it
     returned; ``error`` if it raised."""
 
-    def __init__(self, primitive: RedisLock | RedisSemaphore, timeout: float,
-                 hold: float = 0.0) -> None:  # fmt: skip
+    def __init__(
+        self, primitive: RedisLock | RedisSemaphore, timeout: float, hold: float = 0.0
+    ) -> None:
         super().__init__(daemon=True)
         self.primitive, self.timeout, self.hold = primitive, timeout, hold
         self.lease: Lease | None = None

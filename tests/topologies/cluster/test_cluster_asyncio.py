@@ -48,8 +48,10 @@ def test_async_lock_and_semaphore_on_a_cluster(
                 assert permit is not None and await permit.release()
 
             # Renewal: leases in several slots, each renewed past its TTL.
-            renewed = [await AsyncRedisLock(client, f"{name}-{i}", ttl=0.5).acquire(renew=True)
-                       for i in range(6)]  # fmt: skip
+            renewed = [
+                await AsyncRedisLock(client, f"{name}-{i}", ttl=0.5).acquire(renew=True)
+                for i in range(6)
+            ]
             await asyncio.sleep(1.2)
             for r in renewed:
                 assert r is not None and not r.lost and await r.held()

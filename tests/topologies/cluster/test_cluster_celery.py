@@ -28,12 +28,15 @@ def app(cluster: LocalCluster, redis_url: str) -> Iterator[Celery]:
     name = f"cl{uuid.uuid4().hex[:8]}"
     app = Celery(name, set_as_current=False)
     app.conf.update(
-        broker_url=f"{base}/1", result_backend=f"{base}/2",
-        redislock_url=cluster.url, redislock_cluster=True,
+        broker_url=f"{base}/1",
+        result_backend=f"{base}/2",
+        redislock_url=cluster.url,
+        redislock_cluster=True,
         redislock_client_options={"socket_timeout": 5},
-        task_default_queue=f"q-{name}", broker_connection_retry_on_startup=True,
+        task_default_queue=f"q-{name}",
+        broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
-    )  # fmt: skip
+    )
     yield app
     app.close()
 
@@ -59,8 +62,9 @@ def test_singleton_and_bounded_tasks_lock_on_the_cluster(app: Celery) -> None:
 
     client: Any = get_redis(app)
     assert isinstance(client, RedisCluster)
-    with start_worker(app, pool="threads", concurrency=6, perform_ping_check=False,
-                      shutdown_timeout=20):  # fmt: skip
+    with start_worker(
+        app, pool="threads", concurrency=6, perform_ping_check=False, shutdown_timeout=20
+    ):
         first = refresh.delay(7)
         second = refresh.delay(user_id=7)
         assert second.id == first.id  # the same job: nothing sent

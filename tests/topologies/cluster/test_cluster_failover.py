@@ -31,8 +31,9 @@ def test_killed_primary_leases_survive_or_are_reported_lost(cluster: LocalCluste
     waiter_client = cluster.client(**CLIENT)
     try:
         # min_replicas=1: the grant counts once the replica has it (WAIT on its node).
-        acked = RedisLock(holder_client, acked_name, ttl=TTL, renew=True, min_replicas=1,
-                          replica_timeout=0.5).acquire(blocking=False)  # fmt: skip
+        acked = RedisLock(
+            holder_client, acked_name, ttl=TTL, renew=True, min_replicas=1, replica_timeout=0.5
+        ).acquire(blocking=False)
         plain_lock = RedisLock(holder_client, plain_name, ttl=TTL, renew=True)
         plain = plain_lock.acquire(blocking=False)
         assert acked is not None and plain is not None

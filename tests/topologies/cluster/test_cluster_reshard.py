@@ -61,8 +61,9 @@ def test_resharding_a_held_lock_keeps_it_and_its_waiters(
             client = cluster.client(socket_timeout=2, socket_connect_timeout=1)
             use_sharded_pubsub(client, mode == "sharded")
             clients.append(client)
-            thread = threading.Thread(target=section.run, args=(RedisLock(client, name, ttl=15),),
-                                      daemon=True)  # fmt: skip
+            thread = threading.Thread(
+                target=section.run, args=(RedisLock(client, name, ttl=15),), daemon=True
+            )
             thread.start()
             threads.append(thread)
             wait_queued(lock, len(threads))  # queued in this order

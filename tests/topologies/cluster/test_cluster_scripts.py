@@ -39,8 +39,9 @@ def ran(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     names: set[str] = set()
     call = LuaScript.__call__
 
-    def recording(self: LuaScript, client: Any, keys: list[Any], args: list[Any],
-                  **options: Any) -> Any:  # fmt: skip
+    def recording(
+        self: LuaScript, client: Any, keys: list[Any], args: list[Any], **options: Any
+    ) -> Any:
         if isinstance(client, RedisCluster):
             names.add(self.name)
         return call(self, client, keys, args, **options)
@@ -121,8 +122,9 @@ def test_semaphore_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
 
 def test_parking_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
     claimed: list[Parked] = []
-    pool = ParkingSemaphore(rc, name, limit=1, ttl=5,
-                            on_claimed=lambda _, entries: claimed.extend(entries))  # fmt: skip
+    pool = ParkingSemaphore(
+        rc, name, limit=1, ttl=5, on_claimed=lambda _, entries: claimed.extend(entries)
+    )
     holder = pool.acquire(blocking=False)
     assert holder is not None
     first, second = new_entry_id(), new_entry_id()

@@ -61,9 +61,11 @@ def waiter_tag(lock: RedisLock) -> str:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_release_wakes_a_waiter_that_listens_through_another_node(
-    cluster: LocalCluster, rc: RedisCluster, mode: str,
+    cluster: LocalCluster,
+    rc: RedisCluster,
+    mode: str,
     calls: collections.Counter[tuple[int, str]],
-) -> None:  # fmt: skip
+) -> None:
     """The waiter's process first waited on a lock of node A (classic: its one
     subscriber connection is now on A), then waits on a lock of node B."""
     node_a, node_b = cluster._primaries()[:2]
@@ -100,8 +102,9 @@ def test_release_wakes_a_waiter_that_listens_through_another_node(
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_semaphore_hands_permits_over_in_either_mode(cluster: LocalCluster, mode: str,
-                                                     name: str) -> None:  # fmt: skip
+def test_semaphore_hands_permits_over_in_either_mode(
+    cluster: LocalCluster, mode: str, name: str
+) -> None:
     with client_in_mode(cluster, mode) as client:
         semaphore = RedisSemaphore(client, name, limit=2, ttl=5)
         held = [semaphore.acquire(blocking=False) for _ in range(2)]
@@ -136,8 +139,11 @@ def test_a_killed_sharded_waiter_is_never_granted_the_lock(
     holder = lock.acquire(blocking=False)
     assert holder is not None
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    child = subprocess.Popen([sys.executable, "-c", _KILLED_WAITER, str(cluster.running()[0].port),
-                              name], stdout=subprocess.PIPE, env=env)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WAITER, str(cluster.running()[0].port), name],
+        stdout=subprocess.PIPE,
+        env=env,
+    )
     try:
         wait_queued(lock, 1, timeout=15)
     finally:

@@ -21,8 +21,9 @@ HOLD = 0.002
 def main() -> None:
     ports = [int(port) for port in sys.argv[1].split(",")]
     name, seconds, out = sys.argv[2], float(sys.argv[3]), sys.argv[4]
-    clients = [redis.Redis(port=port, socket_timeout=0.5, socket_connect_timeout=0.5)
-               for port in ports]  # fmt: skip
+    clients = [
+        redis.Redis(port=port, socket_timeout=0.5, socket_connect_timeout=0.5) for port in ports
+    ]
     lock = RedlockLock(clients, name, ttl=1.0, master_timeout=0.2)
     stop = time.monotonic() + seconds
     with open(out, "w") as log:

@@ -27,8 +27,9 @@ GRACE = 1.0
 
 def client_of(server: RedisServer) -> redis.Redis:
     """A client that gives up fast on a dead or stopped master."""
-    return redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=0.5,
-                       socket_connect_timeout=0.5)  # fmt: skip
+    return redis.Redis(
+        host="127.0.0.1", port=server.port, socket_timeout=0.5, socket_connect_timeout=0.5
+    )
 
 
 def is_up(server: RedisServer) -> bool:

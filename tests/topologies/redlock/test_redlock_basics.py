@@ -28,8 +28,11 @@ def test_too_few_or_an_even_number_of_masters_is_refused(
 
 def test_two_clients_of_one_server_are_refused(masters: list[RedisServer]) -> None:
     port = masters[0].port
-    same = [redis.Redis(port=port), redis.Redis(host="localhost", port=port, db=3),
-            redis.Redis(port=masters[1].port)]  # fmt: skip
+    same = [
+        redis.Redis(port=port),
+        redis.Redis(host="localhost", port=port, db=3),
+        redis.Redis(port=masters[1].port),
+    ]
     message = rf"clients\[0\] and clients\[1\].*127.0.0.1:{port}"
     with pytest.raises(ConfigurationError, match=message):
         RedlockLock(same, "job")

@@ -81,9 +81,11 @@ def noop() -> None:
 def test_bad_redislock_urls_are_named(
     make_app: MakeApp, masters: list[RedisServer], bad: str
 ) -> None:
-    value: Any = {"one-string": masters[0].url, "even": urls(masters, 4),
-                  "same": [masters[0].url, masters[0].url.replace("/0", "/5"), masters[1].url]
-                  }[bad]  # fmt: skip
+    value: Any = {
+        "one-string": masters[0].url,
+        "even": urls(masters, 4),
+        "same": [masters[0].url, masters[0].url.replace("/0", "/5"), masters[1].url],
+    }[bad]
     app: Celery = make_app(redislock_urls=value)
 
     @app.task(base=SingletonTask)

@@ -21,8 +21,9 @@ def invoke(masters: list[RedisServer], *args: str) -> Any:
     app = Celery("cli-redlock", set_as_current=False)
     app.conf.update(redislock_urls=[server.url for server in masters[:3]])
     try:
-        return CliRunner().invoke(redislock, list(args), obj=CLIContext(
-            app=app, no_color=True, workdir=None))  # fmt: skip
+        return CliRunner().invoke(
+            redislock, list(args), obj=CLIContext(app=app, no_color=True, workdir=None)
+        )
     finally:
         app.close()
 

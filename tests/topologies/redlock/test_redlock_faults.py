@@ -44,8 +44,11 @@ def test_a_majority_down_fails_with_a_clear_error_within_the_deadline(
     for server in masters[:3]:
         server.kill()
     lock = make(clients)
-    with pytest.raises(RedlockUnavailable, match=rf"only 2 of 5 masters answered, 3 needed: "
-                       rf"127.0.0.1:{masters[0].port}: ConnectionError"):  # fmt: skip
+    with pytest.raises(
+        RedlockUnavailable,
+        match=rf"only 2 of 5 masters answered, 3 needed: "
+        rf"127.0.0.1:{masters[0].port}: ConnectionError",
+    ):
         lock.acquire(blocking=False)
     started = time.monotonic()
     with pytest.raises(RedlockUnavailable, match="only 2 of 5"):
@@ -132,8 +135,9 @@ def test_a_client_paused_past_its_validity_loses_its_lease(
     ports = ",".join(str(server.port) for server in masters)
     holder = subprocess.Popen(
         [sys.executable, "-m", "tests.topologies.redlock._holder", ports, "job", str(GRACE)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None
         first_fence = int(holder.stdout.readline().split()[1])

@@ -103,8 +103,14 @@ def test_a_master_that_is_down_is_tried_again_after_a_backoff_not_every_round(
 
     def probe() -> tuple[Any, float]:
         start = time.monotonic()
-        outcome = rounds.attempt(lock._masters, lock._prepared, b"probe",
-                                 [1000, "", b"0", 0, round(GRACE * 1000)], 1000, 1.0)  # fmt: skip
+        outcome = rounds.attempt(
+            lock._masters,
+            lock._prepared,
+            b"probe",
+            [1000, "", b"0", 0, round(GRACE * 1000)],
+            1000,
+            1.0,
+        )
         took = time.monotonic() - start
         lock._release_token("probe")
         assert len(outcome.grants) >= lock.quorum, outcome

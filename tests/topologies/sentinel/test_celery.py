@@ -51,8 +51,9 @@ def _sentinel_pool(app: Celery) -> Any:
 
 def test_default_follows_a_sentinel_broker(app: Celery, group: SentinelGroup) -> None:
     group.wait_stable()
-    app.conf.update(broker_url=group.url,
-                    broker_transport_options={"master_name": group.master_name})  # fmt: skip
+    app.conf.update(
+        broker_url=group.url, broker_transport_options={"master_name": group.master_name}
+    )
     assert _sentinel_pool(app).service_name == group.master_name
     seen = _run_singleton(app, group)
     assert sum(seen) >= 1  # on the primary at least (replication is asynchronous)
@@ -62,8 +63,9 @@ def test_redis_backend_beside_a_non_redis_broker(app: Celery, group: SentinelGro
     # A RabbitMQ broker would do the same (it is never contacted here); memory:// needs
     # no server. The locks go to the result backend's Sentinel-managed primary.
     options = {"master_name": group.master_name}
-    app.conf.update(broker_url="memory://", result_backend=group.url,
-                    result_backend_transport_options=options)  # fmt: skip
+    app.conf.update(
+        broker_url="memory://", result_backend=group.url, result_backend_transport_options=options
+    )
     assert get_redis(app).ping()
     assert _sentinel_pool(app).service_name == group.master_name
 
@@ -91,14 +93,22 @@ def test_explicit_sentinel_url_with_min_replicas(app: Celery, group: SentinelGro
 
 
 def test_bad_replica_settings_are_named(app: Celery, group: SentinelGroup) -> None:
-    app.conf.update(broker_url="memory://", redislock_url=group.url,
-                    redislock_transport_options={"master_name": group.master_name})  # fmt: skip
-    for key, value in (("redislock_min_replicas", -1), ("redislock_replica_timeout", 0),
-                       ("redislock_wait_aof", "no")):  # fmt: skip
+    app.conf.update(
+        broker_url="memory://",
+        redislock_url=group.url,
+        redislock_transport_options={"master_name": group.master_name},
+    )
+    for key, value in (
+        ("redislock_min_replicas", -1),
+        ("redislock_replica_timeout", 0),
+        ("redislock_wait_aof", "no"),
+    ):
         app.conf[key] = value
         with pytest.raises(ConfigurationError, match=key):
             replica_options(app)
-        app.conf[key] = {"redislock_min_replicas": 1, "redislock_replica_timeout": 1.0,
-                         "redislock_wait_aof": False}[key]  # fmt: skip
-    assert replica_options(app) == {"min_replicas": 1, "replica_timeout": 1.0,
-                                    "wait_aof": False}  # fmt: skip
+        app.conf[key] = {
+            "redislock_min_replicas": 1,
+            "redislock_replica_timeout": 1.0,
+            "redislock_wait_aof": False,
+        }[key]
+    assert replica_options(app) == {"min_replicas": 1, "replica_timeout": 1.0, "wait_aof": False}

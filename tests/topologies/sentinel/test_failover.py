@@ -218,8 +218,14 @@ def test_acknowledged_grant_survives_the_failover(healed: SentinelGroup) -> None
     waiter = RedisLock(waiter_client, "wake", ttl=6.0)
     assert _wake_latency(holder, waiter) < 0.3  # subscribed on the old primary
     lost: list[Lease] = []
-    lock = RedisLock(healed.master_client(**FAST), "acked-failover", ttl=6.0, renew=True,
-                     min_replicas=2, replica_timeout=0.4)  # fmt: skip
+    lock = RedisLock(
+        healed.master_client(**FAST),
+        "acked-failover",
+        ttl=6.0,
+        renew=True,
+        min_replicas=2,
+        replica_timeout=0.4,
+    )
     granted = time.monotonic()
     lease = lock.acquire(blocking=False, on_lost=lost.append)
     assert lease is not None

@@ -10,8 +10,13 @@ from celery_redislock.celery.bounded.intake import intake_token
 from celery_redislock.celery.bounded.parking import SENT_HEADER
 
 
-def _request(task_id: str = "t1", retries: int = 0, sent: str | None = "1700000000.123456",
-             body: Any = b"[[1], {}, {}]", **extra: Any) -> Any:  # fmt: skip
+def _request(
+    task_id: str = "t1",
+    retries: int = 0,
+    sent: str | None = "1700000000.123456",
+    body: Any = b"[[1], {}, {}]",
+    **extra: Any,
+) -> Any:
     message = {"id": task_id, "retries": retries, **extra}
     if sent is not None:
         message[SENT_HEADER] = sent

@@ -19,20 +19,45 @@ SENTINELS = "sentinel://s1:26379;sentinel://s2:26379"
     ("conf", "journaled"),
     [
         ({"broker_url": "redis://h:6379/1"}, False),  # the locks default to the broker
-        ({"broker_url": "redis://localhost/1", "redislock_url": "redis://127.0.0.1:6379/3"},
-         False),  # one server, two spellings
+        (
+            {"broker_url": "redis://localhost/1", "redislock_url": "redis://127.0.0.1:6379/3"},
+            False,
+        ),  # one server, two spellings
         ({"broker_url": "redis://h:6379/1", "redislock_url": "redis://locks:6379/0"}, True),
         ({"broker_url": "redis://h:6379/1", "redislock_url": "redis://h:6380/0"}, True),
-        ({"broker_url": "redis://h:6379/1;redis://h2:6379/1",
-          "redislock_url": "redis://h2:6379/0"}, True),  # a failover list: the first
+        (
+            {
+                "broker_url": "redis://h:6379/1;redis://h2:6379/1",
+                "redislock_url": "redis://h2:6379/0",
+            },
+            True,
+        ),  # a failover list: the first
         ({"broker_url": "amqp://rabbit//", "result_backend": "redis://r:6379/1"}, False),
-        ({"broker_url": "amqp://rabbit//", "redislock_url": "redis://l:6379/0",
-          "redislock_park_journal_url": "redis://r:6379/1"}, True),
-        ({"broker_url": "redis://h:6379/1", "redislock_url": "redis://l:6379/0",
-          "redislock_park_journal_url": False}, False),
+        (
+            {
+                "broker_url": "amqp://rabbit//",
+                "redislock_url": "redis://l:6379/0",
+                "redislock_park_journal_url": "redis://r:6379/1",
+            },
+            True,
+        ),
+        (
+            {
+                "broker_url": "redis://h:6379/1",
+                "redislock_url": "redis://l:6379/0",
+                "redislock_park_journal_url": False,
+            },
+            False,
+        ),
         ({"broker_url": SENTINELS, "broker_transport_options": {"master_name": "m"}}, False),
-        ({"broker_url": SENTINELS, "broker_transport_options": {"master_name": "m"},
-          "redislock_url": "redis://locks:6379/0"}, True),
+        (
+            {
+                "broker_url": SENTINELS,
+                "broker_transport_options": {"master_name": "m"},
+                "redislock_url": "redis://locks:6379/0",
+            },
+            True,
+        ),
     ],
 )
 def test_the_journal_is_kept_on_another_redis_than_the_locks(
@@ -60,8 +85,16 @@ def test_a_journaled_value_round_trips_and_anything_else_is_refused(
             captured.append((entry_id, value))
 
     monkeypatch.setattr(journal_module, "_state", lambda _app: (Journal(), 60.0))
-    record(app, "id1", b"RLP1 x y\n\x00body", pool="api {x}", limit=3, ttl=2.5, prefix="p",
-           owner="task-1")  # fmt: skip
+    record(
+        app,
+        "id1",
+        b"RLP1 x y\n\x00body",
+        pool="api {x}",
+        limit=3,
+        ttl=2.5,
+        prefix="p",
+        owner="task-1",
+    )
     ((entry_id, value),) = captured
     assert entry_id == "id1"
     assert read_value(value) == ("api {x}", 3, 2.5, "p", "task-1", b"RLP1 x y\n\x00body")

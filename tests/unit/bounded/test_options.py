@@ -46,27 +46,41 @@ def app() -> Iterator[Celery]:
         ({"concurrency_limit": True}, "option concurrency_limit must be an int >= 1, got True"),
         ({"concurrency_limit": 2.5}, "option concurrency_limit must be an int >= 1, got 2.5"),
         ({"concurrency_limit": "3"}, "option concurrency_limit must be an int >= 1, got '3'"),
-        ({"concurrency_limit": 3, "concurrency_key": 7},
-         "option concurrency_key must be a pool name .* got 7"),
-        ({"concurrency_limit": 3, "concurrency_key": ""},
-         "option concurrency_key must be a pool name .* got ''"),
-        ({"concurrency_key": "stripe-api"},
-         "option concurrency_key='stripe-api' needs concurrency_limit .* got None"),
-        ({"concurrency_limit": 3, "concurrency_countdown": 0},
-         "option concurrency_countdown must be a number of seconds > 0, got 0"),
-        ({"concurrency_limit": 3, "concurrency_jitter": -1},
-         "option concurrency_jitter must be a number of seconds >= 0, got -1"),
-        ({"concurrency_limit": 3, "concurrency_wait": "1"},
-         "option concurrency_wait must be a number of seconds >= 0, got '1'"),
-        ({"concurrency_limit": 3, "concurrency_waiters": -1},
-         "option concurrency_waiters must be an int >= 0, got -1"),
+        (
+            {"concurrency_limit": 3, "concurrency_key": 7},
+            "option concurrency_key must be a pool name .* got 7",
+        ),
+        (
+            {"concurrency_limit": 3, "concurrency_key": ""},
+            "option concurrency_key must be a pool name .* got ''",
+        ),
+        (
+            {"concurrency_key": "stripe-api"},
+            "option concurrency_key='stripe-api' needs concurrency_limit .* got None",
+        ),
+        (
+            {"concurrency_limit": 3, "concurrency_countdown": 0},
+            "option concurrency_countdown must be a number of seconds > 0, got 0",
+        ),
+        (
+            {"concurrency_limit": 3, "concurrency_jitter": -1},
+            "option concurrency_jitter must be a number of seconds >= 0, got -1",
+        ),
+        (
+            {"concurrency_limit": 3, "concurrency_wait": "1"},
+            "option concurrency_wait must be a number of seconds >= 0, got '1'",
+        ),
+        (
+            {"concurrency_limit": 3, "concurrency_waiters": -1},
+            "option concurrency_waiters must be an int >= 0, got -1",
+        ),
     ],
-)  # fmt: skip
-def test_a_bad_option_names_task_option_and_value(app: Celery, options: dict[str, Any],
-                                                  message: str) -> None:  # fmt: skip
+)
+def test_a_bad_option_names_task_option_and_value(
+    app: Celery, options: dict[str, Any], message: str
+) -> None:
     with pytest.raises(ConfigurationError, match=rf"task 'bounded\.bad': {message}"):
-        app.task(base=RedisLockTask, name="bounded.bad", shared=False, lazy=False,
-                 **options)(noop)  # fmt: skip
+        app.task(base=RedisLockTask, name="bounded.bad", shared=False, lazy=False, **options)(noop)
 
 
 @pytest.mark.parametrize("limit", [None, 0, "2"])
@@ -92,16 +106,19 @@ def test_bounded_task_defaults(app: Celery) -> None:
     assert options.enabled and options.limit == 4 and options.key is None
     assert options.pool(task, [], {}) == task.name  # the pool defaults to the task name
     assert (options.countdown, options.jitter, options.wait) == (
-        DEFAULT_COUNTDOWN, DEFAULT_JITTER, DEFAULT_WAIT,
-    )  # fmt: skip
+        DEFAULT_COUNTDOWN,
+        DEFAULT_JITTER,
+        DEFAULT_WAIT,
+    )
     assert options.waiters_of(4) == 4  # as many waiters as the limit
     assert task.redislock_guards == (SINGLETON, CONCURRENCY)  # singleton first
 
 
 def test_bounded_task_as_a_singleton_too(app: Celery) -> None:
     one = bounded_task(app=app, concurrency_limit=5, singleton=True, shared=False)(noop)
-    other = bounded_task(app=app, concurrency_limit=5, base=SingletonTask, name="other",
-                         shared=False)(noop)  # fmt: skip
+    other = bounded_task(
+        app=app, concurrency_limit=5, base=SingletonTask, name="other", shared=False
+    )(noop)
     assert one.singleton and other.singleton
     assert options_of(one).bounded.limit == options_of(other).bounded.limit == 5
 
@@ -112,24 +129,36 @@ def test_a_plain_task_is_not_bounded(app: Celery) -> None:
 
 
 def test_pool_names(app: Celery) -> None:
-    shared = bounded_task(app=app, concurrency_limit=2, concurrency_key="stripe-api",
-                          shared=False)(noop)  # fmt: skip
-    tenant = bounded_task(app=app, concurrency_limit=2, name="tenant", shared=False,
-                          concurrency_key=lambda customer, **kw: f"c:{customer}")(noop)  # fmt: skip
+    shared = bounded_task(app=app, concurrency_limit=2, concurrency_key="stripe-api", shared=False)(
+        noop
+    )
+    tenant = bounded_task(
+        app=app,
+        concurrency_limit=2,
+        name="tenant",
+        shared=False,
+        concurrency_key=lambda customer, **kw: f"c:{customer}",
+    )(noop)
     assert options_of(shared).bounded.pool(shared, [1], {}) == "stripe-api"
     assert options_of(tenant).bounded.pool(tenant, [42], {"amount": 5}) == "c:42"
-    bad = bounded_task(app=app, concurrency_limit=2, name="bad", shared=False,
-                       concurrency_key=lambda n: None)(noop)  # fmt: skip
+    bad = bounded_task(
+        app=app, concurrency_limit=2, name="bad", shared=False, concurrency_key=lambda n: None
+    )(noop)
     with pytest.raises(ConfigurationError, match=r"must return a non-empty string .* got None"):
         options_of(bad).bounded.pool(bad, [1], {})
 
 
 def test_settings_give_defaults_and_per_pool_limits(app: Celery) -> None:
-    task = bounded_task(app=app, concurrency_limit=2, concurrency_key="api", shared=False,
-                        concurrency_jitter=0)(noop)  # fmt: skip
-    app.conf.update(redislock_concurrency_countdown=3, redislock_concurrency_jitter=1,
-                    redislock_concurrency_wait=0, redislock_concurrency_waiters=1,
-                    redislock_concurrency_limits={"api": 7})  # fmt: skip
+    task = bounded_task(
+        app=app, concurrency_limit=2, concurrency_key="api", shared=False, concurrency_jitter=0
+    )(noop)
+    app.conf.update(
+        redislock_concurrency_countdown=3,
+        redislock_concurrency_jitter=1,
+        redislock_concurrency_wait=0,
+        redislock_concurrency_waiters=1,
+        redislock_concurrency_limits={"api": 7},
+    )
     options = options_of(task).bounded
     assert (options.countdown, options.jitter, options.wait) == (3.0, 0.0, 0.0)  # task wins
     assert options.waiters_of(7) == 1
@@ -140,8 +169,7 @@ def test_settings_give_defaults_and_per_pool_limits(app: Celery) -> None:
 
 def test_annotations_set_the_limit(app: Celery) -> None:
     app.conf.task_annotations = {"bounded.annotated": {"concurrency_limit": 9}}
-    task = bounded_task(app=app, concurrency_limit=2, name="bounded.annotated",
-                        shared=False)(noop)  # fmt: skip
+    task = bounded_task(app=app, concurrency_limit=2, name="bounded.annotated", shared=False)(noop)
     assert options_of(task).bounded.limit == 9
 
 

@@ -64,9 +64,14 @@ KEEP, INTERVAL = "redislock_park_keep", "redislock_park_sweep_interval"
 @pytest.mark.parametrize("value", BAD)
 @pytest.mark.parametrize(
     ("setting", "read"),
-    [(KEEP, park_keep), (KEEP, _parking), (KEEP, journal_for), (INTERVAL, sweep_interval),
-     (INTERVAL, _worker_ready)],
-)  # fmt: skip
+    [
+        (KEEP, park_keep),
+        (KEEP, _parking),
+        (KEEP, journal_for),
+        (INTERVAL, sweep_interval),
+        (INTERVAL, _worker_ready),
+    ],
+)
 def test_a_bad_value_is_refused_naming_the_setting(
     app: Celery, setting: str, read: Callable[[Celery], object], value: object
 ) -> None:

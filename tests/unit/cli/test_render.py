@@ -17,9 +17,17 @@ from celery_redislock.core.keys import KeySpace
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(0.04, "0.0s"), (-1, "0.0s"), (12.34, "12.3s"), (59.9, "59.9s"), (65, "1m05s"),
-     (3599, "59m59s"), (3600, "1h00m"), (7322, "2h02m")],
-)  # fmt: skip
+    [
+        (0.04, "0.0s"),
+        (-1, "0.0s"),
+        (12.34, "12.3s"),
+        (59.9, "59.9s"),
+        (65, "1m05s"),
+        (3599, "59m59s"),
+        (3600, "1h00m"),
+        (7322, "2h02m"),
+    ],
+)
 def test_format_duration(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
 
@@ -54,10 +62,20 @@ def _holder(owner: str | None, task_id: str | None, state: str | None) -> Holder
 
 
 def test_matching_owners_by_owner_id_or_task_id() -> None:
-    entry = Entry("semaphore", "s", (
-        _holder("t1@0123456789ab", "t1", "running"), _holder("t1#0123456789ac", "t1", "queued"),
-        _holder("plain", "plain", None), _holder(None, None, None),
-    ), 0, 3, None, None)  # fmt: skip
+    entry = Entry(
+        "semaphore",
+        "s",
+        (
+            _holder("t1@0123456789ab", "t1", "running"),
+            _holder("t1#0123456789ac", "t1", "queued"),
+            _holder("plain", "plain", None),
+            _holder(None, None, None),
+        ),
+        0,
+        3,
+        None,
+        None,
+    )
     assert matching_owners(entry, "t1") == ["t1@0123456789ab", "t1#0123456789ac"]
     assert matching_owners(entry, "t1#0123456789ac") == ["t1#0123456789ac"]
     assert matching_owners(entry, "plain") == ["plain"]
@@ -66,23 +84,34 @@ def test_matching_owners_by_owner_id_or_task_id() -> None:
 
 def test_render_list_and_entry() -> None:
     free = Entry("lock", "waited", (), 2, None, None, None)
-    sem = Entry("semaphore", "api", (_holder("t1@0123456789ab", "t1", "running"),
-                                     _holder(None, None, None)), 0, None, 100.0, 7)  # fmt: skip
+    sem = Entry(
+        "semaphore",
+        "api",
+        (_holder("t1@0123456789ab", "t1", "running"), _holder(None, None, None)),
+        0,
+        None,
+        100.0,
+        7,
+    )
     listed = render_list([free, sem]).splitlines()
     assert listed[1].split() == ["lock", "waited", "free", "2", "-", "-", "-", "-", "-"]
-    assert listed[2].split() == ["semaphore", "api", "2/-", "0", "0", "t1", "running", "12.5s",
-                                 "7"]  # fmt: skip
+    assert listed[2].split() == ["semaphore", "api", "2/-", "0", "0", "t1", "running", "12.5s", "7"]
     assert listed[3].split() == ["-", "-", "12.5s", "7"]
-    backlog = Entry("semaphore", "api", (), 0, 2, None, None, parked=3, oldest_parked=12.0,
-                    dead=1)  # fmt: skip
+    backlog = Entry("semaphore", "api", (), 0, 2, None, None, parked=3, oldest_parked=12.0, dead=1)
     assert render_list([backlog]).splitlines()[1].split()[4:9] == [
-        "3", "(oldest", "12.0s)", "+1", "dead"]  # fmt: skip
+        "3",
+        "(oldest",
+        "12.0s)",
+        "+1",
+        "dead",
+    ]
     dead_view = render_entry(backlog, prefix="redislock", dead_letters=[("abc", 0.0, "bad")])
     assert "parked    3 (oldest 12.0s) +1 dead" in dead_view
     assert "abc  1970-01-01 00:00:00 UTC  bad" in dead_view
     view = render_entry(sem, prefix="redislock", now=112.5)
     assert "2 leases of an unknown limit; 0 waiters" in view
     assert "since     1970-01-01 00:01:40 UTC (12.5s ago)" in view
-    lock_view = render_entry(Entry("lock", "l", (_holder(None, None, None),), 1, None, None, 3),
-                             prefix="redislock")  # fmt: skip
+    lock_view = render_entry(
+        Entry("lock", "l", (_holder(None, None, None),), 1, None, None, 3), prefix="redislock"
+    )
     assert "owner     (none given)" in lock_view and "1 lease; 1 waiter" in lock_view

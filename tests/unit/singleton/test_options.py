@@ -49,15 +49,16 @@ def test_a_bad_option_names_task_option_and_value(
     app: Celery, option: str, value: Any, message: str
 ) -> None:
     with pytest.raises(ConfigurationError, match=rf"task 'options\.bad': {message}"):
-        app.task(base=SingletonTask, name="options.bad", shared=False, lazy=False,
-                 **{option: value})(noop)  # fmt: skip
+        app.task(
+            base=SingletonTask, name="options.bad", shared=False, lazy=False, **{option: value}
+        )(noop)
 
 
 def test_interval_mode_needs_an_interval(app: Celery) -> None:
-    with pytest.raises(ConfigurationError, match="singleton_mode='interval' needs option "
-                       "singleton_interval"):  # fmt: skip
-        app.task(base=SingletonTask, singleton_mode="interval", shared=False,
-                 lazy=False)(noop)  # fmt: skip
+    with pytest.raises(
+        ConfigurationError, match="singleton_mode='interval' needs option singleton_interval"
+    ):
+        app.task(base=SingletonTask, singleton_mode="interval", shared=False, lazy=False)(noop)
 
 
 def test_a_bad_unique_on_is_named_at_call_time(app: Celery) -> None:
@@ -75,21 +76,39 @@ def test_defaults_come_from_the_app_settings(app: Celery) -> None:
         pass
 
     options = options_of(job).singleton
-    assert (options.enabled, options.mode, options.lock_ttl, options.queued_ttl,
-            options.on_duplicate, options.on_running_duplicate) == (
-        True, "until_done", 30.0, 3600.0, "existing", "skip")  # fmt: skip
-    app.conf.update(redislock_lock_ttl=5, redislock_queued_ttl=60,
-                    redislock_on_duplicate="raise", redislock_prefix="p")  # fmt: skip
+    assert (
+        options.enabled,
+        options.mode,
+        options.lock_ttl,
+        options.queued_ttl,
+        options.on_duplicate,
+        options.on_running_duplicate,
+    ) == (True, "until_done", 30.0, 3600.0, "existing", "skip")
+    app.conf.update(
+        redislock_lock_ttl=5,
+        redislock_queued_ttl=60,
+        redislock_on_duplicate="raise",
+        redislock_prefix="p",
+    )
     options = options_of(job).singleton
     assert (options.lock_ttl, options.queued_ttl, options.on_duplicate, options.prefix) == (
-        5.0, 60.0, "raise", "p")  # fmt: skip
+        5.0,
+        60.0,
+        "raise",
+        "p",
+    )
     job.lock_ttl = 2  # type: ignore[attr-defined]  # the task's own option wins
     assert options_of(job).singleton.lock_ttl == 2.0
 
 
 def test_modes_are_named() -> None:
-    assert MODES == ("until_done", "while_running", "until_started", "interval",
-                     "until_and_while_executing")
+    assert MODES == (
+        "until_done",
+        "while_running",
+        "until_started",
+        "interval",
+        "until_and_while_executing",
+    )
 
 
 def test_owner_ids_tell_task_id_and_state() -> None:
