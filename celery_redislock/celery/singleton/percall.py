@@ -7,33 +7,44 @@ call's queued lease). Also through ``sig.set(...)`` and canvases. They are taken
 of the options before Celery sees them; what the worker needs travels in headers that
 ``retry()`` and re-sends keep.
 
-A name that looks like one of ours (``lock_*``, ``singleton_*``, ``concurrency_*``,
-``on_*dupl*``, ``unique_on``, a near miss of a per-call name, celery-once's ``once``)
-but is not a per-call option raises ``ConfigurationError`` at the call; so does such a
-name set on a task class that is not an option (``lock_tll=5`` at definition:
-:func:`check_unknown_options`).
-Celery itself silently ignores unknown ``apply_async`` keywords.
+A name that looks like one of ours but is none raises ``ConfigurationError``: one of
+our families (``lock_*``, ``singleton_*``, ``concurrency_*``, ``redislock_*``,
+``on_*dupl*``, celery-once's ``once``), or one close to any option name of ours
+(``concurency_key``, ``unique_onn``, ``singelton_mode``: :func:`resembles`, #29 item 2).
+At the call for ``apply_async`` keywords; at definition for a task's options, however
+set (decorator keyword, ``@app.task(base=...)``, subclass attribute,
+``task_annotations``: :func:`check_unknown_options`). Celery's own option names never
+count (:data:`CELERY_NAMES`), and Celery itself silently ignores unknown keywords.
 """
 
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from celery import Celery, Task
+from kombu import Producer
+
 from ...errors import ConfigurationError
+from ..bounded.options import OPTIONS as BOUNDED_OPTIONS
 from ..config import check_on_duplicate, check_ttl
 from ..literals import OnDuplicate
+from .options import OPTIONS as SINGLETON_OPTIONS
 
 __all__ = [
     "BYPASS_HEADER",
     "LOCK_TTL_HEADER",
+    "CELERY_NAMES",
+    "OUR_NAMES",
     "PER_CALL",
     "CallOptions",
     "check_unknown_options",
     "call_options",
     "looks_like_ours",
+    "resembles",
     "run_lock_ttl",
 ]
 
@@ -46,19 +57,118 @@ BYPASS_HEADER: Final = "redislock_bypass"
 LOCK_TTL_HEADER: Final = "redislock_lock_ttl"
 """Header: the per-call ``lock_ttl`` (seconds, as a string) of this call's run."""
 
+OUR_NAMES: Final = tuple(
+    dict.fromkeys((*SINGLETON_OPTIONS, *BOUNDED_OPTIONS, *PER_CALL, "concurrency_limit"))
+)
+"""Every option name of ours: task options, decorator keywords, per-call options."""
+
+# apply_async / send_task / Producer.publish keywords that are not Task attributes
+# and @app.task keywords (celery 5.6-5.7, kombu 5.6-5.7); the signatures below add
+# whatever a later version has.
+_CELERY_CALL_OPTIONS: Final = (
+    "add_to_parent",
+    "argsrepr",
+    "chain",
+    "chord",
+    "compression",
+    "connection",
+    "content_encoding",
+    "content_type",
+    "correlation_id",
+    "countdown",
+    "declare",
+    "delivery_mode",
+    "eta",
+    "exchange",
+    "exchange_type",
+    "expiration",
+    "expires",
+    "group_id",
+    "group_index",
+    "headers",
+    "ignore_result",
+    "immediate",
+    "kwargsrepr",
+    "link",
+    "link_error",
+    "mandatory",
+    "origin",
+    "parent_id",
+    "priority",
+    "producer",
+    "publisher",
+    "queue",
+    "replaced_task_nesting",
+    "reply_to",
+    "retries",
+    "retry",
+    "retry_policy",
+    "root_id",
+    "route_name",
+    "router",
+    "routing_key",
+    "serializer",
+    "shadow",
+    "soft_time_limit",
+    "stamped_headers",
+    "stamps",
+    "task_id",
+    "task_type",
+    "taskset",
+    "time_limit",
+    "timeout",
+    "timeouts",
+    "base",
+    "bind",
+    "filter",
+    "lazy",
+    "shared",
+    "pydantic",
+    "pydantic_strict",
+    "pydantic_context",
+    "pydantic_dump_kwargs",
+)
+
+
+def _parameters(*functions: Any) -> set[str]:
+    return {name for f in functions for name in inspect.signature(f).parameters}
+
+
+CELERY_NAMES: Final = frozenset(
+    {*dir(Task), *_CELERY_CALL_OPTIONS}
+    | _parameters(Task.apply_async, Celery.send_task, Celery.task, Producer.publish)
+) - frozenset(OUR_NAMES)
+"""Celery's (and kombu's) own task attributes and call options: never a typo of ours."""
+
+_CUTOFF: Final = 0.8  # difflib ratio: one or two letters off a name of 8+ letters
 _PREFIXES: Final = ("lock_", "singleton_", "concurrency_", "redislock_")
 _NAMES: Final = frozenset({"once", "unique_on", "on_running_duplicate", "singleton"})
 
 
+def resembles(name: str) -> str | None:
+    """The option name of ours that ``name`` is close to but is not (a typo:
+    ``concurency_key`` -> ``concurrency_key``), or None. Celery's own names and
+    private (``_``) names are never typos."""
+    if name in CELERY_NAMES or name.startswith("_") or name in OUR_NAMES:
+        return None
+    close = difflib.get_close_matches(name, OUR_NAMES, n=1, cutoff=_CUTOFF)
+    return close[0] if close else None
+
+
 def looks_like_ours(name: str) -> bool:
     """True for an option name of this package's families (see the module doc), or
-    one a letter or two away from a per-call option (``singelton``)."""
+    one close to any option name of ours (:func:`resembles`)."""
     return (
         name.startswith(_PREFIXES)
         or name in _NAMES
         or (name.startswith("on_") and "dupl" in name)
-        or bool(difflib.get_close_matches(name, PER_CALL, n=1, cutoff=0.8))
+        or resembles(name) is not None
     )
+
+
+def _did_you_mean(name: str) -> str:
+    close = resembles(name) or next(iter(difflib.get_close_matches(name, OUR_NAMES, 1, 0.6)), None)
+    return f" (a typo of {close!r}?)" if close else " (a typo?)"
 
 
 @dataclass(frozen=True)
@@ -97,7 +207,8 @@ def call_options(
             )
             raise ConfigurationError(
                 f"{_task_name(task)}.apply_async(): unknown per-call option "
-                f"{name}={options[name]!r}{hint}; per-call options are {', '.join(PER_CALL)}"
+                f"{name}={options[name]!r}{hint or _did_you_mean(name)}; per-call options "
+                f"are {', '.join(PER_CALL)}"
             )
     if (
         on_duplicate is None
@@ -149,6 +260,6 @@ def check_unknown_options(task_name: str, names: Iterable[str], known: Iterable[
     for name in names:
         if looks_like_ours(name) and name not in allowed and not name.startswith("_"):
             raise ConfigurationError(
-                f"task {task_name!r}: unknown option {name!r} (a typo?); the options "
-                f"are {', '.join(sorted(n for n in allowed if looks_like_ours(n)))}"
+                f"task {task_name!r}: unknown option {name!r}{_did_you_mean(name)}; the "
+                f"options are {', '.join(sorted(n for n in allowed if n in OUR_NAMES))}"
             )
