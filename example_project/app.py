@@ -23,7 +23,11 @@ import redis
 from celery import Celery
 
 from celery_redislock import bounded_task, singleton_task
-from celery_redislock.celery.signals import permit_rescheduled, singleton_duplicate
+from celery_redislock.celery.signals import (
+    permit_parked,
+    permit_rescheduled,
+    singleton_duplicate,
+)
 
 from .records import Recorder
 
@@ -36,6 +40,7 @@ __all__ = [
     "app",
     "call_partner_api",
     "count_duplicate",
+    "count_parked",
     "count_rescheduled",
     "nightly_report",
     "recorder",
@@ -123,12 +128,19 @@ def call_partner_api(n: int) -> int:
     return n
 
 
-# Every duplicate and every re-scheduled run is logged by celery_redislock and
-# signalled; these receivers count them, in whichever process sent the signal.
+# Every duplicate and every parked or re-scheduled run is logged by celery_redislock
+# and signalled; these receivers count them, in whichever process sent the signal.
 @singleton_duplicate.connect
 def count_duplicate(sender: Any, stage: str, action: str, **kwargs: Any) -> None:
     """Count a refused copy of a singleton task: ``duplicate:<stage>:<action>``."""
     recorder.count(sender, f"duplicate:{stage}:{action}")
+
+
+@permit_parked.connect
+def count_parked(sender: Any, **kwargs: Any) -> None:
+    """Count a bounded run parked in its pool's queue in Redis because the pool was
+    full (the default: published again when a permit frees)."""
+    recorder.count(sender, "parked")
 
 
 @permit_rescheduled.connect

@@ -7,7 +7,7 @@ process ran it, and when -- in **Redis server time**, one clock for every worker
 permit (both are taken before the body starts and given back after it ends), so two
 overlapping recorded runs would mean two overlapping holders.
 
-Signal receivers count events (duplicates refused, runs re-scheduled) in a Redis hash
+Signal receivers count events (duplicates refused, runs parked) in a Redis hash
 with :meth:`Recorder.count`, from whichever process sent the signal: beat, a worker
 or the driver.
 """

@@ -153,6 +153,7 @@ def _partner(f: Findings) -> Section:
     runs, limit = f.runs_of("call_partner_api"), f.partner_limit
     most = max_at_once(runs)
     rescheduled = f.events.get("call_partner_api:rescheduled", 0)
+    parked = f.events.get("call_partner_api:parked", 0)
     lines = [
         f"3. call_partner_api(n) (@bounded_task(concurrency_limit={limit}, "
         f'concurrency_key="partner-api")): {f.partner_calls} calls at once',
@@ -160,9 +161,14 @@ def _partner(f: Findings) -> Section:
             [
                 ("runs", len(runs), f"({_per_worker(runs)})"),
                 (
-                    "re-scheduled (pool full)",
-                    rescheduled,
-                    "(back to the queue for a moment; not a retry)",
+                    "parked (pool full)",
+                    parked,
+                    "(waited in Redis for a permit, first in first out; not a retry)",
+                ),
+                *(
+                    [("re-scheduled (pool full)", rescheduled, "(back to the queue; not a retry)")]
+                    if rescheduled
+                    else []
                 ),
                 ("max at once", most, f"(limit {limit})"),
             ]

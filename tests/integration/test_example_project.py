@@ -120,6 +120,8 @@ def test_runs_on_its_own_private_redis() -> None:
     for line in KEY_LINES:
         assert line in output, output
     assert "a private redis-server" in output
+    # 12 calls on a pool of 3 over 6 processes: runs waited for a permit, parked (#29 item 6)
+    assert re.search(r"parked \(pool full\) +[1-9]", output), output
     pids = reported_pids(output)
     assert set(pids) == {"worker-a", "worker-b", "beat", "redis-server"}, output
     assert_nothing_left(output, marker)

@@ -18,6 +18,7 @@ from typing import Any
 
 from celery.exceptions import Ignore
 from celery.result import AsyncResult
+from celery.states import PENDING, READY_STATES
 
 from ...errors import DuplicateTask
 from ..execution import AnyTask, RunState, resend
@@ -29,7 +30,34 @@ from .leases import lock_for
 from .lookup import ttl_left
 from .options import SingletonOptions
 
-__all__ = ["enqueue_duplicate", "revoke_replaced", "runtime_duplicate"]
+__all__ = ["enqueue_duplicate", "holder_state", "revoke_replaced", "runtime_duplicate"]
+
+
+def holder_state(
+    task: AnyTask, options: SingletonOptions, existing_id: str | None, running: bool | None
+) -> str:
+    """What the copy holding the lock is doing, for a refusal's message: ``"running"``,
+    ``"queued"`` or ``"holding the lock"`` (a lock taken with the core API).
+
+    In ``singleton_mode="interval"`` the lock outlives the run by ``singleton_interval``
+    under the same (running) owner id, so "running" is said only while the holder's
+    result is not ready; a finished one "finished; singleton_interval holds the lock"
+    (#29 item 6). That asks the result backend, on a refusal in that mode only.
+    """
+    if not running:
+        return "queued" if running is False else "holding the lock"
+    if options.mode != "interval" or existing_id is None:
+        return "running"
+    interval = f"singleton_interval={options.interval:g}s"
+    try:
+        state = task.AsyncResult(existing_id).state
+    except Exception:  # no result backend (or unreachable): cannot tell
+        return f"running or finished within its {interval}"
+    if state in READY_STATES:
+        return f"finished ({state}); its {interval} holds the lock"
+    if state == PENDING and (task.ignore_result or not task.app.conf.result_backend):
+        return f"running or finished within its {interval}"
+    return "running"
 
 
 def revoke_replaced(task: AnyTask, task_ids: list[str]) -> None:
@@ -62,7 +90,7 @@ def enqueue_duplicate(
     canvas = next((o for o in ("group_id", "chord", "chain") if options.get(o)), None)
     if action in ("existing", "drop") and (canvas or existing_id is None):
         action = "raise"
-    state = "running" if running else "queued" if running is False else "holding the lock"
+    state = holder_state(task, opts, existing_id, running)
     singleton_duplicate.send(
         sender=task,
         task_id=task_id,
@@ -126,7 +154,7 @@ def runtime_duplicate(
     once instead of waiting for ever (Celery's ``Ignore`` alone leaves it PENDING).
     """
     existing_id, running = parse_owner(holder)
-    state = "running" if running else "queued" if running is False else "holding the lock"
+    state = holder_state(task, options, existing_id, running)
     request = task.request
     headers = request.headers or {}
     redelivered = bool((request.delivery_info or {}).get("redelivered"))

@@ -24,7 +24,7 @@ from celery_redislock.celery.signals import (
 )
 from celery_redislock.celery.singleton.signature import call_key
 from celery_redislock.celery.tokens import KEY_HEADER, TOKEN_HEADER, parse_owner
-from celery_redislock.errors import RedisRestarting
+from celery_redislock.errors import DuplicateTask, RedisRestarting
 from celery_redislock.testing import RedisServer
 
 from ..conftest import MakeApp
@@ -370,6 +370,37 @@ def test_mode_interval_keeps_the_lock_after_the_run(
     wait_until(lambda: not lock_info(locks, call_key(job)).held, timeout=3, what="expiry")
     second = job.delay()
     assert second.id != first.id and second.get(timeout=10) == "done"
+
+
+def test_mode_interval_refusal_says_the_holder_finished(
+    app: Celery, locks: redis.Redis, worker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """#29 item 6: after the run, the interval keeps the lock under the run's owner id;
+    a refused call must not say that copy "is running"."""
+    proceed = threading.Event()
+
+    @app.task(
+        base=SingletonTask, singleton_mode="interval", singleton_interval=30, on_duplicate="raise"
+    )
+    def job() -> str:
+        proceed.wait(10)
+        return "done"
+
+    worker(app)
+    first = job.delay()
+    wait_until(lambda: parse_owner(lock_info(locks, call_key(job)).owner)[1], what="start")
+    with pytest.raises(DuplicateTask, match="is running"):  # really running: said so
+        job.delay()
+    proceed.set()
+    assert first.get(timeout=10) == "done"
+    with pytest.raises(DuplicateTask) as refused:
+        job.delay()
+    assert "is running" not in str(refused.value)
+    assert "finished (SUCCESS)" in str(refused.value) and "singleton_interval" in str(refused.value)
+    assert refused.value.task_id == first.id
+    caplog.set_level(logging.INFO, logger="celery_redislock")
+    assert job.apply_async(on_duplicate="existing").id == first.id
+    assert "is running" not in caplog.text and "finished (SUCCESS)" in caplog.text
 
 
 def test_lost_lease_is_reported_and_the_task_goes_on(
