@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .core import Lease, RedisLock, RedisSemaphore, RedlockLock
+from .core import Lease, RedisLock, RedisRateLimiter, RedisSemaphore, RedlockLock
 from .errors import (
     ConfigurationError,
     DuplicateTask,
     LockNotOwned,
     LockTimeout,
     NotReplicated,
+    RateLimited,
     RedisLockError,
     RedlockUnavailable,
 )
@@ -34,6 +35,7 @@ __all__ = [
     # core
     "Lease",
     "RedisLock",
+    "RedisRateLimiter",
     "RedisSemaphore",
     "RedlockLock",
     # Celery
@@ -47,6 +49,7 @@ __all__ = [
     "LockNotOwned",
     "LockTimeout",
     "NotReplicated",
+    "RateLimited",
     "RedisLockError",
     "RedlockUnavailable",
 ]

@@ -14,6 +14,7 @@ __all__ = [
     "LockNotOwned",
     "LockTimeout",
     "NotReplicated",
+    "RateLimited",
     "RedisLockError",
     "RedisRestarting",
     "RedlockUnavailable",
@@ -135,3 +136,18 @@ class RedisUnavailable(RedisLockError):
     """A run could not reach the lock Redis when it started, after every attempt
     ``redislock_outage_attempts`` allows; the message names the setting and the
     last connection error (chained as ``__cause__``)."""
+
+
+class RateLimited(RedisLockError):
+    """A call was refused by the API it makes because of its rate (an HTTP 429):
+    raise it from a rate-limited task's body, with the API's ``Retry-After`` in
+    ``retry_after`` (seconds, None: unknown), to penalize the task's limiter for every
+    worker and run the task again once admitted (issue #25). ``RedisRateLimiter.
+    penalize(retry_after)`` is the same for code without Celery."""
+
+    def __init__(self, message: str = "rate limited", retry_after: float | None = None) -> None:
+        super().__init__(message, retry_after)
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        return str(self.args[0])

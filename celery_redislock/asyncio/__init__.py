@@ -1,5 +1,6 @@
-"""The asyncio twin of the core: :class:`AsyncRedisLock`, :class:`AsyncRedisSemaphore`
-and :class:`AsyncLease` over ``redis.asyncio.Redis`` / ``redis.asyncio.RedisCluster``.
+"""The asyncio twin of the core: :class:`AsyncRedisLock`, :class:`AsyncRedisSemaphore`,
+:class:`AsyncRedisRateLimiter` and :class:`AsyncLease` over ``redis.asyncio.Redis`` /
+``redis.asyncio.RedisCluster``.
 
 They run the sync core's scripts with its keys, arguments, reply reading, waiting and
 renewal decisions (all I/O-free, in :mod:`celery_redislock.core`); only the calls to
@@ -26,6 +27,13 @@ if sys.version_info < (3, 11):
 
 from .lease import AsyncLease, AsyncOnLost
 from .lock import AsyncRedisLock
+from .ratelimit import AsyncRedisRateLimiter
 from .semaphore import AsyncRedisSemaphore
 
-__all__ = ["AsyncLease", "AsyncOnLost", "AsyncRedisLock", "AsyncRedisSemaphore"]
+__all__ = [
+    "AsyncLease",
+    "AsyncOnLost",
+    "AsyncRedisLock",
+    "AsyncRedisRateLimiter",
+    "AsyncRedisSemaphore",
+]

@@ -1,4 +1,4 @@
-"""The Redis core: lock, semaphore, leases and their renewal.
+"""The Redis core: lock, semaphore, rate limiter, leases and their renewal.
 
 Imports redis-py and the standard library only, never Celery, so it can be used on
 its own. Each operation is one Lua script in ``lua/``, run with EVALSHA.
@@ -10,6 +10,7 @@ from .clear import release_all
 from .keys import DEFAULT_PREFIX, KeySpace
 from .lease import Lease
 from .lock import RedisLock
+from .ratelimit import RedisRateLimiter
 from .redlock import RedlockLock
 from .semaphore import RedisSemaphore
 
@@ -18,6 +19,7 @@ __all__ = [
     "KeySpace",
     "Lease",
     "RedisLock",
+    "RedisRateLimiter",
     "RedisSemaphore",
     "RedlockLock",
     "release_all",

@@ -1,0 +1,164 @@
+"""RedisRateLimiter: N admissions per period across every process, by the server's clock.
+
+``rate`` is ``"N/period"`` (``"10/s"``, ``"1000/15m"``) or a list of them, all of
+which must admit a call; they are checked and charged in one script, all or nothing.
+Each call costs ``cost`` units (1 by default; e.g. an LLM call's tokens).
+
+**Guarantee.** Never more than N units admitted in any window of one period (a
+half-open interval of that length), whatever the number of processes and their
+clocks: the scripts decide on Redis's clock alone (``TIME``), and keep a sliding log
+of the admissions (lua/lib_ratelimit.lua). To bound its memory the log records each
+admission at the end of its *slot* (``period / slots`` wide, ``slots`` 1000 by
+default), so an admission counts slightly longer than a period, never shorter: the
+window is never exceeded, and under saturation at least ``slots / (slots + 1)`` of N
+is admitted per period (99.9 % by default, less the callers' wake-up latency). The
+log holds at most ``slots + 1`` members per period whatever N is (a "90000/m" token
+limit costs as little as a "10/s" one); fewer ``slots`` is cheaper in memory and
+script time and admits a little less under saturation (``slots=10``: >= 90 %).
+A fresh limiter admits a burst of N at once (then nothing until the window moves):
+the strict window, not a smoothed spacing.
+
+**Waiting.** A refused ``acquire`` sleeps until the admission time the server computed
+for its cost (the earliest instant every rate admits it and no penalty holds), then
+tries again (another caller may have taken the room meanwhile). No polling loop.
+
+**Lost state.** A limiter whose keys vanished (Redis restarted empty, flushed) starts
+as spent for one period, so no fresh burst passes, when the call that finds the
+loss comes from a client that saw the state before (see
+:mod:`.ratelimit_scripts`); ``start_spent=False`` opts out. A penalty and an override
+are lost with the state.
+
+**Re-sends.** redis-py re-sends a call whose reply was lost: a re-sent acquire may
+charge twice (the safe side: it never over-admits); ``adjust`` is answered once per
+call.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .keys import DEFAULT_PREFIX
+from .ratelimit_rates import Rate
+from .ratelimit_scripts import (
+    ACQUIRE,
+    ADJUST,
+    DEFAULT_SLOTS,
+    INFO,
+    OVERRIDE,
+    PENALIZE,
+    RESET,
+    Admission,
+    RateLimitInfo,
+    RateLimitScripts,
+    Verdict,
+    describe,
+    penalty_end,
+)
+from .validate import acquire_deadline, check_client
+
+__all__ = ["RedisRateLimiter"]
+
+
+class RedisRateLimiter:
+    """A rate limit shared by every process using ``client``'s Redis and ``name``.
+
+    ``rate``: ``"N/period"`` or a list of them (see the module). ``prefix``: the key
+    prefix (keys ``<prefix>:ratelimit:{name}:log`` and ``:state``, one hash tag).
+    ``slots``: slots per period (memory against saturation throughput; see the
+    module). ``start_spent``: after the state was lost, start as spent for a period.
+    Bad arguments raise :class:`~celery_redislock.errors.ConfigurationError`.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        rate: str | list[str] | tuple[str, ...],
+        prefix: str = DEFAULT_PREFIX,
+        slots: int = DEFAULT_SLOTS,
+        start_spent: bool = True,
+    ) -> None:
+        self._client = check_client(client)
+        self._scripts = RateLimitScripts(client, name, rate, prefix, slots, start_spent)
+
+    @property
+    def name(self) -> str:
+        """The limiter's name."""
+        return self._scripts.name
+
+    @property
+    def rates(self) -> tuple[Rate, ...]:
+        """The configured rates, parsed."""
+        return self._scripts.rates
+
+    @property
+    def last_admission(self) -> Admission | None:
+        """The last admission by this limiter in this thread (or asyncio task), or None:
+        what :meth:`adjust` corrects by default."""
+        return self._scripts.last_admission
+
+    def _try(self, cost: int, charge: bool) -> Verdict:
+        args = self._scripts.acquire_args(cost, charge)
+        return self._scripts.verdict(ACQUIRE(self._client, self._scripts.keys, args), args)
+
+    def acquire(
+        self, cost: int = 1, *, blocking: bool = True, timeout: float | None = None
+    ) -> bool:
+        """Admit and charge ``cost`` units: True once admitted; False when not admitted
+        within ``timeout`` seconds (at once with ``blocking=False`` or ``timeout=0``,
+        and at once when the server's earliest admission time is past the timeout).
+        A blocked caller sleeps until that admission time (see the module)."""
+        deadline = acquire_deadline(blocking, timeout)
+        while True:
+            verdict = self._try(cost, True)
+            if verdict.admitted:
+                return True
+            if deadline is None or time.monotonic() + verdict.wait > deadline:
+                return False
+            time.sleep(verdict.wait)
+
+    def retry_after(self, cost: int = 1) -> float:
+        """Seconds until ``cost`` units would be admitted (0.0: now); charges nothing."""
+        return self._try(cost, False).wait
+
+    def penalize(self, seconds: float) -> float:
+        """Admit nobody, in any process, before the server's now + ``seconds`` (an
+        API's 429 ``Retry-After``). A longer penalty already set stays. Returns the
+        server time (seconds since the epoch) the penalty ends."""
+        args = self._scripts.penalize_args(seconds)
+        return penalty_end(PENALIZE(self._client, [self._scripts.state], args))
+
+    def adjust(self, delta: int, admission: Admission | None = None) -> int:
+        """Correct an admission's charge by ``delta`` units: > 0 charges more (e.g. the
+        real token count was higher), < 0 refunds (at most its cost; nothing once its
+        window passed). ``admission``: default this thread's (task's) last admission
+        by this limiter (:attr:`last_admission`). Returns the units moved."""
+        keys, args = self._scripts.adjust_call(delta, admission)
+        return int(ADJUST(self._client, keys, args))
+
+    def reset(self) -> None:
+        """Forget every charge and the penalty: the full limit is admitted at once.
+        An override stays (:meth:`clear_override`)."""
+        RESET(self._client, self._scripts.keys, self._scripts.nonce_args())
+
+    def override(self, rate: str | list[str] | tuple[str, ...], ttl: float) -> None:
+        """Admit by ``rate`` instead of the configured rates, in every process, for
+        ``ttl`` seconds (kept in Redis; the configured periods go on counting, so they
+        hold again when it ends)."""
+        args = self._scripts.override_args(rate, ttl)
+        OVERRIDE(self._client, [self._scripts.state], args)
+
+    def clear_override(self) -> None:
+        """End an override now."""
+        OVERRIDE(self._client, [self._scripts.state], self._scripts.clear_override_args())
+
+    def info(self, cost: int = 1) -> RateLimitInfo:
+        """The limiter's state now: rates, what each counts, when ``cost`` is admitted
+        next, penalty and override (see :class:`RateLimitInfo`)."""
+        args = self._scripts.info_args(cost)
+        return self._scripts.info(INFO(self._client, self._scripts.keys, args))
+
+    def __repr__(self) -> str:
+        return f"<RedisRateLimiter {self.name!r} {describe(self.rates)}>"

@@ -1,0 +1,304 @@
+"""The rate limiter's Lua scripts (``lua/ratelimit_*.lua``), their keys and arguments,
+and what their replies mean; no I/O.
+
+:class:`RateLimitScripts` builds each call's KEYS and ARGV for one limiter and reads
+the replies into :class:`Verdict`, :class:`Admission` and :class:`RateLimitInfo`. The
+sync :class:`~.ratelimit.RedisRateLimiter` and the async ``AsyncRedisRateLimiter``
+both use it and differ only in how they send a call and sleep (issue #25).
+
+Loss detection: every reply tells until when (server µs) the limiter's state is kept
+at least; the next call of any limiter of that client and name sends it back as
+``seen``, so a script finding the state missing before then knows it was lost
+(Redis restarted empty or flushed) and, with ``start_spent``, charges every rate as
+spent for one period. That memory is kept per client object (:func:`remember`).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import weakref
+from collections.abc import Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigurationError
+from .keys import KeySpace
+from .ratelimit_rates import Rate, check_cost, parse_rates, wire
+from .scripts import LuaScript, as_text, key_encoder
+from .validate import MAX_SECONDS, check_bool, check_positive_int, ttl_to_ms
+
+__all__ = [
+    "ACQUIRE",
+    "ADJUST",
+    "INFO",
+    "KIND",
+    "OVERRIDE",
+    "PENALIZE",
+    "RESET",
+    "Admission",
+    "RateLimitInfo",
+    "RateLimitScripts",
+    "RateUsage",
+    "Verdict",
+    "describe",
+    "penalty_end",
+]
+
+KIND = "ratelimit"
+"""The limiter's key kind: ``<prefix>:ratelimit:{name}:log`` and ``...:state``."""
+
+ACQUIRE = LuaScript("ratelimit_acquire.lua")
+ADJUST = LuaScript("ratelimit_adjust.lua")
+PENALIZE = LuaScript("ratelimit_penalize.lua")
+OVERRIDE = LuaScript("ratelimit_override.lua")
+RESET = LuaScript("ratelimit_reset.lua")
+INFO = LuaScript("ratelimit_info.lua")
+
+DEFAULT_SLOTS = 1000
+"""Slots per period an admission is recorded in (see lua/lib_ratelimit.lua): memory at
+most ``slots + 1`` log members per period, and under saturation at least
+``slots / (slots + 1)`` of the limit per period; never more than the limit."""
+
+MAX_SLOTS = 1_000_000
+
+_US = 1_000_000
+
+
+@dataclass(frozen=True)
+class Admission:
+    """One admitted and charged call: what :meth:`adjust` corrects.
+
+    ``limiter`` is the limiter's key base, ``id`` its charged slots, ``cost`` the
+    units charged, ``at`` the server time of the admission (seconds since the epoch).
+    """
+
+    limiter: str
+    id: str
+    cost: int
+    at: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An acquire's (or retry_after's) answer: ``admitted`` now, else ``wait``
+    seconds until the server's earliest admission time for the cost."""
+
+    admitted: bool
+    wait: float
+    admission: Admission | None
+    lost: bool
+
+
+@dataclass(frozen=True)
+class RateUsage:
+    """One rate that admits now: ``limit`` per ``period`` seconds, ``used`` cost units
+    charged within the last period (slots not yet expired)."""
+
+    limit: int
+    period: float
+    used: int
+
+
+@dataclass(frozen=True)
+class RateLimitInfo:
+    """A limiter's state at one instant of the server's clock.
+
+    ``rates``: the configured rate strings; ``active``: the rates that admit now (the
+    override's while one is set); ``wait``: seconds until a cost-1 call is admitted
+    (0.0: now); ``penalty_left``: seconds left of a penalty (0.0: none);
+    ``override`` and ``override_left``: the override as written and its seconds left
+    (None and 0.0: none); ``server_time``: the server's clock (seconds since the epoch).
+    """
+
+    name: str
+    rates: tuple[str, ...]
+    active: tuple[RateUsage, ...]
+    wait: float
+    penalty_left: float
+    override: str | None
+    override_left: float
+    server_time: float
+
+
+# The last admission per context (thread, asyncio task): adjust()'s default.
+_LAST: ContextVar[Admission | None] = ContextVar("celery_redislock_admission", default=None)
+
+# Per client object: limiter key base -> the `keep` (server µs) its last reply told.
+_SEEN: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+_SEEN_GUARD = threading.Lock()
+
+
+def remember(client: Any, base: str, keep: int) -> None:
+    """Note that ``client``'s server keeps ``base``'s state until ``keep`` (µs)."""
+    with _SEEN_GUARD:
+        seen = _SEEN.setdefault(client, {})
+        if keep > seen.get(base, 0):
+            seen[base] = keep
+
+
+def seen(client: Any, base: str) -> int:
+    """The ``keep`` last told to ``client`` for ``base`` (0: never)."""
+    with _SEEN_GUARD:
+        return _SEEN.get(client, {}).get(base, 0)
+
+
+class RateLimitScripts:
+    """The keys and arguments of one limiter's script calls, and their replies read."""
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        rate: object,
+        prefix: str,
+        slots: object,
+        start_spent: object,
+    ) -> None:
+        self.rates: tuple[Rate, ...] = parse_rates(rate, "rate")
+        self.slots = check_positive_int(slots, "slots")
+        if self.slots > MAX_SLOTS:
+            raise ConfigurationError(f"slots must be at most {MAX_SLOTS}, got {slots!r}")
+        self.start_spent = check_bool(start_spent, "start_spent")
+        self.space = KeySpace.build(prefix, KIND, name)
+        self.name = name
+        self.client = client
+        encode = key_encoder(client)
+        self.base = self.space.base
+        self.log = encode(self.space.key("log"))
+        self.state = encode(self.space.key("state"))
+        self.keys = [self.log, self.state]
+        self.spec = wire(self.rates)
+        self.smallest = min(rate.limit for rate in self.rates)
+
+    # -- acquire / retry_after -------------------------------------------------
+
+    def acquire_args(self, cost: object, charge: bool) -> list[Any]:
+        """ACQUIRE's ARGV for ``cost`` (checked); ``charge`` False: retry_after."""
+        units = check_cost(cost)
+        if units > self.smallest:
+            raise ConfigurationError(
+                f"cost must be at most the smallest limit of {self.name!r} "
+                f"({self.smallest}), got {cost!r}"
+            )
+        return [
+            secrets.token_hex(4),
+            self.spec,
+            units,
+            self.slots,
+            seen(self.client, self.base),
+            int(self.start_spent),
+            int(charge),
+        ]
+
+    def verdict(self, reply: Any, args: list[Any]) -> Verdict:
+        """Read ACQUIRE's reply to a call with ``args``; the admission becomes this
+        context's last (see :attr:`last_admission`)."""
+        code, now, at, id_, keep, lost = reply
+        remember(self.client, self.base, int(keep))
+        if code == 2:  # an override lowered a limit below this cost
+            raise ConfigurationError(
+                f"cost must be at most every limit of {self.name!r} now ({at}), got {args[2]!r}"
+            )
+        if code == 1:
+            admission = Admission(self.base, as_text(id_), int(args[2]), int(now) / _US)
+            _LAST.set(admission)
+            return Verdict(True, 0.0, admission, bool(lost))
+        return Verdict(False, max(0, int(at) - int(now)) / _US, None, bool(lost))
+
+    @property
+    def last_admission(self) -> Admission | None:
+        """This context's (thread's, asyncio task's) last admission by this limiter."""
+        last = _LAST.get()
+        return last if last is not None and last.limiter == self.base else None
+
+    # -- adjust, penalize, override, reset, info -------------------------------
+
+    def adjust_call(
+        self, delta: object, admission: Admission | None
+    ) -> tuple[list[Any], list[Any]]:
+        """ADJUST's KEYS and ARGV: ``delta`` units for ``admission`` (None: this
+        context's last admission by this limiter)."""
+        if isinstance(delta, bool) or not isinstance(delta, int) or delta == 0:
+            raise ConfigurationError(f"delta must be a non-zero int, got {delta!r}")
+        if abs(delta) > 10**12:
+            raise ConfigurationError(f"delta must be at most 10**12 in size, got {delta!r}")
+        target = self.last_admission if admission is None else admission
+        if target is None:
+            raise ConfigurationError(
+                f"admission must be given: no admission by {self.name!r} in this context"
+            )
+        if not isinstance(target, Admission) or target.limiter != self.base:
+            raise ConfigurationError(
+                f"admission must be an Admission of {self.name!r}, got {admission!r}"
+            )
+        nonce = secrets.token_hex(8)
+        keys = [*self.keys, key_encoder(self.client)(self.space.done(nonce))]
+        return keys, [nonce, target.id, target.cost, delta, self.slots]
+
+    def penalize_args(self, seconds: object) -> list[Any]:
+        """PENALIZE's ARGV (keys: ``[state]``): ``seconds`` >= 0."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise ConfigurationError(f"seconds must be a number >= 0, got {seconds!r}")
+        if not 0 <= seconds <= MAX_SECONDS:
+            raise ConfigurationError(f"seconds must be from 0 to {MAX_SECONDS}, got {seconds!r}")
+        return [secrets.token_hex(4), round(seconds * _US)]
+
+    def override_args(self, rate: object, ttl: object) -> list[Any]:
+        """OVERRIDE's ARGV (keys: ``[state]``) setting ``rate`` for ``ttl`` seconds."""
+        rates = parse_rates(rate, "rate")
+        ms = ttl_to_ms(ttl, "ttl")
+        return [secrets.token_hex(4), wire(rates), describe(rates), ms * 1000]
+
+    @staticmethod
+    def clear_override_args() -> list[Any]:
+        """OVERRIDE's ARGV clearing the override."""
+        return [secrets.token_hex(4), "", "", 0]
+
+    @staticmethod
+    def nonce_args() -> list[Any]:
+        """RESET's ARGV."""
+        return [secrets.token_hex(4)]
+
+    def info_args(self, cost: object = 1) -> list[Any]:
+        """INFO's ARGV."""
+        return [
+            secrets.token_hex(4),
+            self.spec,
+            check_cost(cost),
+            self.slots,
+            seen(self.client, self.base),
+            int(self.start_spent),
+        ]
+
+    def info(self, reply: Any) -> RateLimitInfo:
+        """Read INFO's reply."""
+        now, at, penalty, text, ends, rows, keep = reply
+        remember(self.client, self.base, int(keep))
+        now = int(now)
+        active = tuple(
+            RateUsage(int(rows[i]), int(rows[i + 1]) / _US, int(rows[i + 2]))
+            for i in range(0, len(rows), 3)
+        )
+        override = as_text(text) or None
+        return RateLimitInfo(
+            name=self.name,
+            rates=tuple(rate.text for rate in self.rates),
+            active=active,
+            wait=max(0, int(at) - now) / _US if int(at) >= 0 else float("inf"),
+            penalty_left=max(0, int(penalty) - now) / _US,
+            override=override,
+            override_left=max(0, int(ends) - now) / _US if override else 0.0,
+            server_time=now / _US,
+        )
+
+
+def penalty_end(reply: Any) -> float:
+    """PENALIZE's reply: the server time the penalty ends (seconds since the epoch)."""
+    return int(reply[1]) / _US
+
+
+def describe(rates: Sequence[Rate]) -> str:
+    """``"10/s, 500/m"``: rates as their caller wrote them."""
+    return ", ".join(rate.text for rate in rates)
