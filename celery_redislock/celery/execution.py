@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
+from .giveback import OUTAGE_ERRORS, give_back_later
 from .tokens import HEADERS, RESENT_HEADER
 
 if TYPE_CHECKING:
@@ -140,13 +141,24 @@ class RunState:
 
     def finish(self, reason: str) -> None:
         """Give every hold back, last first (once). Never raises: a failed release is
-        logged and its lease simply expires."""
+        logged; one that failed because Redis was unreachable is tried again when it
+        answers (:mod:`.giveback`), any other lease simply expires."""
         if self.finished:
             return
         self.finished = True
         for hold in reversed(self.holds):
             try:
                 hold.finish(reason)
+            except OUTAGE_ERRORS as exc:  # Redis unreachable: again once it answers (#29)
+                logger.error(
+                    "celery_redislock: could not give back %r of %s[%s] (%s); giving it "
+                    "back when the lock Redis answers again, else it expires by itself",
+                    hold,
+                    self.task.name,
+                    self.task_id,
+                    exc,
+                )
+                give_back_later(hold, reason, self.task.name, self.task_id)
             except Exception:
                 logger.exception(
                     "celery_redislock: could not give back %r of %s[%s]; it expires by itself",
