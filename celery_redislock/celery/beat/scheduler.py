@@ -1,0 +1,284 @@
+"""``LeaderScheduler``: any beat scheduler, sending only while its beat leads, each
+slot at most once.
+
+``celery -A proj beat -S celery_redislock.beat:LeaderScheduler`` builds the scheduler
+``redislock_beat_scheduler`` names (Celery's ``PersistentScheduler`` by default,
+django-celery-beat's ``DatabaseScheduler``, RedBeat's ``RedBeatScheduler``) with this
+class mixed in front of it, so the inner scheduler keeps its own storage, ticks and
+entries, and three of its methods are guarded:
+
+* ``tick`` -- a standby beat does not tick the inner scheduler at all (no sends, no
+  writes to a shared schedule); it checks every :data:`STANDBY_TICK` seconds whether
+  it was elected.
+* ``apply_async`` -- every send of every scheduler passes here. Before sending, the
+  beat claims the run's slot (see :mod:`.slots`) in one atomic call
+  (``beat_claim.lua``); a slot claimed already is skipped, logged and signalled. A
+  new leader first sends the slots that came due since the entry's last claimed slot
+  and were not sent (within ``redislock_beat_catch_up``), oldest first, each claimed.
+* ``reserve`` -- an interval entry's next run counts from its slot, not from when the
+  tick happened, so the inner scheduler wakes at the slots instead of drifting.
+
+Two beats that both believe they lead for a moment (a paused leader waking up) send
+nothing twice: claims of an entry only move forward in time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any, ClassVar, Final
+
+from celery import Celery
+from celery.beat import ScheduleEntry, Scheduler
+from redis.exceptions import RedisError
+
+from ...core.lease import Lease
+from ...core.lock import RedisLock
+from ...errors import ConfigurationError, RedisLockError
+from ..client import get_redis, replica_options
+from . import slots
+from .claims import BeatKeys, Claims, lock_name
+from .leader import Leadership
+from .settings import BeatSettings
+from .signals import beat_elected, beat_lease_lost, beat_slot_sent, beat_slot_skipped
+
+__all__ = [
+    "ENTRY_HEADER",
+    "SENDER_HEADER",
+    "SLOT_HEADER",
+    "STANDBY_TICK",
+    "LeaderScheduler",
+]
+
+log = logging.getLogger("celery_redislock.beat")
+
+STANDBY_TICK: Final = 0.25
+"""Seconds between a standby's checks of whether it was elected (and the longest a
+standby waits between tries for the lease)."""
+
+SLOT_HEADER: Final = "redislock_beat_slot"
+"""Message header: the slot a beat message was sent for (ISO 8601, UTC)."""
+
+ENTRY_HEADER: Final = "redislock_beat_entry"
+"""Message header: the schedule entry's name."""
+
+SENDER_HEADER: Final = "redislock_beat_sender"
+"""Message header: the owner id of the beat that claimed and sent the slot."""
+
+
+class LeaderScheduler(Scheduler):
+    """A beat scheduler that sends only while its beat holds the group's leader lease.
+
+    ``LeaderScheduler(app, ...)`` returns an instance of the inner scheduler (the
+    ``redislock_beat_scheduler`` setting) with this class in front of it: an
+    ``isinstance`` of both.
+    """
+
+    _composed: ClassVar[dict[type[Scheduler], type[LeaderScheduler]]] = {}
+
+    def __new__(cls, app: Celery, *args: Any, **kwargs: Any) -> LeaderScheduler:
+        if cls is LeaderScheduler:
+            inner = BeatSettings.from_app(app).scheduler
+            if issubclass(inner, LeaderScheduler):  # a guard cannot guard itself
+                raise ConfigurationError(
+                    "redislock_beat_scheduler must name the scheduler LeaderScheduler "
+                    f"guards, not LeaderScheduler itself, got {inner!r}"
+                )
+            cls = _compose(inner)
+        return super().__new__(cls)
+
+    def __init__(self, app: Celery, *args: Any, **kwargs: Any) -> None:
+        self.beat_settings = BeatSettings.from_app(app)
+        self._leadership: Leadership | None = None
+        self._claims: Claims | None = None
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        super().__init__(app, *args, **kwargs)
+        if getattr(self, "lock_key", None):
+            # RedBeat takes its own lock at beat_init (blocking every other beat there)
+            # and extends it on ticks: the leader lease replaces it.
+            log.info("beat: RedBeat's lock is off: the leader lease replaces it")
+            self.lock_key = None
+
+    # -- the election ------------------------------------------------------------------
+
+    def leads(self) -> bool:
+        """True while this beat holds the leader lease (as far as it knows locally)."""
+        return self._leadership is not None and self._leadership.leads()
+
+    def _elect(self) -> Leadership:
+        leadership = self._leadership
+        if leadership is None:
+            settings = self.beat_settings
+            client = get_redis(self.app)
+            lock = RedisLock(
+                client,
+                lock_name(settings.group),
+                ttl=settings.lease,
+                prefix=settings.prefix,
+                **replica_options(self.app),
+            )
+            self._claims = Claims(client, BeatKeys.of(settings.prefix, settings.group), self.owner)
+            poll = min(STANDBY_TICK, settings.lease / 10.0)
+            leadership = Leadership(lock, self.owner, poll, self._elected, self._lost)
+            self._leadership = leadership
+            leadership.start()
+        return leadership
+
+    def _elected(self, lease: Lease) -> None:
+        group = self.beat_settings.group
+        log.info(
+            "beat: leading group %r as %s (lease %g s, fence %d)",
+            group,
+            self.owner,
+            self.beat_settings.lease,
+            lease.fence,
+        )
+        beat_elected.send(sender=self, group=group, owner=self.owner)
+
+    def _lost(self, lease: Lease) -> None:
+        group = self.beat_settings.group
+        log.warning(
+            "beat: lost the leader lease of group %r (%s): sending stopped",
+            group,
+            lease.lost_reason,
+        )
+        beat_lease_lost.send(sender=self, group=group, owner=self.owner, reason=lease.lost_reason)
+
+    # -- the guarded methods -------------------------------------------------------------
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        if not self._elect().leads():
+            return min(STANDBY_TICK, float(self.max_interval or STANDBY_TICK))
+        result: float = super().tick(*args, **kwargs)
+        return result
+
+    def reserve(self, entry: ScheduleEntry) -> Any:
+        new_entry = super().reserve(entry)
+        interval = slots.interval_ms(entry.schedule)
+        if interval is not None and isinstance(new_entry, ScheduleEntry):
+            # The next run is due one interval after this slot (not after this tick).
+            new_entry.last_run_at = slots.as_datetime(_now_ms() // interval * interval)
+        return new_entry
+
+    def apply_async(
+        self, entry: ScheduleEntry, producer: Any = None, advance: bool = True, **kwargs: Any
+    ) -> Any:
+        leadership = self._leadership
+        claims = self._claims
+        result = None
+        if leadership is None or claims is None or not leadership.leads():
+            log.debug("beat: not the leader: %s not sent", entry.name)
+            return None
+        name = str(entry.name)
+        try:
+            for slot in self._slots(entry, claims):
+                if not leadership.leads():
+                    break  # lost meanwhile: the one line was logged by _lost
+                granted, last = claims.claim(name, slot)
+                when = slots.as_datetime(slot)
+                if not granted:
+                    self._skipped(name, when, slots.as_datetime(last))
+                    continue
+                stamped = _stamped(entry, when, self.owner)
+                result = super().apply_async(stamped, producer, False, **kwargs)
+                beat_slot_sent.send(sender=self, entry=name, slot=when)
+        except (RedisError, RedisLockError) as exc:
+            # Not sent; the next leader (or this one, later) sends it in its catch-up.
+            log.warning("beat: %s not sent: cannot claim its slot on the lock Redis: %s", name, exc)
+        if advance:
+            self.reserve(entry)
+        return result
+
+    def _skipped(self, name: str, when: datetime, last: datetime) -> None:
+        log.info(
+            "beat: %s at %s was sent already (last slot sent %s): skipped",
+            name,
+            when.isoformat(),
+            last.isoformat(),
+        )
+        beat_slot_skipped.send(sender=self, entry=name, slot=when, last=last)
+
+    def _slots(self, entry: ScheduleEntry, claims: Claims) -> Iterator[int]:
+        """The slots of ``entry`` to claim now, oldest first."""
+        name = str(entry.name)
+        now_ms = _now_ms()
+        last = claims.last(name)
+        window_start = now_ms - round(self.beat_settings.catch_up * 1000)
+        after = window_start if last is None else max(last, window_start)
+        due = slots.due_slots(entry.schedule, after, now_ms)
+        if due is None:  # not aligned: one slot, from the entry's last run
+            slot = slots.fallback_slot(entry.schedule, entry.last_run_at, now_ms)
+            if last is None or slot > last:
+                yield slot
+            return
+        if last is None or self.beat_settings.catch_up == 0:
+            # Nothing sent yet (no history to make up), or no catch-up asked for: the
+            # latest slot only, as Celery sends one run for any number missed.
+            due = due[-1:]
+        elif last < window_start:
+            log.warning(
+                "beat: %s: slots after %s and before %s were not sent and are older than "
+                "redislock_beat_catch_up (%g s): not sent",
+                name,
+                slots.as_datetime(last).isoformat(),
+                slots.as_datetime(window_start).isoformat(),
+                self.beat_settings.catch_up,
+            )
+        if not due and last is None:
+            # The inner scheduler says due, but no slot lies in the window (a run
+            # missed long ago): send that one run, as Celery would.
+            yield slots.fallback_slot(entry.schedule, entry.last_run_at, now_ms)
+            return
+        yield from due
+
+    def close(self) -> None:
+        leadership, self._leadership = self._leadership, None
+        if leadership is not None:
+            leadership.stop()  # released: a standby takes over at once
+        super().close()
+
+    @property
+    def info(self) -> str:
+        settings = self.beat_settings
+        inner: str = super().info
+        own = (
+            f"    . leader lease -> group {settings.group!r}, {settings.lease:g} s "
+            f"(guarding {settings.scheduler.__module__}.{settings.scheduler.__name__})"
+        )
+        return f"{inner}\n{own}" if inner else own
+
+
+def _compose(inner: type[Scheduler]) -> type[LeaderScheduler]:
+    """The class ``LeaderScheduler`` + ``inner`` (made once per inner class)."""
+    composed = LeaderScheduler._composed.get(inner)
+    if composed is None:
+        composed = type(
+            f"LeaderScheduler[{inner.__name__}]",
+            (LeaderScheduler, inner),
+            {"__module__": __name__, "__qualname__": f"LeaderScheduler[{inner.__qualname__}]"},
+        )
+        LeaderScheduler._composed[inner] = composed
+    return composed
+
+
+def _stamped(entry: ScheduleEntry, slot: Any, owner: str) -> ScheduleEntry:
+    """A shallow copy of ``entry`` whose message carries the slot headers."""
+    stamped: ScheduleEntry = object.__new__(type(entry))
+    stamped.__dict__.update(entry.__dict__)
+    options = dict(entry.options or {})
+    headers = dict(options.get("headers") or {})
+    headers[SLOT_HEADER] = slot.isoformat()
+    headers[ENTRY_HEADER] = entry.name
+    headers[SENDER_HEADER] = owner
+    options["headers"] = headers
+    stamped.options = options
+    return stamped
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
