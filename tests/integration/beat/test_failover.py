@@ -113,6 +113,7 @@ def test_three_beats_each_slot_once_through_cut_kill_and_pause(
             third = wait_new_leader([b for b in beats if b is not second], second, 30)
             time.sleep(3)
 
+            losses = third.log().count("lost the leader lease")
             third.signal(signal.SIGSTOP)  # paused for longer than its lease
             fourth = wait_new_leader([b for b in beats if b not in (second, third)], third, 30)
             time.sleep(2)
@@ -143,4 +144,4 @@ def test_three_beats_each_slot_once_through_cut_kill_and_pause(
         if r.sender == third_owner and r.slot and resumed_at < r.slot < stopping_at
     ]
     assert not late, f"the resumed beat sent {late}\n{logs}"
-    assert third.log().count("lost the leader lease") == 1, logs
+    assert third.log().count("lost the leader lease") == losses + 1, logs  # one line
