@@ -1,8 +1,9 @@
 """Redlock: one lock over N independent Redis masters, granted by a majority.
 
-``lock.py`` the lock (acquire, wait, release, extend); ``rounds.py`` one round of a
-script on every master, counted against the majority; ``masters.py`` the masters'
-own connections and the parallel fan-out; ``lease.py`` the lease and its renewal.
+``lock.py`` the lock (acquire, release, extend, held, operators' calls); ``wait.py``
+a blocking acquire; ``rounds.py`` one round of a script on every master, counted
+against the majority; ``fanout.py`` the parallel fan-out over ``masters.py``, the
+masters' own connections; ``lease.py`` the lease and its renewal.
 Imports the core and redis-py only.
 """
 

@@ -22,21 +22,23 @@ than that).
 from __future__ import annotations
 
 import math
-import secrets
 import time
-from typing import Any
+
+from redis import Redis
+from redis.typing import EncodableT, KeyT
 
 from ...errors import ConfigurationError, RedlockUnavailable
+from ..info import PrimitiveInfo
 from ..keys import DEFAULT_PREFIX
 from ..lease import OnLost
+from ..lock import RedisLock
+from ..lock_scripts import LockScripts
 from ..primitive import Primitive, fresh_token
 from ..validate import acquire_deadline, check_bool, ttl_to_ms
 from . import rounds
 from .fanout import fan_out
 from .lease import RedlockLease, keep_alive
-from .masters import Master, check_masters
-from .operations import RedlockOperations
-from .prepared import Prepared
+from .masters import Call, Master, check_masters
 from .wait import wait_for_lease
 
 __all__ = ["FENCE_LEAD_US", "RedlockLock"]
@@ -47,7 +49,7 @@ above every master's own proposal, they all grant this same fence and no floor n
 raising (one round trip)."""
 
 
-class RedlockLock(RedlockOperations, Primitive):
+class RedlockLock(Primitive):
     """A lock held by a majority of N >= 3 (odd) independent Redis masters.
 
     Same contract as :class:`~celery_redislock.RedisLock` (``acquire``, ``with``,
@@ -74,7 +76,7 @@ class RedlockLock(RedlockOperations, Primitive):
 
     def __init__(
         self,
-        clients: list[Any],
+        clients: list[Redis],
         name: str,
         *,
         ttl: float = 30.0,
@@ -113,23 +115,8 @@ class RedlockLock(RedlockOperations, Primitive):
         ):
             raise ConfigurationError(f"retry_jitter must be seconds >= 0, got {retry_jitter!r}")
         self._jitter = float(retry_jitter)
-        keys = self._keys
-        holders, fence, queue, alive, asks = (
-            key.encode() for key in (keys.holders, keys.fence, keys.queue, keys.alive, keys.asks)
-        )
-        self._acquire_keys = [holders, fence, queue, alive, asks]
-        self._release_keys = [holders, queue, alive, asks, fence]
-        self._queue_keys = [holders, queue, alive, asks]
-        self._holders_key = [holders]
-        self._adopt_keys = [holders, fence]
-        self._fence_key = fence
-        self._prepared = Prepared(
-            self._acquire_keys,
-            self._release_keys,
-            keys.done("").encode(),
-            f"{prefix}:redlock:boot:",
-            self._max_ttl_ms,
-        )
+        self._scripts = LockScripts(self._masters[0].client, self._keys)
+        self._boot_prefix = f"{prefix}:redlock:boot:"
 
     @property
     def masters(self) -> list[str]:
@@ -137,7 +124,7 @@ class RedlockLock(RedlockOperations, Primitive):
         return [master.label for master in self._masters]
 
     @property
-    def clients(self) -> list[Any]:
+    def clients(self) -> list[Redis]:
         """The masters' clients, in the order given."""
         return [master.client for master in self._masters]
 
@@ -208,14 +195,9 @@ class RedlockLock(RedlockOperations, Primitive):
         None when fewer than a majority could hand it over."""
         ttl_ms = self._ttl_ms if ttl is None else self._check_ttl(ttl, "ttl")
         new_token = new_token or fresh_token()[0]
-        nonce = secrets.token_hex(16)  # this call's: a re-send is told the lease it made
+        keys, args = self._scripts.adopt_call(token, new_token, ttl_ms, owner)
         fence, sent_at, adopted = rounds.adopt(
-            self._masters,
-            [*self._adopt_keys, self._keys.done(nonce).encode()],
-            [token, new_token, ttl_ms, owner or "", nonce],
-            ttl_ms,
-            self.quorum,
-            self._timeout,
+            self._masters, keys, args, ttl_ms, self.quorum, self._timeout
         )
         valid_until = sent_at + ttl_ms / 1000 - self._drift_s(ttl_ms)
         if not fence or valid_until <= time.monotonic():
@@ -238,9 +220,25 @@ class RedlockLock(RedlockOperations, Primitive):
         )
         return self._started(lease, renew, on_lost)
 
-    def _release_call_keys(self, token: str) -> list[bytes]:
+    def _release_call_keys(self, token: str) -> list[KeyT]:
         """lock_release.lua's KEYS for ``token``: with its record for re-sends."""
-        return [*self._release_keys, self._keys.done(token).encode()]
+        return self._scripts.release_call(token)
+
+    def _acquire_call(self, token: str, args: list[EncodableT]) -> Call:
+        """``lock_acquire.lua`` with ARGV ``[token, *args]``; its last KEY is the boot
+        marker of the master's server, named after its run id (see the module docs)."""
+        keys = self._scripts.acquire_keys
+        boot = f"{self._boot_prefix}{{}}:{self._max_ttl_ms}"
+
+        def keys_for(run_id: str) -> list[KeyT]:
+            return [*keys, boot.format(run_id)]
+
+        return Call(rounds.ACQUIRE, keys, [token, *args], keys_for)
+
+    def _release_call(self, token: str, record: bytes) -> Call:
+        """``lock_release.lua`` of lease ``token``, ``record`` its ARGV[2] ("0": no
+        release record unless waiters are queued; "1": always one)."""
+        return Call(rounds.RELEASE, self._release_call_keys(token), [token, record])
 
     def _started(
         self, lease: RedlockLease, renew: bool | None, on_lost: OnLost | None
@@ -278,18 +276,23 @@ class RedlockLock(RedlockOperations, Primitive):
         now_us = time.time_ns() // 1000
         if floor <= now_us:  # no fence handed over, or one behind this clock
             floor = now_us + FENCE_LEAD_US
-        args = [ttl_ms, owner or "", b"1" if ticket else b"0", floor, self._max_ttl_ms]
+        args: list[EncodableT] = [
+            ttl_ms,
+            owner or "",
+            b"1" if ticket else b"0",
+            floor,
+            self._max_ttl_ms,
+        ]
         if ticket:
             args.append(ticket)
-        token_b = token.encode()
         outcome = rounds.attempt(
-            self._masters, self._prepared, token_b, args, ttl_ms, self._timeout
+            self._masters, self._acquire_call(token, args), ttl_ms, self._timeout
         )
         grants = outcome.grants
         if len(grants) >= self.quorum:
             fence = max(granted for granted, _ in grants.values())
             stored = rounds.raise_floors(
-                self._masters, self._fence_key, grants, fence, self._timeout
+                self._masters, self._scripts.acquire_keys[1], grants, fence, self._timeout
             )
             expiries = sorted((start for _, start in grants.values()), reverse=True)
             valid_until = expiries[self.quorum - 1] + ttl_ms / 1000 - self._drift_s(ttl_ms)
@@ -307,7 +310,7 @@ class RedlockLock(RedlockOperations, Primitive):
             rounds.run_call(
                 self._masters,
                 sorted({*grants, *outcome.errors, *outcome.late}),
-                self._prepared.release(token_b, b"1"),
+                self._release_call(token, b"1"),
                 self._timeout,
             )
         return None, outcome
@@ -321,13 +324,56 @@ class RedlockLock(RedlockOperations, Primitive):
     def __repr__(self) -> str:
         return f"<RedlockLock {self.name!r} ttl={self.ttl} masters={self.masters}>"
 
+    # -- for operators and tools -------------------------------------------------------
+
+    def release_owner(self, owner: str) -> int:
+        """Release the lock on every master where its owner id is ``owner``; returns
+        the number of masters where leases were released."""
+        if not isinstance(owner, str) or not owner:
+            raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
+        return self._release_owner(owner)
+
+    def force_release(self) -> int:
+        """Release the lock on every master, whoever holds it (for operators)."""
+        return self._release_owner("")
+
+    def _release_owner(self, owner: str) -> int:
+        keys, args = self._scripts.release_owner_call(owner)  # a re-send: the same count
+        replies = rounds.run_each(
+            self._masters,
+            list(range(len(self._masters))),
+            rounds.RELEASE_OWNER,
+            keys,
+            args,
+            self._timeout,
+        )
+        return sum(1 for reply in replies.values() if isinstance(reply, int) and reply > 0)
+
+    def locked(self) -> bool:
+        """True while a majority of the masters hold the lock."""
+        views = self.info_by_master().values()
+        held = sum(1 for info in views if isinstance(info, PrimitiveInfo) and info.holders)
+        return held >= self.quorum
+
+    def info_by_master(self) -> dict[str, PrimitiveInfo | Exception]:
+        """Each master's view of the lock (``host:port`` -> its info, or the error)."""
+        views: dict[str, PrimitiveInfo | Exception] = {}
+        for master in self._masters:
+            try:
+                views[master.label] = RedisLock(
+                    master.client, self.name, prefix=self._keys.prefix
+                ).info()
+            except Exception as exc:  # a master down is part of the picture
+                views[master.label] = exc
+        return views
+
     # -- the lease's side --------------------------------------------------------------
 
     def _release_token(self, token: str) -> bool:
         # No release record ("0"): a fan-out never re-sends, none needs the first answer.
         replies = fan_out(
             self._masters,
-            self._prepared.release(token.encode(), b"0"),
+            self._release_call(token, b"0"),
             self._timeout,
             (self.quorum, rounds.confirmed),
         )
@@ -346,7 +392,7 @@ class RedlockLock(RedlockOperations, Primitive):
             self._masters,
             list(range(len(self._masters))),
             rounds.EXTEND,
-            self._holders_key,
+            self._scripts.holders_key,
             [token, ttl_ms],
             self._timeout,
             (self.quorum, rounds.confirmed),
@@ -354,6 +400,7 @@ class RedlockLock(RedlockOperations, Primitive):
         held = sum(1 for reply in replies.values() if reply == 1)
         gone = sum(1 for reply in replies.values() if reply == 0)
         errors = {i: r for i, r in replies.items() if isinstance(r, BaseException)}
+        # A master that answered neither (an unexpected reply) counts as unknown.
         if held >= self.quorum:
             return True, sent_at + ttl_ms / 1000 - self._drift_s(ttl_ms), ""
         if len(self._masters) - gone < self.quorum:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+
+from redis.typing import EncodableT, KeyT
 
 from ..lock_scripts import (
     ACQUIRE,
@@ -29,9 +30,7 @@ from ..lock_scripts import (
 from ..scripts import LuaScript
 from ..waiting import Grant
 from .fanout import Enough, fan_out
-from .masters import Master
-from .prepared import Prepared
-from .wire import Call
+from .masters import Call, Master
 
 __all__ = [
     "ACQUIRE",
@@ -42,7 +41,11 @@ __all__ = [
     "RELEASE",
     "RELEASE_OWNER",
     "Round",
+    "attempt",
+    "confirmed",
     "errors_text",
+    "granted",
+    "raise_floors",
     "run_call",
     "run_each",
 ]
@@ -55,7 +58,7 @@ class Round:
     """The outcome of one acquire attempt on every master."""
 
     grants: dict[int, Grant] = field(default_factory=dict)  # master index -> grant
-    refused: dict[int, Any] = field(default_factory=dict)  # master index -> reply
+    refused: dict[int, list[object]] = field(default_factory=dict)  # master -> refusal
     errors: dict[int, BaseException] = field(default_factory=dict)
     late: list[int] = field(default_factory=list)  # asked, not read: a majority granted
 
@@ -82,28 +85,21 @@ class Round:
         return None
 
 
-def attempt(
-    masters: list[Master],
-    prepared: Prepared,
-    token: bytes,
-    args: list[Any],
-    ttl_ms: int,
-    timeout: float,
-) -> Round:
-    """Send ``lock_acquire.lua`` (ARGV ``[token, *args]``) to every master; sort the
-    replies."""
-    call, packed_for = prepared.acquire(token, args)
+def attempt(masters: list[Master], call: Call, ttl_ms: int, timeout: float) -> Round:
+    """Send ``call`` (``lock_acquire.lua``) to every master; sort the replies."""
     sent_at = time.monotonic()
     outcome = Round()
     quorum = len(masters) // 2 + 1
-    answers = fan_out(masters, call, timeout, (quorum, granted), packed_for)
+    answers = fan_out(masters, call, timeout, (quorum, granted))
     for index, answer in enumerate(answers):
-        if answer.__class__ is int:  # the commonest: a new lease's fence
+        if isinstance(answer, int):  # the commonest: a new lease's fence
             outcome.grants[index] = (answer, sent_at)
         elif answer is None:
             outcome.late.append(index)
         elif isinstance(answer, BaseException):
             outcome.errors[index] = answer
+        elif not isinstance(answer, list):
+            outcome.errors[index] = TypeError(f"{call.script.name} answered {answer!r:.200}")
         elif (grant := acquire_reply(answer, sent_at, ttl_ms)) is None:
             outcome.refused[index] = answer
         else:
@@ -111,18 +107,18 @@ def attempt(
     return outcome
 
 
-def granted(answer: Any) -> bool:
+def granted(answer: object) -> bool:
     """True for a ``lock_acquire.lua`` reply that grants (a fence, or {1, ...})."""
-    return answer.__class__ is int or (answer.__class__ is list and answer[0] == 1)
+    return isinstance(answer, int) or (isinstance(answer, list) and answer[0] == 1)
 
 
-def confirmed(answer: Any) -> bool:
+def confirmed(answer: object) -> bool:
     """True for a release's or an extend's 1."""
-    return answer.__class__ is int and answer == 1
+    return answer == 1
 
 
 def raise_floors(
-    masters: list[Master], fence_key: Any, grants: dict[int, Grant], fence: int, timeout: float
+    masters: list[Master], fence_key: KeyT, grants: dict[int, Grant], fence: int, timeout: float
 ) -> int:
     """Raise the fence counter of every granting master below ``fence`` to it; return
     how many granting masters store a fence >= ``fence`` (at least a majority, when
@@ -147,11 +143,11 @@ def run_each(
     masters: list[Master],
     indexes: list[int],
     script: LuaScript,
-    keys: list[Any],
-    args: list[Any],
+    keys: list[KeyT],
+    args: list[EncodableT],
     timeout: float,
     enough: Enough | None = None,
-) -> dict[int, Any]:
+) -> dict[int, object]:
     """Run one script with the same KEYS/ARGV on ``masters[i]`` for each ``i`` in
     ``indexes``; see :func:`run_call`."""
     return run_call(masters, indexes, Call(script, keys, args), timeout, enough)
@@ -163,7 +159,7 @@ def run_call(
     call: Call,
     timeout: float,
     enough: Enough | None = None,
-) -> dict[int, Any]:
+) -> dict[int, object]:
     """Send ``call`` to ``masters[i]`` for each ``i`` in ``indexes``; each master's
     reply or exception by index (None: not read, the round ended when ``enough``
     answered: see :func:`~.fanout.fan_out`)."""
@@ -173,7 +169,7 @@ def run_call(
     return dict(zip(indexes, fan_out(chosen, call, timeout, enough), strict=True))
 
 
-def errors_text(masters: list[Master], errors: dict[int, Any]) -> str:
+def errors_text(masters: list[Master], errors: dict[int, BaseException]) -> str:
     """``host:port: error; ...`` for the masters that failed."""
     return "; ".join(
         f"{masters[i].label}: {type(exc).__name__}: {exc}" for i, exc in sorted(errors.items())
@@ -182,8 +178,8 @@ def errors_text(masters: list[Master], errors: dict[int, Any]) -> str:
 
 def adopt(
     masters: list[Master],
-    keys: list[Any],
-    args: list[Any],
+    keys: list[KeyT],
+    args: list[EncodableT],
     ttl_ms: int,
     quorum: int,
     timeout: float,
@@ -199,7 +195,7 @@ def adopt(
     grants = {
         i: adopt_reply(reply, sent_at, ttl_ms)
         for i, reply in replies.items()
-        if not isinstance(reply, BaseException)
+        if isinstance(reply, list)
     }
     fences = {i: grant[0] if grant else 0 for i, grant in grants.items()}
     adopted = [i for i, fence in fences.items() if fence]

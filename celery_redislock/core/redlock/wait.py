@@ -18,9 +18,11 @@ import random
 import time
 from typing import Protocol
 
+from redis.typing import KeyT
+
 from ...errors import RedlockUnavailable
 from ..keys import KeySpace
-from ..lock_scripts import leave_reply
+from ..lock_scripts import LockScripts, leave_reply
 from ..waiting import Notifier, poll_slice
 from . import rounds
 from .lease import RedlockLease
@@ -42,7 +44,7 @@ class Waiting(Protocol):
     quorum: int
     _keys: KeySpace
     _masters: list[Master]
-    _queue_keys: list[bytes]
+    _scripts: LockScripts
     _timeout: float
     _jitter: float
 
@@ -58,7 +60,7 @@ class Waiting(Protocol):
 
     def _unavailable(self, outcome: rounds.Round) -> RedlockUnavailable: ...
 
-    def _release_call_keys(self, token: str) -> list[bytes]: ...
+    def _release_call_keys(self, token: str) -> list[KeyT]: ...
 
 
 def wait_for_lease(
@@ -142,8 +144,8 @@ def _leave(lock: Waiting, token: str, granted: bool, indexes: list[int]) -> None
         lock._masters,
         indexes,
         rounds.LEAVE,
-        lock._queue_keys,
-        [token, "lock"],
+        lock._scripts.queue_keys,
+        lock._scripts.leave_args(token),
         lock._timeout,
         (0, rounds.confirmed) if granted else None,
     )

@@ -96,9 +96,7 @@ def test_a_master_restarted_empty_grants_nothing_while_an_old_lease_may_live(
     lock = make(three)
     outcome = rounds.attempt(
         lock._masters,
-        lock._prepared,
-        b"probe",
-        [1000, "", b"0", 0, round(GRACE * 1000)],
+        lock._acquire_call("probe", [1000, "", b"0", 0, round(GRACE * 1000)]),
         1000,
         1.0,
     )

@@ -41,7 +41,7 @@ def test_a_stopped_minority_costs_a_round_nothing_and_catches_up_in_order(
     warm = lock.acquire(blocking=False)  # connections made, scripts loaded
     assert warm is not None and warm.release()
     stopped = lock._masters[4]
-    connection = stopped._idle[-1]
+    link = stopped._idle[-1]
     assert masters[4].process is not None
     os.kill(masters[4].process.pid, signal.SIGSTOP)
     try:
@@ -56,7 +56,7 @@ def test_a_stopped_minority_costs_a_round_nothing_and_catches_up_in_order(
     for _ in range(3):
         again = lock.acquire(blocking=False)
         assert again is not None and again.fence > lease.fence and again.release()
-    assert stopped._idle == [connection] and connection._sock is not None
+    assert stopped._idle == [link] and link.connected
     wait_free(clients)
 
 
@@ -105,9 +105,7 @@ def test_a_master_that_is_down_is_tried_again_after_a_backoff_not_every_round(
         start = time.monotonic()
         outcome = rounds.attempt(
             lock._masters,
-            lock._prepared,
-            b"probe",
-            [1000, "", b"0", 0, round(GRACE * 1000)],
+            lock._acquire_call("probe", [1000, "", b"0", 0, round(GRACE * 1000)]),
             1000,
             1.0,
         )
