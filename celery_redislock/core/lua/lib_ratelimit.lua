@@ -30,7 +30,8 @@
 --       the earliest µs at which `cost` is admitted (<= now: now; penalty included);
 --       -L when cost exceeds limit L of an active rate (never admissible).
 --   rl_charge(log, state, charged, cost, slots, now) -> admission id
---       admit and charge now (call only when rl_when(...) <= now): the id
+--       admit and charge now (after rl_prepare in the same script, and only when
+--       rl_when(...) <= now, or the limit may be exceeded): the id
 --       (comma-separated members) is what rl_adjust corrects later.
 --   rl_keep(key, keep, now)  keeps a key written outside these helpers until `keep` µs.
 
@@ -188,18 +189,20 @@ end
 
 -- See the interface above.
 local function rl_when(log, state, active, cost, now)
-  local at = tonumber(redis.call('HGET', state, 'penalty') or 0)
+  local fields = {'penalty'}
+  for i, rate in ipairs(active) do fields[i + 1] = 't:' .. string.format('%d', rate[2]) end
+  local values = redis.call('HMGET', state, unpack(fields))
+  local at = tonumber(values[1] or 0)
   if at < now then at = now end
-  for _, rate in ipairs(active) do
-    local limit, field = rate[1], 't:' .. string.format('%d', rate[2])
+  for i, rate in ipairs(active) do
+    local limit = rate[1]
     if cost > limit then return -limit end
-    local freed = now
+    local total, freed = tonumber(values[i + 1] or 0), now
     for _ = 1, 2 do -- twice when the first walk corrected the total
-      local total = tonumber(redis.call('HGET', state, field) or 0)
       if total + cost <= limit then break end
       freed = rl_freed_at(log, state, rate[2], total + cost - limit, now)
       if freed then break end
-      freed = now
+      freed, total = now, tonumber(redis.call('HGET', state, fields[i + 1]) or 0)
     end
     if freed > at then at = freed end
   end
@@ -213,7 +216,8 @@ local function rl_charge(log, state, charged, cost, slots, now)
     members[i] = rl_charge_period(log, state, period, cost, slots, now)
     if period > longest then longest = period end
   end
-  rl_hold(log, state, longest, now)
+  -- rl_prepare held both keys; a log made just now has no expiry yet.
+  if redis.call('PTTL', log) == -1 then rl_hold(log, state, longest, now) end
   return table.concat(members, ',')
 end
 
