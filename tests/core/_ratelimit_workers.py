@@ -10,7 +10,16 @@ import redis
 from celery_redislock import RedisRateLimiter
 
 
-def hammer(url: str, name: str, rate: Any, seconds: float, shift: float, go: Any, out: Any) -> None:
+def hammer(
+    url: str,
+    name: str,
+    rate: Any,
+    seconds: float,
+    shift: float,
+    go: Any,
+    out: Any,
+    slots: int = 1000,
+) -> None:
     """Acquire ``name`` as fast as admitted for ``seconds``; report each admission's
     server time (``last_admission.at``). ``shift``: this process's wall clock
     (``time.time``) is moved by that many seconds first -- the limiter must not care."""
@@ -18,7 +27,7 @@ def hammer(url: str, name: str, rate: Any, seconds: float, shift: float, go: Any
         wall = time.time
         time.time = lambda: wall() + shift  # type: ignore[assignment]
     client = redis.Redis.from_url(url)
-    limiter = RedisRateLimiter(client, name, rate=rate)
+    limiter = RedisRateLimiter(client, name, rate=rate, slots=slots)
     limiter.retry_after()  # connected before the start
     go.wait(30)
     end = time.monotonic() + seconds
