@@ -24,6 +24,7 @@ from typing import Protocol
 from ...errors import ConfigurationError
 from ..lease import Lease, current_pid
 from ..renewal.entry import report
+from ..renewal.schedule import EARLY
 from ..validate import check_bool, ttl_to_ms
 
 __all__ = ["Majority", "RedlockLease", "keep_alive"]
@@ -62,19 +63,30 @@ class RedlockLease(Lease):
         ``add=True``, to the time it has left (by the local deadline) plus ``ttl``.
 
         True when a majority confirmed in time; False (and :attr:`lost` set) when
-        no majority holds it any more. An expired lease is never brought back.
+        no majority holds it any more, or when none confirmed it before its local
+        deadline: a round that too few masters answered (stalled, unreachable) is
+        tried again until then, as renewal does. An expired lease is never brought
+        back.
         """
         if check_bool(add, "add") and ttl is None:
             raise ConfigurationError("extend(add=True) needs ttl, the seconds to add; got None")
         if self._released or self._pid != current_pid():
             return False
         lock: Majority = self._holder  # type: ignore[assignment]
-        if add:
-            ttl = max(0.0, self.remaining()) + ttl_to_ms(ttl) / 1000
-        ttl_ms = lock._check_ttl(self.ttl if ttl is None else ttl, "ttl")
-        held, deadline, error = lock._extend_all(self.token, ttl_ms)
-        if held and self._confirmed(ttl_ms, deadline):
-            return True
+        added = None if not add else ttl_to_ms(ttl) / 1000
+        if added is None:
+            ttl_ms = lock._check_ttl(self.ttl if ttl is None else ttl, "ttl")
+        while True:
+            if added is not None:
+                ttl_ms = lock._check_ttl(max(0.0, self.remaining()) + added, "ttl")
+            held, deadline, error = lock._extend_all(self.token, ttl_ms)
+            if held and self._confirmed(ttl_ms, deadline):
+                return True
+            left = self.remaining()
+            if held is False or left <= 0 or self._released:
+                break
+            # As renewal retries a failed call (renewal/schedule.py): soon, not at once.
+            time.sleep(min(max(0.02, min(self.ttl * EARLY, 1.0)), left))
         self._mark_lost(
             f"extend found no majority of {lock.quorum} masters holding the "
             f"lease in time ({error or 'validity passed'})"

@@ -32,7 +32,7 @@ from ..info import PrimitiveInfo
 from ..keys import DEFAULT_PREFIX
 from ..lease import OnLost
 from ..lock import RedisLock
-from ..lock_scripts import LockScripts
+from ..lock_scripts import HELD, LockScripts
 from ..primitive import Primitive, fresh_token
 from ..validate import acquire_deadline, check_bool, ttl_to_ms
 from . import rounds
@@ -384,6 +384,33 @@ class RedlockLock(Primitive):
         ttl_ms = self._check_ttl(ttl_ms / 1000, "ttl")
         return self._extend_all(token, ttl_ms)[0] is True
 
+    def _held_token(self, token: str) -> int:
+        """The ms ``token``'s lease has left on a majority (less the drift allowance),
+        0 when fewer than a majority can still hold it (``Lease.held``); raises
+        ``RedlockUnavailable`` when too few masters answered to tell."""
+        replies = rounds.run_each(
+            self._masters,
+            list(range(len(self._masters))),
+            HELD,
+            self._scripts.holders_key,
+            [token],
+            self._timeout,
+            (self.quorum, _positive),
+        )
+        lefts = sorted((r for r in replies.values() if isinstance(r, int) and r > 0), reverse=True)
+        if len(lefts) >= self.quorum:
+            left_ms = lefts[self.quorum - 1]
+            return max(0, left_ms - math.ceil(self._drift_s(left_ms) * 1000))
+        gone = sum(1 for reply in replies.values() if reply == 0)
+        if len(self._masters) - gone < self.quorum:
+            return 0
+        errors = {i: r for i, r in replies.items() if isinstance(r, BaseException)}
+        raise RedlockUnavailable(
+            f"Redlock {self.name!r}: held() had answers from {len(replies) - len(errors)} "
+            f"of {len(self._masters)} masters, {self.quorum} needed: "
+            f"{rounds.errors_text(self._masters, errors)}"
+        )
+
     def _extend_all(self, token: str, ttl_ms: int) -> tuple[bool | None, float, str]:
         """Extend on every master: (True, new local deadline, "") with a majority;
         (False, 0, why) when too few can still hold it; (None, 0, errors) otherwise."""
@@ -406,3 +433,8 @@ class RedlockLock(Primitive):
         if len(self._masters) - gone < self.quorum:
             return False, 0.0, f"{gone} of {len(self._masters)} masters no longer hold it"
         return None, 0.0, rounds.errors_text(self._masters, errors) or "no majority"
+
+
+def _positive(reply: object) -> bool:
+    """True for a ``lock_held.lua`` reply that the lease is live (its ms left)."""
+    return isinstance(reply, int) and reply > 0

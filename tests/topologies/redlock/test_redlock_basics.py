@@ -154,3 +154,24 @@ def test_a_majority_granted_too_late_is_no_grant(
     finally:
         for proxy in proxies:
             proxy.stop()
+
+
+def test_held_asks_the_masters_as_the_single_server_lease_does(
+    clients: list[redis.Redis],
+) -> None:
+    # #30 item 6: RedlockLease.held() raised NotImplementedError.
+    lock = make(clients)
+    lease = lock.acquire(blocking=False)
+    assert lease is not None
+    assert lease.held() and not lease.lost
+    assert 0 < lease.remaining() <= GRACE
+    for client in clients[:2]:  # a minority forgets it: still held by a majority
+        RedisLock(client, "job").force_release()
+    assert lease.held() and not lease.lost
+    RedisLock(clients[2], "job").force_release()  # now only two of five hold it
+    assert not lease.held()
+    assert lease.lost and "held()" in (lease.lost_reason or "")
+    assert not lease.release()
+    released = lock.acquire(blocking=False)
+    assert released is not None and released.release()
+    assert not released.held()  # a released lease answers False without asking

@@ -170,3 +170,52 @@ def test_a_waiter_is_woken_by_the_release_not_by_a_poll(clients: list[redis.Redi
     took = time.monotonic() - started
     assert second is not None and second.release()
     assert 0.25 < took < 0.8, took
+
+
+def test_an_extend_no_master_answered_in_time_waits_as_renewal_does(
+    masters: list[RedisServer], clients: list[redis.Redis]
+) -> None:
+    # #30 item 6: every master stalled for a moment (0.3 s of a 1 s lease, each round
+    # waiting 0.1 s): extend() answered False and marked the lease lost at once, and
+    # leaving the block raised LockNotOwned after its own release removed the lease.
+    # It is held by every master all along: extend() waits, as renewal does.
+    three, pids = clients[:3], [server.process.pid for server in masters[:3]]  # type: ignore[union-attr]
+    lock = make(three, master_timeout=0.1)
+
+    def resume() -> None:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+    with lock as lease:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        timer = threading.Timer(0.3, resume)
+        timer.start()
+        try:
+            started = time.monotonic()
+            extended = lease.extend()
+            took = time.monotonic() - started
+        finally:
+            timer.cancel()
+            resume()
+        assert extended and not lease.lost, lease.lost_reason
+        assert 0.25 < took < GRACE, took
+    assert not lock.locked()  # released on leaving the block, which raised nothing
+
+
+def test_an_extend_no_master_answers_until_the_deadline_is_a_loss_there(
+    masters: list[RedisServer], clients: list[redis.Redis]
+) -> None:
+    three, pids = clients[:3], [server.process.pid for server in masters[:3]]  # type: ignore[union-attr]
+    lease = make(three, master_timeout=0.1).acquire(blocking=False)
+    assert lease is not None
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        assert not lease.extend()
+        took = time.monotonic() - started
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert lease.lost and took < GRACE + 1.0, took
