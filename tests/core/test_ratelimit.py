@@ -191,3 +191,14 @@ def test_rate_limited_is_ours_and_pickles() -> None:
     assert isinstance(error, RedisLockError) and error.retry_after == 2.5
     again = pickle.loads(pickle.dumps(error))
     assert again.retry_after == 2.5 and str(again) == str(error)
+
+
+def test_a_resent_adjust_moves_nothing_again(r: redis.Redis) -> None:
+    from celery_redislock.core.ratelimit_scripts import ADJUST
+
+    limiter = RedisRateLimiter(r, "tokens", rate="10/s")
+    assert limiter.acquire(5)
+    keys, args = limiter._scripts.adjust_call(-2, None)
+    assert ADJUST(r, keys, args) == -2
+    assert ADJUST(r, keys, args) == -2  # redis-py re-sending after a lost reply
+    assert [u.used for u in limiter.info().active] == [3]

@@ -4,6 +4,7 @@ async clients of one name share one limit (issue #25)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 
 import pytest
@@ -11,6 +12,10 @@ import redis
 import redis.asyncio as aioredis
 
 from celery_redislock import ConfigurationError, RedisRateLimiter
+
+if sys.version_info < (3, 11):
+    pytest.skip("celery_redislock.asyncio needs Python 3.11+", allow_module_level=True)
+
 from celery_redislock.asyncio import AsyncRedisRateLimiter
 
 
