@@ -138,10 +138,6 @@ def test_three_beats_each_slot_once_through_cut_kill_and_pause(
         for line in third.log().splitlines()
         if "beat: leading group" in line
     )
-    late = [
-        r
-        for r in recorded
-        if r.sender == third_owner and resumed_at < r.ran_at < stopping_at
-    ]
+    late = [r for r in recorded if r.sender == third_owner and resumed_at < r.ran_at < stopping_at]
     assert not late, f"the resumed beat sent {late}\n{logs}"
     assert third.log().count("lost the leader lease") == losses + 1, logs  # one line
