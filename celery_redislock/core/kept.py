@@ -25,17 +25,36 @@ import os
 import threading
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from redis.connection import ConnectionPool
+from redis.connection import Connection, ConnectionPool
 
-__all__ = ["Kept", "kept_connection", "sees_resends"]
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.retry import Retry
+
+__all__ = ["Kept", "ScriptConnection", "kept_connection", "sees_resends"]
+
+
+class ScriptConnection(Protocol):
+    """What a script call uses of a redis-py connection: its public methods (typed
+    here; redis-py leaves them untyped) and its timeouts (constructor options)."""
+
+    socket_timeout: float | None
+    socket_connect_timeout: float | None
+    retry: Retry
+
+    def send_command(self, *args: Any) -> None: ...
+    def can_read(self, timeout: float = 0) -> bool: ...
+    def read_response(self) -> Any: ...
+    def disconnect(self) -> None: ...
+    def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None: ...
+
 
 IDLE_CHECK = 1.0
 """Seconds a kept connection may sit unused before it is checked before use."""
-
-_PID = [os.getpid()]  # this process's id without a system call per use (as lease.py)
-os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
 class _Client:
@@ -51,21 +70,39 @@ class _Client:
 
 
 class Kept:
-    """A thread's kept connection: ``conn``, taken from ``pool`` by process ``pid``."""
+    """A thread's kept connection: ``conn``, taken from ``pool`` by process ``pid``.
 
-    __slots__ = ("busy", "conn", "owner", "pid", "pool", "used")
+    ``connected``: False once a call on it failed or was interrupted (the call closed
+    it), so the next call connects it first -- under that call's deadline, if any
+    (:mod:`.scripts`). ``capped``: it was connected so, and its socket kept that
+    deadline's short timeout; the next call without a deadline reconnects it."""
 
-    def __init__(self, owner: _Client, pool: Any) -> None:
-        self.conn = pool.get_connection()  # first: if it raises, __del__ counts nothing
-        self.owner, self.pool, self.pid = owner, pool, _PID[0]
+    __slots__ = ("busy", "capped", "conn", "connected", "owner", "pid", "pool", "used")
+
+    def __init__(self, owner: _Client, pool: ConnectionPool) -> None:
+        self.conn: Connection = pool.get_connection()  # first: if it raises,
+        self.owner, self.pool, self.pid = owner, pool, os.getpid()  # __del__ counts nothing
         self.busy = False
+        self.connected = True  # the pool hands out connected connections
+        self.capped = False
         self.used = time.monotonic()
+
+    @property
+    def call_view(self) -> ScriptConnection:
+        """``conn``, as a script call uses it."""
+        return self.conn
+
+    def done(self) -> None:
+        """The call using it has ended: free for the thread's next call."""
+        self.used, self.busy = time.monotonic(), False
 
     def __del__(self) -> None:  # the thread ended, or the client went: back to the pool
         with contextlib.suppress(Exception):
             with self.owner.lock:
                 self.owner.count -= 1
-            if self.pid == _PID[0]:
+            if self.pid == os.getpid():
+                if self.capped:
+                    self.call_view.disconnect()  # its socket has a past deadline's timeout
                 self.pool.release(self.conn)
 
 
@@ -73,7 +110,7 @@ _CLIENTS: dict[int, _Client | None] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
-def _client_state(client: Any, pool: Any) -> _Client | None:
+def _client_state(client: Redis, pool: ConnectionPool) -> _Client | None:
     with _CLIENTS_LOCK:
         if id(client) in _CLIENTS:
             return _CLIENTS[id(client)]
@@ -87,7 +124,7 @@ def _client_state(client: Any, pool: Any) -> _Client | None:
         return state
 
 
-def kept_connection(client: Any, pool: Any) -> Kept | None:
+def kept_connection(client: Redis, pool: ConnectionPool) -> Kept | None:
     """This thread's kept connection of ``client`` (made on first use), marked busy;
     None when the pool's own get/release must be used (see the module doc). The caller
     sets ``busy`` back to False when its call is done."""
@@ -98,7 +135,7 @@ def kept_connection(client: Any, pool: Any) -> Kept | None:
     if state is None:
         return None
     kept: Kept | None = getattr(state.local, "kept", None)
-    if kept is None or kept.pid != _PID[0] or kept.pool is not pool:
+    if kept is None or kept.pid != os.getpid() or kept.pool is not pool:
         with state.lock:
             if kept is None and state.count >= state.limit:
                 return None
@@ -113,18 +150,24 @@ def kept_connection(client: Any, pool: Any) -> Kept | None:
     elif kept.busy:
         return None
     elif time.monotonic() - kept.used > IDLE_CHECK:
-        conn = kept.conn
+        conn = kept.call_view
         try:
             if conn.can_read():  # closed by the server, or a reply nobody read
                 conn.disconnect()
+                kept.connected = False
         except Exception:
-            conn.disconnect()  # reconnected by the send
+            conn.disconnect()  # reconnected by the call
+            kept.connected = False
     kept.busy = True
     return kept
 
 
-def sees_resends(client: Any) -> bool:
-    """True when a :class:`~.scripts.LuaScript` call on ``client`` sends (and re-sends) the command
-    itself, so it can count its sends: a plain client (not a cluster's, not one bound
-    to a single connection: redis-py re-sends for them, unseen)."""
-    return getattr(client, "connection_pool", None) is not None and client.connection is None
+def sees_resends(client: object) -> bool:
+    """True when a :class:`~.scripts.LuaScript` call on ``client`` sends (and re-sends)
+    the command itself, so it can count its sends: a plain client (not a cluster's,
+    not one bound to a single connection: redis-py re-sends for them, unseen); sync
+    or asyncio."""
+    return (
+        getattr(client, "connection_pool", None) is not None
+        and getattr(client, "connection", None) is None
+    )

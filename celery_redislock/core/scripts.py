@@ -7,40 +7,49 @@ A call sends ``EVALSHA``; when the server answers NOSCRIPT (a restart, a failove
 ``SCRIPT FLUSH`` emptied its cache) the same call is re-sent as ``EVAL``, which runs
 the script and caches it again. A NOSCRIPT reply means the script did not run, so
 the retry cannot apply it twice.
+
+Everything here goes through redis-py's public API: a pool's ``get_connection`` /
+``release``, and a connection's ``send_command`` / ``can_read`` / ``read_response``
+/ ``connect_check_health`` / ``disconnect`` (all in redis-py 6.4, our floor).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeAlias
 
+from redis import Redis
+from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import RedisLockError
-from .kept import kept_connection, sees_resends
+from .kept import Kept, ScriptConnection, kept_connection, sees_resends
 from .lua_text import expand, fill
-from .resp import evalsha_head, key_encoder, pack_evalsha
+from .resp import evalsha_head, key_encoder
 
 __all__ = [
     "DeadlinePassed",
     "LuaScript",
+    "RedisClient",
     "StaleReply",
     "as_text",
     "discard_idle_connections",
-    "current_deadline",
     "expand",
     "key_encoder",
     "reply_deadline",
     "sees_resends",
 ]
+
+RedisClient: TypeAlias = "Redis | RedisCluster"
+"""A synchronous client the core works through: a plain (or Sentinel-managed)
+``redis.Redis``, or a ``redis.cluster.RedisCluster``."""
 
 _STAMP = re.compile(r"^local STAMP = '(\w+)' \.\. string\.sub\(ARGV\[1\], 1, 8\)$", re.M)
 
@@ -63,20 +72,15 @@ _DEADLINE: ContextVar[float | None] = ContextVar("celery_redislock_deadline", de
 @contextlib.contextmanager
 def reply_deadline(deadline: float | None) -> Iterator[None]:
     """Within the block, a script call on a plain client waits for its reply (and
-    re-sends) only until ``deadline`` (a ``time.monotonic()`` instant; None: no cap),
-    then raises :class:`DeadlinePassed` -- a blocked read never outlives the caller's
-    deadline (redis-py's own socket timeout, 5 s by default, would)."""
+    re-sends, and reconnects) only until ``deadline`` (a ``time.monotonic()``
+    instant; None: no cap), then raises :class:`DeadlinePassed` -- a blocked read
+    never outlives the caller's deadline (redis-py's own socket timeout, 5 s by
+    default, would). The async calls (``celery_redislock.asyncio``) obey it too."""
     token = _DEADLINE.set(deadline)
     try:
         yield
     finally:
         _DEADLINE.reset(token)
-
-
-def current_deadline() -> float | None:
-    """The deadline :func:`reply_deadline` set for script calls here (None: none); the
-    async calls (``celery_redislock.asyncio.calls``) obey the same one."""
-    return _DEADLINE.get()
 
 
 class LuaScript:
@@ -102,13 +106,14 @@ class LuaScript:
         match = _STAMP.search(self.text)
         self.code = match[1] if match else None
         self._code = self.code.encode() if self.code else b""
-        self.head = evalsha_head(self.sha)  # see .resp.pack_evalsha
+        # EVALSHA and the sha packed, for the asyncio and Redlock packers (.resp).
+        self.head = evalsha_head(self.sha)
 
     def __call__(
         self,
-        client: Any,
-        keys: list[Any],
-        args: list[Any],
+        client: RedisClient,
+        keys: Sequence[Any],
+        args: Sequence[Any],
         *,
         with_text: bool = False,
         sends: list[None] | None = None,
@@ -117,95 +122,44 @@ class LuaScript:
 
         ``with_text``: send EVAL with the script's text at once, for a caller that
         cannot afford the NOSCRIPT round trip (the renewer's first call of a script).
-        ``sends``: on a plain client (:func:`.kept.sees_resends`), one item per send; more than
-        one: it was sent again after a lost (or foreign) reply and may have run before.
+        ``sends``: on a plain client (:func:`.kept.sees_resends`), one item per send;
+        more than one: it was sent again after a lost (or foreign) reply and may have
+        run before.
 
         On a plain client the call holds one connection itself (the thread's kept one,
         see :mod:`.kept`, else one from the pool): a connection interrupted mid-command
         (``KeyboardInterrupt``, an exception from a signal handler) is closed, never
         used again with an unread reply (redis-py guards only its own read, not the
-        gap after sending), and a reply with the
-        wrong stamp closes the connection and sends the call again (every script
-        answers a re-send as its first execution). redis-py's ``Retry`` re-sends on
-        ``ConnectionError``/``TimeoutError`` as for any command.
+        gap after sending), and a reply with the wrong stamp closes the connection and
+        sends the call again (every script answers a re-send as its first execution).
+        redis-py's ``Retry`` re-sends on ``ConnectionError``/``TimeoutError`` as for
+        any command.
         """
-        pool = getattr(client, "connection_pool", None)
-        if pool is None or getattr(client, "connection", None) is not None:
+        if not isinstance(client, Redis) or client.connection is not None:
             return self._via_client(client, keys, args, with_text)  # cluster, one connection
-        deadline = _DEADLINE.get()
-        # Packed before a connection is taken: an argument that cannot be encoded
-        # raises with no connection out of the pool and none left marked busy.
-        packed = pack_evalsha(self.head, keys, args, key_encoder(client))
+        pool = client.connection_pool
         kept = kept_connection(client, pool)
-        conn = pool.get_connection() if kept is None else kept.conn
-
-        def failed(_error: BaseException) -> None:
-            conn.disconnect()
-            if deadline is not None and time.monotonic() >= deadline:
-                raise DeadlinePassed(f"{self.name}: Redis did not answer before the deadline")
-
-        def attempt() -> Any:
-            return self._on(conn, packed, keys, args, deadline, with_text, sends)
-
+        if kept is not None:
+            return _Call(self, kept.call_view, kept, keys, args, with_text, sends).run()
+        conn = pool.get_connection()
+        call = _Call(self, conn, None, keys, args, with_text, sends)
         try:
-            if kept is not None and conn._sock is not None:
-                try:
-                    return conn.retry.call_with_retry(attempt, failed)
-                except RedisConnectionError:  # closed while kept (a restart, CLIENT KILL):
-                    conn.disconnect()  # once more, as the pool reconnects before a send
-            return conn.retry.call_with_retry(attempt, failed)
-        except BaseException as exc:
-            if not isinstance(exc, RedisError):
-                conn.disconnect()  # interrupted: a reply may be left unread
-            raise
+            return call.run()
         finally:
-            if kept is None:
-                pool.release(conn)
-            else:
-                kept.used, kept.busy = time.monotonic(), False
-
-    def _on(
-        self,
-        conn: Any,
-        packed: bytes,
-        keys: list[Any],
-        args: list[Any],
-        deadline: float | None,
-        with_text: bool = False,
-        sends: list[None] | None = None,
-    ) -> Any:
-        for attempt in (1, 2):
-            if sends is not None:
-                sends.append(None)
-            try:
-                if with_text:
-                    raise NoScriptError("EVAL at once")  # the EVAL branch below
-                _connect_by(conn, deadline)
-                conn.send_packed_command([packed])
-                reply = _read_reply(conn, deadline)
-            except NoScriptError:
-                conn.send_command("EVAL", self.text, len(keys), *keys, *args)
-                reply = _read_reply(conn, deadline)
-            if self.code is None or self._stamped(reply, args):
-                return reply if self.code is None else reply[1]
-            conn.disconnect()  # it held another command's reply: never use it again
-            if attempt == 2:
-                break
-        raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
+            if call.capped:
+                call.conn.disconnect()  # its socket has the deadline's short timeout
+            pool.release(conn)
 
     def _via_client(
-        self, client: Any, keys: list[Any], args: list[Any], with_text: bool = False
+        self,
+        client: RedisClient,
+        keys: Sequence[Any],
+        args: Sequence[Any],
+        with_text: bool = False,
     ) -> Any:
         for _ in (1, 2):
             try:
-                try:
-                    if with_text:
-                        raise NoScriptError("EVAL at once")  # the EVAL branch below
-                    # What client.evalsha() does, without its two layers of re-packed
-                    # *args (a RedisCluster routes EVALSHA by its keys either way).
-                    reply = client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
-                except NoScriptError:
-                    reply = client.eval(self.text, len(keys), *keys, *args)
+                reply = self._send_via(client, keys, args, with_text)
             except BaseException as exc:
                 if not isinstance(exc, RedisError):
                     discard_idle_connections(client)
@@ -215,7 +169,17 @@ class LuaScript:
             discard_idle_connections(client)
         raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
 
-    def checked(self, reply: Any, args: list[Any]) -> Any:
+    def _send_via(
+        self, client: RedisClient, keys: Sequence[Any], args: Sequence[Any], with_text: bool
+    ) -> Any:
+        if not with_text:
+            try:
+                return client.evalsha(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                pass
+        return client.eval(self.text, len(keys), *keys, *args)
+
+    def checked(self, reply: Any, args: Sequence[Any]) -> Any:
         """The payload of ``reply`` to a call with ``args``; :class:`StaleReply` when
         it is not that call's (for callers that send the script themselves)."""
         if self.code is None:
@@ -224,15 +188,15 @@ class LuaScript:
             raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
         return reply[1]
 
-    def _stamped(self, reply: Any, args: list[Any]) -> bool:
-        if reply.__class__ is not list or len(reply) != 2:
+    def _stamped(self, reply: Any, args: Sequence[Any]) -> bool:
+        if not isinstance(reply, list) or len(reply) != 2:
             return False
         # Lua's string.sub counts bytes: compare the first 8 bytes of the argument as
         # sent (redis-py sends a str as UTF-8, a number as its digits).
         stamp, first = reply[0], args[0] if args else b""
-        if first.__class__ is not bytes:
+        if not isinstance(first, bytes):
             first = str(first).encode("utf-8")
-        if stamp.__class__ is not bytes:
+        if not isinstance(stamp, bytes):
             stamp = str(stamp).encode("utf-8")
         return bool(stamp == self._code + first[:8])
 
@@ -240,75 +204,153 @@ class LuaScript:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
 
 
-def _read_reply(conn: Any, deadline: float | None) -> Any:
-    if deadline is None:
+class _Call:
+    """One script call on one connection of a plain client, under the deadline of
+    :func:`reply_deadline` (if any), with redis-py's ``Retry`` of the client."""
+
+    __slots__ = (
+        "args",
+        "capped",
+        "conn",
+        "deadline",
+        "keep",
+        "keys",
+        "reconnect",
+        "script",
+        "sends",
+        "text",
+    )
+
+    def __init__(
+        self,
+        script: LuaScript,
+        conn: ScriptConnection,
+        keep: Kept | None,
+        keys: Sequence[Any],
+        args: Sequence[Any],
+        with_text: bool,
+        sends: list[None] | None,
+    ) -> None:
+        self.script, self.conn, self.keep = script, conn, keep
+        self.keys, self.args, self.text, self.sends = keys, args, with_text, sends
+        self.deadline = _DEADLINE.get()
+        self.capped = False  # connected here with timeouts lowered to the deadline
+        # Not connected (closed by a failure): connect under the deadline's cap.
+        self.reconnect = keep is not None and not keep.connected
+
+    def run(self) -> Any:
+        conn, keep = self.conn, self.keep
+        try:
+            if keep is not None and keep.capped and self.deadline is None:
+                # Connected under a deadline: its socket still has that short
+                # timeout, which would time out this uncapped read. Reconnect.
+                conn.disconnect()
+                keep.connected = keep.capped = False
+            if keep is not None and keep.connected:
+                try:
+                    return conn.retry.call_with_retry(self.attempt, self.failed)
+                except RedisConnectionError:  # closed while kept (a restart, CLIENT
+                    conn.disconnect()  # KILL): once more, as a pool reconnects one
+            return conn.retry.call_with_retry(self.attempt, self.failed)
+        except BaseException:
+            # Interrupted, or failed: a reply may be left unread, or redis-py closed
+            # it already. Closed either way, so the next call knows to (re)connect.
+            conn.disconnect()
+            if keep is not None:
+                keep.connected = False
+            raise
+        finally:
+            if keep is not None:
+                keep.capped = keep.capped or self.capped
+                keep.done()
+
+    def failed(self, _error: BaseException) -> None:
+        self.conn.disconnect()
+        self.reconnect = True
+        if self.keep is not None:
+            self.keep.connected = False
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise DeadlinePassed(f"{self.script.name}: Redis did not answer before the deadline")
+
+    def attempt(self) -> Any:
+        conn, script, keys, args = self.conn, self.script, self.keys, self.args
+        keep = self.keep
+        if self.reconnect and self.deadline is not None:
+            self._connect()  # after a failure, or a kept connection closed by the last call
+        self.reconnect = False
+        for attempt in (1, 2):
+            if self.sends is not None:
+                self.sends.append(None)
+            try:
+                if self.text:
+                    raise NoScriptError("EVAL at once")  # the EVAL branch below
+                conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                reply = self._read()
+            except NoScriptError:
+                conn.send_command("EVAL", script.text, len(keys), *keys, *args)
+                reply = self._read()
+            if keep is not None:
+                keep.connected = True
+            if script.code is None or script._stamped(reply, args):
+                return reply if script.code is None else reply[1]
+            conn.disconnect()  # it held another command's reply: never use it again
+            if keep is not None:
+                keep.connected = False
+            if attempt == 2:
+                break
+        raise StaleReply(f"{script.name}: the reply is not this call's: {reply!r:.200}")
+
+    def _read(self) -> Any:
+        """The reply, waited for no longer than the deadline (a call made at its
+        deadline, a waiter's last look, still gets a round trip's worth of time) and
+        never longer than the connection's own socket timeout: a waiter must give up
+        on a frozen primary in time to reach the replica a failover promotes."""
+        conn, deadline = self.conn, self.deadline
+        if deadline is not None:
+            wait = max(_LAST_LOOK, deadline - time.monotonic())
+            socket_timeout = conn.socket_timeout
+            if socket_timeout is not None and wait >= socket_timeout:
+                if not (self.capped or (self.keep is not None and self.keep.capped)):
+                    return conn.read_response()  # the socket's own timeout caps it
+                wait = socket_timeout  # the socket's timeout is a past deadline's
+            if not conn.can_read(timeout=wait):
+                conn.disconnect()  # the reply may still come: never read as another's
+                raise RedisTimeoutError(f"{self.script.name}: no reply within {wait:.3f} s")
         return conn.read_response()
-    # A socket timeout raises redis' TimeoutError (and disconnects): retried by the
-    # Retry, whose failure callback ends the call once the deadline passed. A call made
-    # at its deadline (a waiter's last look) still gets a round trip's worth of time.
-    # Never longer than the client's own socket_timeout: a waiter must give up on a
-    # frozen primary in time to reach the replica a failover promotes.
-    timeout = max(_LAST_LOOK, deadline - time.monotonic())
-    socket_timeout = getattr(conn, "socket_timeout", None)
-    if socket_timeout is not None:
-        timeout = min(timeout, socket_timeout)
-    cls = conn.__class__
-    takes = _TAKES_TIMEOUT.get(cls)
-    if takes is None:
-        takes = _TAKES_TIMEOUT[cls] = "timeout" in inspect.signature(cls.read_response).parameters
-    if takes:
-        return conn.read_response(timeout=timeout)
-    # redis-py < 8 reads take no timeout: set it on the socket for this read, as
-    # redis-py 8 does itself; a socket timeout still raises redis' TimeoutError and
-    # disconnects (``_sock`` then is None, or a new socket: leave that one alone).
-    sock = conn._sock
-    if sock is None:
-        return conn.read_response()  # redis-py raises its ConnectionError
-    sock.settimeout(timeout)
-    try:
-        return conn.read_response()
-    finally:
-        if conn._sock is sock:
-            sock.settimeout(socket_timeout)
+
+    def _connect(self) -> None:
+        """Connect (if it is not) with the handshake (HELLO, CLIENT) capped by the
+        deadline: redis-py reads it under its own socket timeout (5 s by default),
+        which a reconnect after a timed-out read (the leave that follows one) would
+        wait out. Once: the caller's Retry re-sends, and stops at the deadline."""
+        assert self.deadline is not None
+        conn = self.conn
+        cap = max(_LAST_LOOK, self.deadline - time.monotonic())
+        saved = conn.socket_timeout, conn.socket_connect_timeout
+        conn.socket_timeout = cap if saved[0] is None else min(saved[0], cap)
+        conn.socket_connect_timeout = cap if saved[1] is None else min(saved[1], cap)
+        try:
+            conn.connect_check_health(check_health=True, retry_socket_connect=False)
+        finally:
+            conn.socket_timeout, conn.socket_connect_timeout = saved
+        # The socket keeps the lowered timeout until it is closed: the kept
+        # connection is reconnected before an uncapped call, a pooled one is closed
+        # before it goes back (see run).
+        self.capped = True
+        if self.keep is not None:
+            self.keep.connected = True
 
 
-def _connect_by(conn: Any, deadline: float | None) -> None:
-    """Connect ``conn`` if it is not, its handshake (HELLO, CLIENT) capped by
-    ``deadline``: redis-py reads it under its own socket timeout (5 s), which a
-    reconnect after a timed-out read (the leave that follows one) would wait out."""
-    if deadline is None or getattr(conn, "_sock", True) is not None:
-        return
-    cap = max(_LAST_LOOK, deadline - time.monotonic())
-    saved = conn.socket_timeout, conn.socket_connect_timeout
-    conn.socket_timeout = cap if saved[0] is None else min(saved[0], cap)
-    conn.socket_connect_timeout = cap if saved[1] is None else min(saved[1], cap)
-    try:  # once: the caller's Retry re-sends, and stops at the deadline (connect()
-        # would retry the handshake itself, 10 times by default)
-        check = getattr(conn, "connect_check_health", None)
-        if check is not None and "retry_socket_connect" in inspect.signature(check).parameters:
-            check(check_health=True, retry_socket_connect=False)
-        else:
-            conn.connect()
-    finally:
-        conn.socket_timeout, conn.socket_connect_timeout = saved
-        if conn._sock is not None:
-            conn._sock.settimeout(saved[0])
-
-
-# Per connection class: does its read_response() take ``timeout`` (redis-py >= 8)?
-_TAKES_TIMEOUT: dict[type, bool] = {}
-
-
-def discard_idle_connections(client: Any) -> None:
+def discard_idle_connections(client: RedisClient) -> None:
     """Close the idle pooled connections of ``client`` (every node's on a cluster):
     one of them may hold a reply nobody will read."""
     pools = []
-    if getattr(client, "connection_pool", None) is not None:
+    if isinstance(client, RedisCluster):
+        for node in client.get_nodes():  # type: ignore[no-untyped-call]
+            if node.redis_connection is not None:
+                pools.append(node.redis_connection.connection_pool)
+    else:
         pools.append(client.connection_pool)
-    for node in getattr(client, "get_nodes", lambda: [])():
-        connection = getattr(node, "redis_connection", None)
-        if connection is not None:
-            pools.append(connection.connection_pool)
     for pool in pools:
         with contextlib.suppress(Exception):
             pool.disconnect(inuse_connections=False)
