@@ -3,16 +3,13 @@
 Each script is read, expanded and hashed once at import, and reaches Redis as one
 self-contained source:
 
-* ``--!include lib.lua`` lines bring in the helpers (the top-level ``local
-  function``\\ s) of a shared file, but only those the script calls: every helper
-  defined is a closure Redis makes each time the script runs. A group of adjacent
-  include lines defines the helpers that the code after it, up to the next group,
-  calls (directly or through other helpers) and that no earlier group defined. So a
-  script can put its common case first, under an include of the few helpers it
-  needs, and include again before the rest: a call that returns early never makes
-  the other closures. Code that calls a helper before its include, and a helper
-  that calls one not defined above it (a lib not included yet), are errors at
-  import: Lua would read the name as a global, nil when that path runs.
+* ``--!include lib.lua`` brings in the helpers (the top-level ``local
+  function``\\ s) of a shared file that the script calls (directly or through
+  other helpers), at the first include of that file; a later include of it adds
+  nothing. So the text holds no helper it never calls, nor constants only those
+  use. Code that calls a helper before its include, and a helper that calls one
+  not defined above it (a lib not included yet), are errors at import: Lua would
+  read the name as a global, nil when that path runs.
 * ``{{NAME}}`` is replaced by the constant ``NAME`` the script was built with (an
   int), so settings that never vary are not sent as arguments on every call while
   their one definition stays in Python.
@@ -75,40 +72,23 @@ _STRING_OR_COMMENT = re.compile(r"""'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"|--[^
 def expand(filename: str) -> str:
     """The text of script ``filename`` with its includes expanded (see the module
     docstring), its ``{{NAME}}`` placeholders left in."""
-    # The script as code segments (str) and groups of adjacent include lines (their libs).
-    segments: list[str | list[str]] = []
-    for line in _read(filename).splitlines():
-        if line.startswith(_INCLUDE):
-            lib = line[len(_INCLUDE) :].strip()
-            if segments and isinstance(segments[-1], list):
-                segments[-1].append(lib)
-            else:
-                segments.append([lib])
-        elif segments and isinstance(segments[-1], str):
-            segments[-1] += line + "\n"
-        else:
-            segments.append(line + "\n")
+    lines = _read(filename).splitlines()
     every: dict[str, str] = {}  # the helpers of every lib the script names
-    for segment in segments:
-        if isinstance(segment, list):
-            for lib in segment:
-                every.update(_helpers(lib))
-    available: dict[str, str] = {}  # those of the libs named so far, in order
+    for line in lines:
+        if line.startswith(_INCLUDE):
+            every.update(_helpers(line[len(_INCLUDE) :].strip()))
+    code = "\n".join(line for line in lines if not line.startswith(_INCLUDE))
+    wanted = _needed(code, every)
     defined: set[str] = set()
-    text = []
-    for index, segment in enumerate(segments):
-        if isinstance(segment, str):
-            if missing := _calls(segment, every) - defined:
+    text: list[str] = []
+    for line in lines:
+        if not line.startswith(_INCLUDE):
+            if missing := _calls(line, every) - defined:
                 raise ValueError(f"{filename}: {sorted(missing)} called before an include")
-            text.append(segment)
+            text.append(line + "\n")
             continue
-        for lib in segment:
-            available.update(_helpers(lib))
-        code = segments[index + 1] if index + 1 < len(segments) else ""
-        assert isinstance(code, str)  # adjacent include lines make one group
-        wanted = _needed(code, available) - defined
-        for name, definition in available.items():
-            if name not in wanted:
+        for name, definition in _helpers(line[len(_INCLUDE) :].strip()).items():
+            if name not in wanted or name in defined:
                 continue
             # A helper sees only the helpers defined above it (any other name is a
             # global, nil in Redis): one of a lib not included yet, or defined later

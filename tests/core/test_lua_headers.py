@@ -97,37 +97,6 @@ def test_only_the_helpers_a_script_calls_are_included() -> None:
     assert "extend_lease" not in release
 
 
-def test_the_uncontended_paths_run_before_most_helpers_are_made() -> None:
-    # Each helper defined is a closure made on every run: the common case returns
-    # before the include that defines the rest.
-    acquire = expand("lock_acquire.lua")
-    fast, rest = acquire.split("if taken == 0 then", 1)
-    # The restart grace's helpers are made inside its `if grace then` block only.
-    head, graced = fast.split("if grace and taken == 0 then", 1)
-    fast = head + graced.split("'restarted'}} end", 1)[1]
-    assert re.findall(r"^local function (\w+)", fast, re.MULTILINE) == [
-        "server_clock",
-        "next_fence",
-        "grant_lock",
-    ]
-    assert "local function enqueue_waiter" in rest
-    release = expand("lock_release.lua")
-    fast, rest = release.split("if not queued then return {STAMP, 1} end", 1)
-    assert "local function" not in fast and "local function notify" in rest
-    # A semaphore release with nobody queued; a refused semaphore acquire.
-    release = expand("semaphore_release.lua")
-    fast, rest = release.split("if not head then", 1)
-    assert re.findall(r"^local function (\w+)", fast, re.MULTILINE) == [
-        "answer",
-        "server_clock",
-        "reap_holders",
-    ]
-    assert "local function hand_over_permits" in rest
-    refused, granted = expand("semaphore_acquire.lua").split("-- Granted:", 1)
-    for helper in ("next_fence", "grant_permit", "keep_keys"):
-        assert f"local function {helper}(" in granted and f"function {helper}(" not in refused
-
-
 def test_includes_expand_by_the_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     lib = """-- lib_t.lua: a test lib.
 
@@ -156,11 +125,11 @@ end
         (tmp_path / name).write_text(text, "utf-8")
     monkeypatch.setattr(lua_text, "_read", lambda name: (tmp_path / name).read_text("utf-8"))
     text = scripts.expand("a.lua")
-    # The first group defines what the code up to the next include calls (comments
-    # and strings aside), the second the rest.
+    # The first include defines every helper of the lib that the script calls
+    # anywhere (comments and strings aside), in the lib's order; the second nothing.
     first, second = text.split("local x = two()")
-    assert re.findall(r"local function (\w+)", first) == ["one", "two"]
-    assert re.findall(r"local function (\w+)", second) == ["three"]
+    assert re.findall(r"local function (\w+)", first) == ["one", "two", "three"]
+    assert re.findall(r"local function (\w+)", second) == []
     assert "-- Two calls one." in first
     with pytest.raises(ValueError, match="called before an include"):
         scripts.expand("early.lua")
