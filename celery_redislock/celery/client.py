@@ -21,7 +21,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable, Mapping
+import weakref
+from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -30,10 +31,9 @@ from celery import Celery
 from redis.cluster import RedisCluster
 
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
+from ..core.scripts import RedisClient
 from ..core.validate import check_bool, ttl_to_ms
 from ..errors import ConfigurationError
-from .config import CLIENT_KEYS, conf_fingerprint
-from .identity import IdentityCache
 from .sentinel import SENTINEL_SCHEME, is_sentinel_url, masked_url, sentinel_client
 
 __all__ = ["connection_source", "get_redis", "redis_url", "replica_options", "transport_options"]
@@ -42,9 +42,11 @@ _REDIS_SCHEMES: Final = frozenset({"redis", "rediss", "unix", "redis+socket"})
 _SCHEMES: Final = _REDIS_SCHEMES | {SENTINEL_SCHEME}
 _OWN_OPTIONS: Final = "redislock_transport_options"
 
-# app -> (pid, url, options, client, conf fingerprint); weak, so a discarded app frees
+# app -> (pid, what the client was made from, client); weak, so a discarded app frees
 # its pool.
-_clients: IdentityCache[tuple[int, str, dict[str, Any], Any, Hashable | None]] = IdentityCache()
+_clients: weakref.WeakKeyDictionary[Celery, tuple[int, tuple[Any, ...], RedisClient]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def redis_url(app: Celery) -> str:
@@ -140,7 +142,7 @@ def _client_options(app: Celery, url: str) -> dict[str, Any]:
     return dict(options)
 
 
-def get_redis(app: Celery) -> Any:
+def get_redis(app: Celery) -> RedisClient:
     """The Redis client of ``app``: made once per process, then reused.
 
     A client made before a fork is neither used nor closed in the child (closing it
@@ -148,53 +150,36 @@ def get_redis(app: Celery) -> Any:
     ``redislock_url`` or the options yields a new client. There is no lock: two
     threads racing here make two equivalent clients, and one is simply dropped.
     """
-    pid = os.getpid()
-    cached = _clients.get(app)
-    # Fast path, taken on every task call: the settings did not change since.
-    fingerprint = conf_fingerprint(app, CLIENT_KEYS)
-    if (
-        cached is not None
-        and fingerprint is not None
-        and cached[0] == pid
-        and cached[4] == fingerprint
-    ):
-        return cached[3]
     url, setting = connection_source(app)
     options = _client_options(app, url)
     sentinel = is_sentinel_url(url)
     transport = transport_options(app, setting) if sentinel else {}
-    source = f"{url}#{transport!r}" if sentinel else url
-    if cached is not None and cached[:3] == (pid, source, options):
-        _clients.set(app, (*cached[:4], fingerprint))
-        return cached[3]
     cluster = check_bool(app.conf.get("redislock_cluster", False), "redislock_cluster")
+    source = (url, repr(transport), repr(options), cluster)
+    pid = os.getpid()
+    cached = _clients.get(app)
+    if cached is not None and cached[:2] == (pid, source):
+        return cached[2]
+    client: RedisClient
     if sentinel:
         if cluster:
             raise ConfigurationError(
                 "redislock_cluster=True cannot use a Sentinel URL "
                 f"({masked_url(url)!r}): a cluster has no Sentinels"
             )
-        client: Any = sentinel_client(url, transport, options, setting)
+        client = sentinel_client(url, transport, options, setting)
     elif cluster:
         client = RedisCluster.from_url(url, **options)
     else:
         client = redis.Redis.from_url(url, **options)
-    _clients.set(app, (pid, source, options, client, fingerprint))
+    _clients[app] = (pid, source, client)
     return client
-
-
-_REPLICA_KEYS: Final = ("redislock_min_replicas", "redislock_replica_timeout", "redislock_wait_aof")
-_replicas: IdentityCache[tuple[Hashable | None, dict[str, Any]]] = IdentityCache()
 
 
 def replica_options(app: Celery) -> dict[str, Any]:
     """The ``min_replicas`` / ``replica_timeout`` / ``wait_aof`` keyword arguments of
     the app's locks and semaphores (``redislock_min_replicas``, ...), checked; ``{}``
-    when grants count at once (the default). Read again when the settings change."""
-    fingerprint = conf_fingerprint(app, _REPLICA_KEYS)
-    cached = _replicas.get(app)
-    if cached is not None and fingerprint is not None and cached[0] == fingerprint:
-        return cached[1]
+    when grants count at once (the default)."""
     get = app.conf.get
     min_replicas = get("redislock_min_replicas", 0)
     if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 0:
@@ -211,5 +196,4 @@ def replica_options(app: Celery) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if min_replicas or wait_aof:
         options = {"min_replicas": min_replicas, "replica_timeout": timeout, "wait_aof": wait_aof}
-    _replicas.set(app, (fingerprint, options))
     return options

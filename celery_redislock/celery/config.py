@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any, Final
 
 from celery import Celery
@@ -27,7 +26,6 @@ from celery.local import Proxy
 from ..core.keys import DEFAULT_PREFIX
 from ..core.validate import check_name, ttl_to_ms
 from ..errors import ConfigurationError
-from .identity import IdentityCache
 
 __all__ = [
     "DEFAULT_LOCK_TTL",
@@ -115,43 +113,21 @@ SETTINGS_KEYS: Final = (
 """The settings :class:`Settings` and the client are read from. The client's count too:
 options made under one Settings object may keep lock objects on the client of that
 moment (``SingletonOptions.locks``)."""
-_settings: IdentityCache[tuple[Hashable, Settings]] = IdentityCache()
 
 
-def conf_fingerprint(app: Celery, keys: tuple[str, ...]) -> Hashable | None:
-    """A cheap value that changes whenever ``app.conf``'s ``keys`` may have changed.
-
-    ``app.conf.get`` costs microseconds per key (each source of the configuration is
-    tried in turn), too much on every task call. Every change made at run time lands
-    in the first mapping of the configuration (``conf.update``, ``conf.x = ...``) and
-    ``config_from_object`` adds or replaces mappings, so the identity of the mappings
-    plus the raw values of ``keys`` in the first one tell when to read again. None
-    when the configuration is not loaded yet (then nothing is cached).
-    """
-    conf = app.conf
-    maps = getattr(conf, "maps", None)
-    if not isinstance(maps, list) or not maps or not isinstance(maps[0], dict):
-        return None
-    changes = maps[0]
-    values = tuple(map(changes.get, keys, repeat(_NOTHING)))
-    kinds = tuple(map(type, values))
-    # A scalar stands for itself, with its type (1, 1.0 and True pass different
-    # checks); anything else by its repr, which also sees a dict changed in place.
-    if not _PLAIN.issuperset(kinds):
-        values = tuple(v if type(v) in _PLAIN else repr(v) for v in values)
-    return (id(conf), len(changes), *map(id, maps), values, kinds)
+def conf_fingerprint(app: Celery, keys: tuple[str, ...]) -> Hashable:
+    """The values of ``app.conf``'s ``keys`` now (read with ``app.conf.get``), to
+    compare with the values something was made from: equal means unchanged. A
+    scalar stands for itself with its type (1, 1.0 and True pass different checks);
+    anything else by its repr, which also sees a dict changed in place."""
+    get = app.conf.get
+    values = [get(key, _NOTHING) for key in keys]
+    return tuple((type(v), v if type(v) in _PLAIN else repr(v)) for v in values)
 
 
 def settings_for(app: Celery) -> Settings:
-    """:meth:`Settings.from_app`, read again only when the configuration changed."""
-    fingerprint = conf_fingerprint(app, SETTINGS_KEYS)
-    cached = _settings.get(app)
-    if fingerprint is not None and cached is not None and cached[0] == fingerprint:
-        return cached[1]
-    settings = Settings.from_app(app)
-    if fingerprint is not None:
-        _settings.set(app, (fingerprint, settings))
-    return settings
+    """:meth:`Settings.from_app`: the settings as they are now."""
+    return Settings.from_app(app)
 
 
 def check_prefix(value: object, argument: str = "prefix") -> str:

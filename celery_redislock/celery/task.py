@@ -23,7 +23,7 @@ from typing import Any, ClassVar, ParamSpec, TypeVar
 from celery import Celery, Task
 from celery.result import AsyncResult
 
-from . import cleanup, kombu_fix, logs
+from . import cleanup, logs, upstream
 from .bounded import intake, sweeper
 from .bounded.guard import CONCURRENCY
 from .bounded.options import PoolKey
@@ -237,5 +237,5 @@ class SingletonTask(RedisLockTask[_P, _R]):
 cleanup.connect()
 sweeper.connect()
 intake.connect()
-kombu_fix.connect()
+upstream.connect()
 logs.install()

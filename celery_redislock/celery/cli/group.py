@@ -23,6 +23,7 @@ import click
 
 if TYPE_CHECKING:
     from ...core.inventory import Entry
+    from ...core.scripts import RedisClient
 
 __all__ = [
     "EXIT_NOT_FOUND",
@@ -112,6 +113,7 @@ def connect(ctx: click.Context) -> Connection:
             import redis
 
             url = options.url
+            client: RedisClient
             try:
                 client = redis.Redis.from_url(url)
             except ValueError as exc:

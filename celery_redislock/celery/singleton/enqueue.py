@@ -94,8 +94,7 @@ def apply_async(
         opts = _with_call_options(opts, call, headers)
     key = None
     if opts.enabled and BYPASS_HEADER not in headers:
-        memo = opts.call_keys if opts.remember_keys else None
-        key = call_key(task, args, kwargs, options, memo, opts)
+        key = call_key(task, args, kwargs, options, opts)
     delay = delay_of(task, options)
     if every.bounded.enabled:  # a parked run takes its place in the queue by it
         headers[SENT_HEADER] = f"{time.time() + delay:.6f}"

@@ -25,7 +25,7 @@ the class).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -34,7 +34,7 @@ from ...errors import ConfigurationError
 from ..config import Settings, check_on_duplicate, check_ttl, task_option
 from ..literals import MODES as _MODES
 from ..literals import ON_RUNNING_DUPLICATE as _ON_RUNNING_DUPLICATE
-from .binding import check_unique_on, has_immutable_defaults
+from .binding import check_unique_on
 
 __all__ = [
     "MODES",
@@ -80,16 +80,6 @@ class SingletonOptions:
     :mod:`..redlock`); None: locks on the app's Redis."""
     restart_grace: float | bool = False
     """``redislock_restart_grace`` (see :func:`..config.restart_grace`)."""
-    remember_keys: bool = False
-    """True when the keys of calls may be remembered (:attr:`call_keys`): the task
-    gives no ``lock_key`` (whose keys may change from call to call), its ``unique_on``
-    cannot change in place (None, a string or a tuple) and its parameters' defaults
-    are plain immutable scalars."""
-    call_keys: dict[Hashable, str] = field(default_factory=dict, compare=False, repr=False)
-    """Keys of recent calls made of short plain scalars (see
-    :func:`.signature.call_key`), kept while these options stand: a "refresh X" task
-    is called with the same arguments over and over, and its key costs more to work
-    out than the rest of ``apply_async``'s own work."""
     locks: dict[str, tuple[int, RedisLock | RedlockLock]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -220,9 +210,4 @@ def resolve_singleton(task: Any, settings: Settings) -> SingletonOptions:
         prefix=settings.prefix,
         unique_on=check_unique_on(task),
         lock_key=task_option(task, "lock_key"),
-        remember_keys=(
-            task_option(task, "lock_key") is None
-            and isinstance(task_option(task, "unique_on"), (str, tuple, type(None)))
-            and has_immutable_defaults(task)
-        ),
     )

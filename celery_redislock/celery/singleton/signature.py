@@ -14,8 +14,8 @@ returning the whole key string).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from kombu.exceptions import KombuError, SerializerNotInstalled
 from kombu.serialization import dumps, loads
@@ -23,6 +23,7 @@ from kombu.serialization import dumps, loads
 from ...errors import ConfigurationError
 from ..execution import AnyTask
 from ..options import options_of
+from ..upstream import dump_pydantic_arguments
 from .binding import bind_arguments, select_arguments
 from .canonical import UNSET, canonical_json, digest
 from .options import SingletonOptions
@@ -32,12 +33,6 @@ __all__ = ["call_key", "received_key", "serializer_for"]
 
 _IDENTITY_SERIALIZERS = frozenset({"json", "pickle"})
 _SCALARS = frozenset({str, int, float, bool, type(None)})
-
-# Calls whose keys are remembered (call_key's memo): no floats (0.0 == -0.0, yet they
-# encode apart), strings no longer than this, at most this many calls per memo.
-_MEMO_TYPES = frozenset({str, int, bool, type(None)})
-_MEMO_STR_MAX: Final = 256
-_MEMO_SIZE: Final = 512
 
 
 def serializer_for(task: AnyTask, options: Mapping[str, Any] | None = None) -> str:
@@ -119,74 +114,23 @@ def _custom_key(
     return key
 
 
-def _call_image(serializer: str, args: Any, kwargs: Any) -> Hashable | None:
-    """What decides the key of a call made of short plain scalars (each value with
-    its type: ``True == 1``, yet they encode apart); None for any other call."""
-    args = () if args is None else args
-    kwargs = {} if kwargs is None else kwargs
-    if type(args) not in (tuple, list) or type(kwargs) is not dict:
-        return None
-    values = (*args, *kwargs.values())
-    if not all(type(value) in _MEMO_TYPES for value in values) or any(
-        type(value) is str and len(value) > _MEMO_STR_MAX for value in values
-    ):
-        return None
-    if not all(type(name) is str for name in kwargs):
-        return None
-    named = sorted(kwargs.items())  # names are unique: values are never compared
-    return (
-        serializer,
-        tuple(args),
-        tuple(map(type, args)),
-        tuple(named),
-        tuple(type(value) for _, value in named),
-    )
-
-
 def call_key(
     task: AnyTask,
     args: Any = None,
     kwargs: Any = None,
     options: Mapping[str, Any] | None = None,
-    memo: dict[Hashable, str] | None = None,
     opts: SingletonOptions | None = None,
 ) -> str:
     """The key of ``task.apply_async(args, kwargs, **options)``, on the producer.
 
-    ``memo``: keys of earlier calls, kept by the caller while the task's options stand
-    and only where a call's key depends on its arguments alone (see
-    :attr:`.options.SingletonOptions.remember_keys`). A call of short plain scalars is
-    looked up there first and remembered. ``opts``: the task's singleton options, as
-    the caller has them (else read here).
+    ``opts``: the task's singleton options, as the caller has them (else read here).
     """
     if opts is None:
         opts = options_of(task).singleton
-    serializer = serializer_for(task, options)
-    image = None if memo is None else _call_image(serializer, args, kwargs)
-    if memo is None or image is None:
-        return _fresh_key(task, args, kwargs, options, serializer, opts)
-    key = memo.get(image)
-    if key is None:
-        key = _fresh_key(task, args, kwargs, options, serializer, opts)
-        if len(memo) >= _MEMO_SIZE:
-            memo.clear()  # one C call, safe beside other threads; refilled as calls come
-        memo[image] = key
-    return key
-
-
-def _fresh_key(
-    task: AnyTask,
-    args: Any,
-    kwargs: Any,
-    options: Mapping[str, Any] | None,
-    serializer: str,
-    opts: SingletonOptions,
-) -> str:
-    dump_models = getattr(task, "_dump_pydantic_arguments", None)
     # As Task.apply_async does: only a call that asks for pickle keeps its models.
-    if dump_models is not None and (options or {}).get("serializer") != "pickle":
-        args, kwargs = dump_models(args, kwargs)
-    return _key(task, args, kwargs, serializer, opts)
+    if (options or {}).get("serializer") != "pickle":
+        args, kwargs = dump_pydantic_arguments(task, args, kwargs)
+    return _key(task, args, kwargs, serializer_for(task, options), opts)
 
 
 def received_key(

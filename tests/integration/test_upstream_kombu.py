@@ -9,22 +9,17 @@ from collections.abc import Iterator
 
 import pytest
 from kombu import Connection, Exchange, Queue
-from kombu.transport import redis as kombu_redis
 
-from celery_redislock.celery import kombu_fix
+from celery_redislock.celery import upstream
 
 
 @pytest.fixture
 def unpatched() -> Iterator[None]:
-    patched = getattr(kombu_redis.Channel, "_celery_redislock_collected_guard", False)
-    saved = kombu_redis.Channel.__dict__.get("_connparams")
-    if patched:  # another test's worker installed it: take it out for this test
-        delattr(kombu_redis.Channel, "_celery_redislock_collected_guard")
-        kombu_redis.Channel._connparams = saved.__closure__[0].cell_contents  # type: ignore[attr-defined,union-attr]
+    patched = upstream.installed()
+    upstream.uninstall()  # another test's worker installed it: out for this test
     yield
     if patched:
-        kombu_redis.Channel._connparams = saved  # type: ignore[attr-defined]
-        kombu_redis.Channel._celery_redislock_collected_guard = True  # type: ignore[attr-defined]
+        upstream.install()
 
 
 def _close_a_collected_channel(url: str) -> None:
@@ -53,7 +48,7 @@ def test_close_after_collect_fails_without_the_fix(redis_url: str, unpatched: No
 
 
 def test_the_fix_raises_a_connection_error_close_ignores(redis_url: str) -> None:
-    assert kombu_fix.install() and kombu_fix.install()  # idempotent
+    assert upstream.install() and upstream.install()  # idempotent
     with Connection(redis_url) as connection:
         connection_errors = connection.connection_errors
     with pytest.raises(connection_errors):

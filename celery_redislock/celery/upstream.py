@@ -1,0 +1,119 @@
+"""Every private name of another library that the package uses, each with its reason.
+
+Nothing else in the package touches a leading-underscore name of redis-py, kombu,
+Celery or asyncio (``tests/unit/test_architecture.py`` checks it). Each name here
+has a test in ``tests/unit/test_upstream.py`` that fails loudly when an upgrade
+removes it, never a silent fallback:
+
+* ``kombu.transport.redis.Channel._connparams`` -- patched in the worker's main
+  process, for a worker exit on a lost broker connection (celery/kombu#582, below).
+* ``celery.app.task.Task._dump_pydantic_arguments`` -- read, to key a call of a
+  ``pydantic=True`` task as ``apply_async`` will send it (celery/celery#9023 added
+  it as a private class attribute, with no public entry point).
+
+**The kombu workaround.** On a lost broker connection celery 5.7's consumer first
+``collect()``\\ s the connection (which closes its transport: ``transport.client``
+becomes None) and then ``close()``\\ s it; the second close closes the default
+channel again, whose QoS tries once more to restore the messages it still holds
+unacknowledged (prefetched, or one whose ack the outage broke). kombu's Redis channel
+then builds a connection pool from ``transport.client`` and fails with
+``AttributeError: 'NoneType' object has no attribute 'hostname'`` (the traceback of
+celery/kombu#582), which is not one of the connection errors celery ignores there:
+``Unrecoverable error``, the worker exits. Plain celery meets it whenever a message
+is unacknowledged at that moment (always with countdown/ETA messages); a worker whose
+runs are parked or waiting out the outage meets it as well.
+
+The fix: a channel whose transport was collected raises the transport's own
+``ConnectionError`` instead, which ``close()`` ignores, as it ignores the same
+failure on the first close. The messages stay in the broker's unacked set, where
+kombu restores them after ``visibility_timeout`` as it always has; nothing else
+changes. Installed by :func:`connect` on ``worker_init`` (never in a client).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from celery import signals
+from kombu.transport import redis as kombu_redis
+
+__all__ = [
+    "CONNPARAMS",
+    "DUMP_PYDANTIC",
+    "connect",
+    "dump_pydantic_arguments",
+    "install",
+    "installed",
+    "uninstall",
+]
+
+CONNPARAMS = "_connparams"
+"""kombu's Redis channel method patched by :func:`install` (celery/kombu#582)."""
+
+DUMP_PYDANTIC = "_dump_pydantic_arguments"
+"""Celery's per-task dumper of pydantic models (celery/celery#9023), or None."""
+
+_lock = threading.Lock()
+_original: Callable[..., Any] | None = None  # kombu's own method while installed
+
+
+def dump_pydantic_arguments(task: object, args: Any, kwargs: Any) -> tuple[Any, Any]:
+    """``(args, kwargs)`` with pydantic models dumped as ``task.apply_async`` dumps
+    them before serializing (Celery's ``Task.apply_async``: unless the call asks for
+    pickle; the caller checks that). Unchanged for a task without ``pydantic=True``.
+    Raises AttributeError when Celery no longer has the attribute at all."""
+    dump = getattr(task, DUMP_PYDANTIC)
+    if dump is None:
+        return args, kwargs
+    dumped: tuple[Any, Any] = dump(args, kwargs)
+    return dumped
+
+
+def install() -> bool:
+    """Patch kombu's Redis channel (once; idempotent). Raises AttributeError when
+    kombu no longer has the method: the workaround must be revisited, not skipped."""
+    global _original
+    channel = kombu_redis.Channel
+    with _lock:
+        if _original is not None:
+            return True
+        original = getattr(channel, CONNPARAMS)
+
+        def _connparams(self: Any, asynchronous: bool = False) -> Any:
+            if getattr(self.connection, "client", None) is None:
+                raise redis.ConnectionError(
+                    "the broker connection was closed (transport collected)"
+                )
+            return original(self, asynchronous=asynchronous)
+
+        setattr(channel, CONNPARAMS, _connparams)
+        _original = original
+    return True
+
+
+def installed() -> bool:
+    """True while :func:`install`'s patch is in place."""
+    return _original is not None
+
+
+def uninstall() -> None:
+    """Put kombu's own method back (for tests of the failure it works around)."""
+    global _original
+    with _lock:
+        if _original is not None:
+            setattr(kombu_redis.Channel, CONNPARAMS, _original)
+            _original = None
+
+
+def _on_worker_init(**_: Any) -> None:
+    install()
+
+
+def connect() -> None:
+    """Install the fix in every worker's main process as it starts (idempotent)."""
+    signals.worker_init.connect(
+        _on_worker_init, weak=False, dispatch_uid="celery_redislock.upstream"
+    )

@@ -1,0 +1,50 @@
+"""Each private name of another library that ``celery/upstream.py`` uses still
+exists: an upgrade that removes one fails here, loudly, instead of the workaround
+silently doing nothing."""
+
+from __future__ import annotations
+
+import pytest
+from celery import Celery
+from celery.app.task import Task
+from kombu.transport import redis as kombu_redis
+
+from celery_redislock.celery import upstream
+from celery_redislock.celery.upstream import DUMP_PYDANTIC
+
+
+def test_kombu_redis_channel_still_has_connparams() -> None:
+    assert callable(getattr(kombu_redis.Channel, upstream.CONNPARAMS))
+
+
+def test_celery_tasks_still_carry_the_pydantic_dumper() -> None:
+    # None on a task without pydantic=True; what pydantic=True sets is exercised in
+    # tests/unit/singleton/test_signature.py (pydantic is not a test dependency).
+    app = Celery("upstream", set_as_current=False)
+
+    @app.task(shared=False)
+    def plain(a: int) -> None: ...
+
+    assert DUMP_PYDANTIC in vars(type(app.tasks[plain.name]))  # set by app.task itself
+    assert getattr(Task, upstream.DUMP_PYDANTIC) is None
+    assert upstream.dump_pydantic_arguments(plain, (1,), {}) == ((1,), {})
+
+
+def test_a_vanished_name_raises_instead_of_being_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = Celery("upstream", set_as_current=False)
+
+    @app.task(shared=False)
+    def plain() -> None: ...
+
+    monkeypatch.delattr(type(app.tasks[plain.name]), upstream.DUMP_PYDANTIC)
+    monkeypatch.delattr(Task, upstream.DUMP_PYDANTIC)
+    with pytest.raises(AttributeError):
+        upstream.dump_pydantic_arguments(plain, (), {})
+    was_installed = upstream.installed()
+    upstream.uninstall()
+    monkeypatch.delattr(kombu_redis.Channel, upstream.CONNPARAMS)
+    with pytest.raises(AttributeError):
+        upstream.install()
+    monkeypatch.undo()
+    if was_installed:
+        upstream.install()
