@@ -17,7 +17,11 @@ Like :mod:`celery_redislock.testing`, this imports only the standard library and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Set
 from types import TracebackType
 from typing import Any
 
@@ -25,17 +29,92 @@ import redis
 from redis.cluster import RedisCluster
 
 from .testing import RedisServer, _free_port, find_redis_server
-from .testing_nodes import BUS_OFFSET as _BUS_OFFSET
-from .testing_nodes import knows_all as _knows_all
-from .testing_nodes import node_table as _node_table
-from .testing_nodes import port_with_bus as _port_with_bus
-from .testing_nodes import slot_view as _slot_view
-from .testing_nodes import version as _version
-from .testing_nodes import wait_for as _wait_for
 
 __all__ = ["LocalCluster", "SLOTS"]
 
 SLOTS = 16384
+
+
+# -- single nodes: version, ports, what one node says of the cluster --------------
+
+_BUS_OFFSET = 10000
+"""Redis < 7: a node's cluster bus port is its port + 10000."""
+
+
+def _version(executable: str) -> tuple[int, ...]:
+    """The version of a ``redis-server`` binary, e.g. (7, 0, 15)."""
+    out = subprocess.run([executable, "--version"], capture_output=True, text=True, check=True)
+    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out.stdout)
+    return tuple(int(part) for part in match.groups()) if match else (0,)
+
+
+def _port_with_bus() -> int:
+    """A free port whose bus port (+10000) is free too."""
+    while True:
+        port = _free_port()
+        if port + _BUS_OFFSET > 65535:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port + _BUS_OFFSET))
+            except OSError:
+                continue
+        return port
+
+
+def _node_table(client: Any) -> dict[int, dict[str, Any]]:
+    """``CLUSTER NODES`` as redis-py parses it (``node_id``, ``flags``, ``master_id``,
+    ``slots``: [[first, last]], ...), by port."""
+    table = client.execute_command("CLUSTER NODES")
+    return {int(address.rsplit(":", 1)[1]): row for address, row in table.items()}
+
+
+def _knows_all(client: Any, count: int) -> bool:
+    """True when the node of ``client`` knows ``count`` nodes, none still joining."""
+    table = _node_table(client)
+    return len(table) == count and not any(
+        "handshake" in row["flags"] or "noaddr" in row["flags"] for row in table.values()
+    )
+
+
+def _slot_view(
+    client: Any, port: int, running: Set[int], primaries: int
+) -> tuple[tuple[int, str], ...] | None:
+    """The slot map (each primary's port and slot ranges) of the node on ``port``, as
+    its ``client`` (``decode_responses=True``) reads it, or None while it is not ok,
+    sees a ``running`` node failed or joining, has not ``primaries`` primaries, or is a
+    replica not yet in sync. Nodes that do not run (killed) are left out."""
+    try:
+        if "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
+            return None
+        rows = {p: row for p, row in _node_table(client).items() if p in running}
+        if len(rows) != len(running) or any(
+            flag in row["flags"]
+            for row in rows.values()
+            for flag in ("fail", "handshake", "noaddr")
+        ):
+            return None
+        myself = rows[port]
+        if "slave" in myself["flags"] and (
+            myself["master_id"] == "-"
+            or client.info("replication").get("master_link_status") != "up"
+        ):
+            return None
+        serving = {p: row for p, row in rows.items() if "master" in row["flags"] and row["slots"]}
+        if len(serving) != primaries:
+            return None
+        return tuple(sorted((p, repr(row["slots"])) for p, row in serving.items()))
+    except redis.RedisError:
+        return None
+
+
+def _wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``check`` until it is true; RuntimeError naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
 
 
 class LocalCluster:
@@ -270,7 +349,7 @@ class LocalCluster:
 
     def _view(self, node: RedisServer) -> tuple[tuple[int, str], ...] | None:
         """``node``'s slot map, or None while it is not healthy (see
-        :func:`.testing_nodes.slot_view`)."""
+        :func:`_slot_view`)."""
         client = self.node_client(node, decode_responses=True)
         try:
             running = {n.port for n in self.running()}

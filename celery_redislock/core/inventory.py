@@ -6,6 +6,10 @@ while something holds them, and on their ``queue`` keys, which exist while somet
 waits; it then reads each one with the core's own read-only ``info()`` script. A free
 primitive with no waiter leaves no key behind, so it is not listed.
 
+Each primitive is reported as an :class:`Entry` (one lock or semaphore as read at one
+instant) with a :class:`Holder` per live lease, plain data with a stable JSON form,
+read by the ``celery redislock`` command's rendering.
+
 Owner ids are shown whole unless the caller passes ``parse_owner``: the Celery layer
 passes ``parse_owner`` of its tokens module, which
 splits its owner ids into the task id and the state of the lease, ``queued`` (taken
@@ -16,24 +20,20 @@ only: this module never imports the Celery layer.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Final
 
-from ..errors import RedisLockError
-from .entries import Entry, Holder
 from .info import PrimitiveInfo
 from .keys import decode_name
 from .lock import RedisLock
 from .parking import ParkingSemaphore
 from .scripts import as_text
-from .semaphore import RedisSemaphore
 
 __all__ = [
     "KINDS",
     "Entry",
     "Holder",
     "OwnerParser",
-    "UnsupportedOperation",
-    "check_release",
     "describe",
     "find",
     "force_release",
@@ -65,8 +65,97 @@ def whole_owner(owner: str | None) -> tuple[str | None, bool | None]:
     return owner, None
 
 
-class UnsupportedOperation(RedisLockError):
-    """The primitive cannot do what was asked (e.g. releasing a semaphore by owner)."""
+@dataclass(frozen=True)
+class Holder:
+    """One live lease: who holds it, for how much longer, with which fence.
+
+    ``owner`` is the owner id as stored (None when the holder gave none); ``task_id``
+    and ``state`` (``"queued"`` or ``"running"``) are parsed from an owner id of the
+    Celery layer (``state`` is None for any other owner). ``ttl`` is the seconds left
+    unless renewed; ``token`` the first 8 characters of the lease token (too few to
+    release or extend it).
+    """
+
+    owner: str | None
+    task_id: str | None
+    state: str | None
+    ttl: float
+    fence: int | None
+    token: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The holder as a JSON object with stable keys (see the CLI's help)."""
+        return {
+            "owner": self.owner,
+            "task_id": self.task_id,
+            "state": self.state,
+            "ttl": round(self.ttl, 3),
+            "fence": self.fence,
+            "token": self.token,
+        }
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One lock or semaphore as read at one instant.
+
+    ``limit`` is None for a lock, and for a semaphore whose stored limit is gone;
+    ``since`` is the server time (epoch seconds) of the first grant of the current
+    holding; ``fence`` the highest fence among the live leases. A semaphore's
+    ``parked`` runs wait in its queue (see :mod:`.parking`), the oldest for
+    ``oldest_parked`` seconds; ``dead`` counts its dead-lettered entries.
+    """
+
+    kind: str
+    name: str
+    holders: tuple[Holder, ...]
+    waiters: int
+    limit: int | None
+    since: float | None
+    fence: int | None
+    parked: int = 0
+    oldest_parked: float | None = None
+    dead: int = 0
+
+    @property
+    def held(self) -> bool:
+        """True while at least one lease is live."""
+        return bool(self.holders)
+
+    @property
+    def exists(self) -> bool:
+        """True while something holds, waits for or is parked at the primitive."""
+        return self.held or self.waiters > 0 or self.parked > 0 or self.dead > 0
+
+    @property
+    def available(self) -> int | None:
+        """Free permits of a semaphore (None for a lock or an unknown limit)."""
+        if self.limit is None:
+            return None
+        return max(0, self.limit - len(self.holders))
+
+    @property
+    def ttl(self) -> float:
+        """Seconds until the longest lease expires unless renewed (0 when free)."""
+        return max((h.ttl for h in self.holders), default=0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        """The primitive as a JSON object with stable keys (see the CLI's help)."""
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "held": self.held,
+            "holders": [h.to_json() for h in self.holders],
+            "waiters": self.waiters,
+            "limit": self.limit,
+            "available": self.available,
+            "ttl": round(self.ttl, 3),
+            "fence": self.fence,
+            "since": self.since,
+            "parked": self.parked,
+            "oldest_parked": None if self.oldest_parked is None else round(self.oldest_parked, 3),
+            "dead": self.dead,
+        }
 
 
 def _glob_escape(text: str) -> str:
@@ -180,31 +269,12 @@ def matching_owners(entry: Entry, wanted: str) -> list[str]:
     return owners
 
 
-def _operation(entry: Entry, operation: str) -> None:
-    """Raise :class:`UnsupportedOperation` unless ``entry``'s kind has ``operation``."""
-    cls = RedisLock if entry.kind == "lock" else RedisSemaphore
-    if not callable(getattr(cls, operation, None)):
-        how = "by owner" if operation == "release_owner" else "by force"
-        raise UnsupportedOperation(
-            f"releasing a {entry.kind} {how} is not supported by this version of "
-            f"celery_redislock (it has no {cls.__name__}.{operation}); its leases "
-            "expire by themselves when their TTL runs out"
-        )
-
-
-def check_release(entry: Entry, *, force: bool) -> None:
-    """Raise :class:`UnsupportedOperation` if ``entry`` cannot be released that way."""
-    _operation(entry, "force_release" if force else "release_owner")
-
-
 def release_owner(client: Any, prefix: str, entry: Entry, owner: str) -> int:
     """Release the leases of ``entry`` whose owner id is exactly ``owner``.
 
     Atomic and owner-checked on the server: 0 when the primitive changed hands since
-    it was read. A semaphore needs a core ``release_owner``; without it this raises
-    :class:`UnsupportedOperation`.
+    it was read.
     """
-    _operation(entry, "release_owner")
     primitive = _primitive(client, prefix, entry.kind, entry.name, entry.limit or 1)
     return int(primitive.release_owner(owner))
 
@@ -213,9 +283,7 @@ def force_release(client: Any, prefix: str, entry: Entry) -> int:
     """Release every lease of ``entry``, whoever holds it; the number released.
 
     The holders are not stopped: each lease reports itself lost at its next renewal,
-    extend or release. A semaphore needs a core ``force_release``; without it this
-    raises :class:`UnsupportedOperation`.
+    extend or release.
     """
-    _operation(entry, "force_release")
     primitive = _primitive(client, prefix, entry.kind, entry.name, entry.limit or 1)
     return int(primitive.force_release())

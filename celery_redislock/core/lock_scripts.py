@@ -145,12 +145,6 @@ class LockScripts:
         """The wake-up channel (the scripts derive it from the holders key)."""
         return self._keys.channel
 
-    @staticmethod
-    def acquire_args(token: str, ttl_ms: int, owner: str | None) -> list[Any]:
-        """A first attempt that does not queue: the script's trailing defaults (no
-        owner, no wait) left out, each argument costs client CPU."""
-        return [token, ttl_ms, owner] if owner else [token, ttl_ms]
-
     def wait_args(self, token: str, ttl_ms: int, owner: str | None) -> list[Any]:
         """An attempt that joins (or stays in) the wait queue when refused."""
         if self.grace is not None:

@@ -22,10 +22,12 @@ def test_celery_tasks_still_carry_the_pydantic_dumper() -> None:
     # tests/unit/singleton/test_signature.py (pydantic is not a test dependency).
     app = Celery("upstream", set_as_current=False)
 
-    @app.task(shared=False)
+    # lazy=False: the task now, without finalizing the app (which would register
+    # every shared task other tests left behind).
+    @app.task(shared=False, lazy=False)
     def plain(a: int) -> None: ...
 
-    assert DUMP_PYDANTIC in vars(type(app.tasks[plain.name]))  # set by app.task itself
+    assert DUMP_PYDANTIC in vars(type(plain))  # set by app.task itself
     assert getattr(Task, upstream.DUMP_PYDANTIC) is None
     assert upstream.dump_pydantic_arguments(plain, (1,), {}) == ((1,), {})
 
@@ -33,10 +35,10 @@ def test_celery_tasks_still_carry_the_pydantic_dumper() -> None:
 def test_a_vanished_name_raises_instead_of_being_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     app = Celery("upstream", set_as_current=False)
 
-    @app.task(shared=False)
+    @app.task(shared=False, lazy=False)
     def plain() -> None: ...
 
-    monkeypatch.delattr(type(app.tasks[plain.name]), upstream.DUMP_PYDANTIC)
+    monkeypatch.delattr(type(plain), upstream.DUMP_PYDANTIC)
     monkeypatch.delattr(Task, upstream.DUMP_PYDANTIC)
     with pytest.raises(AttributeError):
         upstream.dump_pydantic_arguments(plain, (), {})

@@ -109,7 +109,7 @@ def release_command(
         raise click.UsageError("say which lock to release: NAME, or --all")
     if match is not None:
         raise click.UsageError("--match goes with --all")
-    from ...core.inventory import UnsupportedOperation, check_release, matching_owners
+    from ...core.inventory import matching_owners
 
     if owner is not None and force:
         raise click.UsageError("--owner and --force exclude each other")
@@ -136,10 +136,6 @@ def release_command(
         label = f"{entry.kind} {entry.name!r}"
         if not entry.held:
             raise CommandError(f"{label} is not held ({entry.waiters} waiting): nothing to release")
-        try:
-            check_release(entry, force=force)
-        except UnsupportedOperation as exc:
-            raise CommandError(str(exc)) from exc
         if owner is not None:
             owners = matching_owners(entry, owner)
             if not owners:
