@@ -28,6 +28,8 @@ from ..core.ratelimit_scripts import (
     Verdict,
     describe,
     penalty_end,
+    state_key,
+    stored_rates,
 )
 from ..core.validate import acquire_deadline, check_async_client
 from .calls import call
@@ -52,6 +54,17 @@ class AsyncRedisRateLimiter:
     ) -> None:
         self._client = check_async_client(client)
         self._scripts = RateLimitScripts(client, name, rate, prefix, slots, start_spent)
+
+    @classmethod
+    async def attach(
+        cls, client: Any, name: str, *, prefix: str = DEFAULT_PREFIX, slots: int = DEFAULT_SLOTS
+    ) -> AsyncRedisRateLimiter | None:
+        """The limiter ``name`` with the rates its last admitting caller configured (as
+        stored in Redis), for tools that know only its name (the CLI); None when Redis
+        holds no state for it."""
+        value = await check_async_client(client).hget(state_key(client, name, prefix), "rates")
+        rates = stored_rates(value)
+        return None if rates is None else cls(client, name, rate=rates, prefix=prefix, slots=slots)
 
     @property
     def name(self) -> str:

@@ -54,6 +54,8 @@ from .ratelimit_scripts import (
     Verdict,
     describe,
     penalty_end,
+    state_key,
+    stored_rates,
 )
 from .validate import acquire_deadline, check_client
 
@@ -82,6 +84,17 @@ class RedisRateLimiter:
     ) -> None:
         self._client = check_client(client)
         self._scripts = RateLimitScripts(client, name, rate, prefix, slots, start_spent)
+
+    @classmethod
+    def attach(
+        cls, client: Any, name: str, *, prefix: str = DEFAULT_PREFIX, slots: int = DEFAULT_SLOTS
+    ) -> RedisRateLimiter | None:
+        """The limiter ``name`` with the rates its last admitting caller configured (as
+        stored in Redis), for tools that know only its name (the CLI); None when Redis
+        holds no state for it."""
+        value = check_client(client).hget(state_key(client, name, prefix), "rates")
+        rates = stored_rates(value)
+        return None if rates is None else cls(client, name, rate=rates, prefix=prefix, slots=slots)
 
     @property
     def name(self) -> str:

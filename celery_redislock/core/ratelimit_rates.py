@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ..errors import ConfigurationError
 from .validate import MAX_SECONDS
 
-__all__ = ["MAX_COST", "Rate", "check_cost", "parse_rates", "wire"]
+__all__ = ["MAX_COST", "Rate", "check_cost", "from_wire", "parse_rates", "wire"]
 
 MAX_COST = 10**12
 """The largest limit or cost accepted: sums of costs stay exact in the scripts' numbers
@@ -79,6 +79,18 @@ def _parse_one(text: object, option: str) -> Rate:
 def wire(rates: Sequence[Rate]) -> str:
     """The spec the scripts read: ``"L:P[,L:P...]"`` (limit, period in µs)."""
     return ",".join(f"{rate.limit}:{rate.period_us}" for rate in rates)
+
+
+def from_wire(spec: str) -> tuple[Rate, ...]:
+    """The rates of a spec :func:`wire` made (as the scripts store it), each written
+    in the largest unit that divides its period (``"10/s"``, ``"5/10s"``, ``"2/h"``)."""
+    rates = []
+    for part in filter(None, spec.split(",")):
+        limit, period_us = (int(number) for number in part.split(":"))
+        unit = next(u for u in "dhms" if u == "s" or period_us % _UNITS_US[u] == 0)
+        count = period_us // _UNITS_US[unit]
+        rates.append(Rate(limit, period_us, f"{limit}/{'' if count == 1 else count}{unit}"))
+    return tuple(rates)
 
 
 def check_cost(cost: object, argument: str = "cost") -> int:

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from .keys import KeySpace
-from .ratelimit_rates import Rate, check_cost, parse_rates, wire
+from .ratelimit_rates import Rate, check_cost, from_wire, parse_rates, wire
 from .scripts import LuaScript, as_text, key_encoder
 from .validate import MAX_SECONDS, check_bool, check_positive_int, ttl_to_ms
 
@@ -44,6 +44,8 @@ __all__ = [
     "Verdict",
     "describe",
     "penalty_end",
+    "state_key",
+    "stored_rates",
 ]
 
 KIND = "ratelimit"
@@ -105,7 +107,8 @@ class RateUsage:
 class RateLimitInfo:
     """A limiter's state at one instant of the server's clock.
 
-    ``rates``: the configured rate strings; ``active``: the rates that admit now (the
+    ``rates``: the configured rates (as the limiter's last admitting caller configured
+    them: another process may run another configuration); ``active``: the rates that admit now (the
     override's while one is set); ``wait``: seconds until a cost-1 call is admitted
     (0.0: now); ``penalty_left``: seconds left of a penalty (0.0: none);
     ``override`` and ``override_left``: the override as written and its seconds left
@@ -274,7 +277,7 @@ class RateLimitScripts:
 
     def info(self, reply: Any) -> RateLimitInfo:
         """Read INFO's reply."""
-        now, at, penalty, text, ends, rows, keep = reply
+        now, at, penalty, text, ends, rows, keep, spec = reply
         remember(self.client, self.base, int(keep))
         now = int(now)
         active = tuple(
@@ -284,7 +287,7 @@ class RateLimitScripts:
         override = as_text(text) or None
         return RateLimitInfo(
             name=self.name,
-            rates=tuple(rate.text for rate in self.rates),
+            rates=tuple(rate.text for rate in from_wire(as_text(spec))),
             active=active,
             wait=max(0, int(at) - now) / _US if int(at) >= 0 else float("inf"),
             penalty_left=max(0, int(penalty) - now) / _US,
@@ -292,6 +295,17 @@ class RateLimitScripts:
             override_left=max(0, int(ends) - now) / _US if override else 0.0,
             server_time=now / _US,
         )
+
+
+def state_key(client: Any, name: str, prefix: str) -> Any:
+    """The key of ``name``'s state (where the scripts store its configured rates)."""
+    return key_encoder(client)(KeySpace.build(prefix, KIND, name).key("state"))
+
+
+def stored_rates(value: Any) -> list[str] | None:
+    """The rate strings of a state's stored ``rates`` field (None: none stored)."""
+    rates = from_wire(as_text(value)) if value else ()
+    return [rate.text for rate in rates] or None
 
 
 def penalty_end(reply: Any) -> float:

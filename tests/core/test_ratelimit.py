@@ -202,3 +202,17 @@ def test_a_resent_adjust_moves_nothing_again(r: redis.Redis) -> None:
     assert ADJUST(r, keys, args) == -2
     assert ADJUST(r, keys, args) == -2  # redis-py re-sending after a lost reply
     assert [u.used for u in limiter.info().active] == [3]
+
+
+def test_a_tool_attaches_to_a_limiter_by_its_name(r: redis.Redis) -> None:
+    assert RedisRateLimiter.attach(r, "api") is None  # no state: nothing to show
+    used = RedisRateLimiter(r, "api", rate=["10/s", "500/m", "3/90s", "1/d"])
+    assert used.acquire(blocking=False)
+    found = RedisRateLimiter.attach(r, "api")
+    assert found is not None
+    assert [rate.text for rate in found.rates] == ["10/s", "500/m", "3/90s", "1/d"]
+    info = found.info()
+    assert info.rates == ("10/s", "500/m", "3/90s", "1/d")
+    assert [u.used for u in info.active] == [1, 1, 1, 1]
+    found.override("1/s", 5)  # what the CLI does
+    assert used.info().override == "1/s"

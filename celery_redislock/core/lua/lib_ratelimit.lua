@@ -14,18 +14,21 @@
 --          total of that period's live slots; "penalty" the server µs before which
 --          nobody is admitted; "override" a rate spec replacing the configured one
 --          until "override_until" (µs), "override_text" as its caller wrote it;
---          "born" the µs the limiter was first seen (loss detection, rl_prepare).
+--          "born" the µs the limiter was first seen (loss detection, rl_prepare);
+--          "rates" the configured spec its last caller sent (for tools that know
+--          only the limiter's name: an empty spec in a call means this one).
 -- A rate spec is "L:P[,L:P...]": limit L (cost units) per period P (µs), e.g.
 -- "10:1000000,500:60000000" for ["10/s", "500/m"] (core/ratelimit_rates.py, wire()).
 --
 -- Interface for other scripts (keys: log, state; `now` from rl_now()):
 --   local now = rl_now()
---   local active, charged, lost, keep =
+--   local active, charged, lost, keep, spec =
 --     rl_prepare(log, state, spec, slots, seen, spent, now)
 --       once, first: drops expired slots, applies a live override (active: the rates
 --       that admit; charged: every period any configured or active rate counts),
 --       detects lost state (lost: true; see rl_prepare) and returns `keep`, the µs
---       until which the state is kept (the caller's next `seen`; 0 to skip detection).
+--       until which the state is kept (the caller's next `seen`; 0 to skip detection),
+--       and the configured spec (the stored one when `spec` is '').
 --   rl_when(log, state, active, cost, now) -> t
 --       the earliest µs at which `cost` is admitted (<= now: now; penalty included);
 --       -L when cost exceeds limit L of an active rate (never admissible).
@@ -121,7 +124,12 @@ end
 -- rate is then charged up to its limit now, so no burst passes for one period. A
 -- caller that never saw the state cannot tell a loss from a new limiter.
 local function rl_prepare(log, state, spec, slots, seen, spent, now)
-  local fields = redis.call('HMGET', state, 'born', 'override', 'override_until')
+  local fields = redis.call('HMGET', state, 'born', 'override', 'override_until', 'rates')
+  if spec == '' then
+    spec = fields[4] or ''
+  elseif spec ~= fields[4] then
+    redis.call('HSET', state, 'rates', spec) -- for tools that know only the name
+  end
   local configured = rl_parse(spec)
   local active = configured
   if fields[2] then
@@ -160,7 +168,7 @@ local function rl_prepare(log, state, spec, slots, seen, spent, now)
   -- The state outlives the longest period by a day (rl_hold), so a caller's `seen`
   -- (this keep) tells a loss from an idle limiter whose keys expired.
   local keep = rl_hold(log, state, longest, now)
-  return active, charged, lost, keep
+  return active, charged, lost, keep, spec
 end
 
 -- The server µs at which the slots of `period` expired by then add up to `need`.

@@ -5,7 +5,8 @@
 -- KEYS[1]  log      zset: the limiter's charged slots scored by expiry (server µs).
 -- KEYS[2]  state    hash: slot costs, period totals, penalty, override, "born".
 -- ARGV[1]  nonce    a fresh random string per call (stamps the reply).
--- ARGV[2]  spec     the configured rates, "L:P[,L:P...]" (limit in cost units, period µs).
+-- ARGV[2]  spec     the configured rates, "L:P[,L:P...]" (limit in cost units, period µs);
+--                   "": the rates its last admitting caller configured (stored).
 -- ARGV[3]  cost     cost units the next admission is computed for (int >= 1).
 -- ARGV[4]  slots    slots per period (int >= 1).
 -- ARGV[5]  seen     as for ratelimit_acquire.lua (µs; 0: none).
@@ -13,16 +14,16 @@
 --
 -- Returns {stamp, reply}: stamp is 'N' and the first 8 characters of ARGV[1]. reply
 -- is {now, at, penalty, override_text, override_until, {limit, period, used, ...},
--- keep}: now the server µs; at the earliest µs `cost` is admitted (a negative -L: it
+-- keep, spec}: now the server µs; at the earliest µs `cost` is admitted (a negative -L: it
 -- exceeds limit L); penalty its end (µs, 0: none); the override ("" and 0: none); for
 -- each active rate its limit, period (µs) and the cost units charged in its window;
--- keep as ratelimit_acquire.lua's.
+-- keep as ratelimit_acquire.lua's; spec the configured rates (ARGV[2] or the stored).
 
 local STAMP = 'N' .. string.sub(ARGV[1], 1, 8)
 --!include lib_ratelimit.lua
 local log, state = KEYS[1], KEYS[2]
 local now = rl_now()
-local active, _, _, keep = rl_prepare(log, state, ARGV[2], tonumber(ARGV[4]),
+local active, _, _, keep, spec = rl_prepare(log, state, ARGV[2], tonumber(ARGV[4]),
   tonumber(ARGV[5]), tonumber(ARGV[6]), now)
 local at = rl_when(log, state, active, tonumber(ARGV[3]), now)
 local fields = redis.call('HMGET', state, 'penalty', 'override_text', 'override_until')
@@ -36,4 +37,4 @@ local penalty = tonumber(fields[1] or 0)
 if penalty <= now then penalty = 0 end
 local ends = 0
 if fields[2] then ends = tonumber(fields[3]) end
-return {STAMP, {now, at, penalty, fields[2] or '', ends, rows, keep}}
+return {STAMP, {now, at, penalty, fields[2] or '', ends, rows, keep, spec}}
