@@ -14,15 +14,52 @@ import asyncio
 import sys
 import time
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, RedisError
 
+from ..core.operations import Operation
 from ..core.resp import key_encoder, pack_evalsha
-from ..core.scripts import _DEADLINE, _LAST_LOOK, DeadlinePassed, LuaScript, StaleReply
+from ..core.scripts import (
+    _DEADLINE,
+    _LAST_LOOK,
+    DeadlinePassed,
+    LuaScript,
+    StaleReply,
+    reply_deadline,
+)
 from . import wire
 
-__all__ = ["call"]
+__all__ = ["call", "run"]
+
+T = TypeVar("T")
+
+
+async def run(client: Any, operation: Operation[T]) -> T:
+    """Run ``operation`` (see :mod:`celery_redislock.core.operations`) on an async
+    ``client``: the twin of the sync :func:`~celery_redislock.core.operations.run`,
+    each call awaited, its reply (or its exception) given back to the operation."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = operation.send(reply) if error is None else operation.throw(error)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        error = None
+        try:
+            if request.deadline is None:
+                reply = await call(
+                    request.script, client, request.keys, request.args, request.sends
+                )
+            else:
+                with reply_deadline(request.deadline):
+                    reply = await call(
+                        request.script, client, request.keys, request.args, request.sends
+                    )
+        except Exception as exc:  # the operation decides (e.g. a waiter rides it out)
+            reply, error = None, exc
 
 
 async def call(

@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
-import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-from ..core.lease_state import LeaseState
-from ..core.validate import check_bool, ttl_to_ms
-from ..errors import ConfigurationError, LockNotOwned, RedisLockError
+from ..core.lease_state import LeaseState, Steps
+from ..errors import LockNotOwned, RedisLockError
 
 __all__ = ["AsyncLease", "AsyncLeaseHolder", "AsyncOnLost"]
+
+T = TypeVar("T")
 
 AsyncOnLost = Callable[["AsyncLease"], None]
 """Signature of an ``on_lost`` callback: called once, on the loop, with the lost lease."""
@@ -38,8 +37,6 @@ class AsyncLeaseHolder(Protocol):
     def name(self) -> str:
         """The lock or semaphore name."""
         ...
-
-    async def _release_token(self, token: str) -> bool: ...
 
     async def _release_lease(self, token: str, deadline: float) -> bool: ...
 
@@ -113,19 +110,12 @@ class AsyncLease(LeaseState):
         if self._released:
             return False
         self._check_loop()
-        self._end_renewal()
-        self._released = True
         try:
-            # A lease known lost already is never judged released by a re-send that
-            # finds it gone (the lock judges by the deadline: none given here).
-            deadline = 0.0 if self._lost else self._deadline
-            ok = await self._holder._release_lease(self.token, deadline)
+            return await self._drive(self._release_steps())
         except BaseException:
+            self._released = True
             self._holder._release_later(self.token)
             raise
-        if not ok:
-            self._mark_lost("release found the lease no longer held")
-        return ok
 
     async def extend(self, ttl: float | None = None, *, add: bool = False) -> bool:
         """Reset the lease to ``ttl`` seconds (default: its TTL) from now, or with
@@ -133,59 +123,35 @@ class AsyncLease(LeaseState):
         False (and :attr:`lost` set) when it is no longer ours. A renewed lease's change
         gets a new generation (a renewal in flight cannot undo it) and renewal goes on
         at the new TTL."""
-        if check_bool(add, "add"):
-            if ttl is None:
-                raise ConfigurationError("extend(add=True) needs ttl, the seconds to add; got None")
-            ttl_ms = ttl_to_ms(ttl)
-            if self._released:
-                return False
-            self._check_loop()
-            renewer, gen = self._explicit(max(0.0, self.remaining()) + ttl_ms / 1000.0)
-            sent_at = time.monotonic()
-            nonce = secrets.token_hex(8)
-            left = await self._holder._add_to_token(self.token, ttl_ms, nonce, gen)
-            return self._confirmed(sent_at, left / 1000.0, renewer)
-        ttl_ms = ttl_to_ms(self.ttl if ttl is None else ttl)
-        if self._released:
-            return False
-        self._check_loop()
-        renewer, gen = self._explicit(ttl_ms / 1000.0)
-        sent_at = time.monotonic()
-        ok = await self._holder._extend_token(self.token, ttl_ms, gen)
-        return self._confirmed(sent_at, ttl_ms / 1000.0 if ok else 0.0, renewer)
+        return await self._drive(self._extend_steps(ttl, add))
 
     async def held(self) -> bool:
         """True while the lease is live on Redis (one read-only round trip)."""
-        if self._released or self.lost:
-            return False
-        self._check_loop()
-        sent_at = time.monotonic()
-        left = await self._holder._held_token(self.token)
-        if left > 0:
-            self._confirm(sent_at + left / 1000.0)
-            return True
-        self._mark_lost("held() found the lease no longer held")
-        return False
+        if not self._released and not self.lost:
+            self._check_loop()
+        return await self._drive(self._held_steps())
 
     async def hand_over(self, ttl: float) -> bool:
         """Stop renewing the lease, set it to expire ``ttl`` seconds from now and forget
         it here (for another process to ``adopt``); False when it was no longer ours."""
-        ttl_ms = ttl_to_ms(ttl)
-        if self._released:
-            return False
-        self._check_loop()
-        _renewer, gen = self._explicit(ttl_ms / 1000.0)  # a renewal in flight cannot cut it
-        self._mark_released()
-        return await self._holder._extend_token(self.token, ttl_ms, gen)
+        return await self._drive(self._hand_over_steps(ttl))
 
-    def _confirmed(self, sent_at: float, ttl: float, renewer: object) -> bool:
-        if ttl > 0:
-            self.ttl = ttl
-            self._confirm(sent_at + ttl)
-            self._rescheduled(renewer, sent_at)
-            return True
-        self._mark_lost("extend found the lease no longer held")
-        return False
+    async def _drive(self, steps: Steps[T]) -> T:
+        """Run a lease operation (see :class:`~celery_redislock.core.lease_state.
+        Request`): each request of the holder awaited in turn, its answer sent back."""
+        holder = self._holder
+        answer: object = None
+        while True:
+            try:
+                request = steps.send(answer)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            answer = await getattr(holder, request.method)(*request.args)
+
+    def _usable(self) -> bool:
+        self._check_loop()
+        return True
 
     def _check_loop(self) -> None:
         try:

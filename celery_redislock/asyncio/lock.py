@@ -20,24 +20,11 @@ from ..core.info import PrimitiveInfo
 from ..core.keys import DEFAULT_PREFIX
 from ..core.lock_scripts import (
     ACQUIRE,
-    ADOPT,
-    EXTEND,
-    EXTEND_ADD,
-    HELD,
-    INFO,
-    LEAVE,
-    NO_RECORD,
-    RELEASE,
-    RELEASE_OWNER,
     RENEW,
     LockScripts,
     acquire_reply,
-    adopt_reply,
-    info_reply,
-    leave_reply,
     refusal_holder,
     refusal_wait_ms,
-    release_reply,
 )
 from ..core.primitive import fresh_token
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
@@ -45,7 +32,7 @@ from ..core.scripts import reply_deadline, sees_resends
 from ..core.validate import acquire_deadline
 from ..core.waiting import Grant, poll_slice
 from ..errors import ConfigurationError
-from .calls import call
+from .calls import call, run
 from .lease import AsyncLease, AsyncOnLost
 from .notifier import AsyncNotifier
 from .primitive import AsyncPrimitive, cancel_check
@@ -63,6 +50,7 @@ class AsyncRedisLock(AsyncPrimitive):
     ``min_replicas`` / ``wait_aof`` are not supported yet."""
 
     kind = "lock"
+    _scripts: LockScripts
 
     def __init__(
         self,
@@ -227,28 +215,12 @@ class AsyncRedisLock(AsyncPrimitive):
                 raise ConfigurationError(f"{argument} must be a non-empty string, got {value!r}")
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
         new_token = new_token or secrets.token_hex(16)
-        sent_at = time.monotonic()
-        keys, args = self._scripts.adopt_call(token, new_token, ttl_ms, owner)
-        grant = adopt_reply(await call(ADOPT, self._client, keys, args), sent_at, ttl_ms)
+        grant = await run(self._client, self._scripts.adopt(token, new_token, ttl_ms, owner))
         if grant is None:
             return None
         return self._new_lease(
             new_token, grant[0], ttl_ms, owner, grant[1], renew, on_lost, max_hold
         )
-
-    async def release_owner(self, owner: str) -> int:
-        """Release every lease of the lock if its owner id is ``owner``; how many."""
-        if not isinstance(owner, str) or not owner:
-            raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
-        return await self._release_owner(owner)
-
-    async def force_release(self) -> int:
-        """Release the lock whoever holds it; the number of leases released."""
-        return await self._release_owner("")
-
-    async def _release_owner(self, owner: str) -> int:
-        keys, args = self._scripts.release_owner_call(owner)
-        return int(await call(RELEASE_OWNER, self._client, keys, args))
 
     async def locked(self) -> bool:
         """True while any lease holds the lock."""
@@ -256,44 +228,16 @@ class AsyncRedisLock(AsyncPrimitive):
 
     async def info(self) -> PrimitiveInfo:
         """The lock's holders, owner, fence and number of waiters, read-only."""
-        reply = await call(INFO, self._client, self._scripts.info_keys, LockScripts.info_args())
-        return info_reply(self.name, reply)
+        return await run(self._client, self._scripts.info(self.name))
 
     def __repr__(self) -> str:
         return f"<AsyncRedisLock {self.name!r} ttl={self.ttl}>"
 
-    # -- the lease's side (AsyncLeaseHolder) --------------------------------------------
-
-    async def _release_token(self, token: str) -> bool:
-        keys = self._scripts.release_call(token)
-        return bool(await call(RELEASE, self._client, keys, [token]))
-
     async def _release_lease(self, token: str, deadline: float) -> bool:
-        # As the sync lock's: on a plain client the common release writes no record
-        # for a re-send, which judges a lease found gone by its deadline instead.
-        client = self._client
-        if not sees_resends(client):
-            return await self._release_token(token)  # re-sent by redis-py, unseen
-        sends: list[None] = []
-        keys = self._scripts.release_call(token)
-        answer = await call(RELEASE, client, keys, [token, NO_RECORD], sends)
-        return release_reply(answer, sends, deadline)
-
-    async def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
-        args = LockScripts.extend_args(token, ttl_ms, gen)
-        return bool(await call(EXTEND, self._client, self._scripts.holders_key, args))
-
-    async def _held_token(self, token: str) -> int:
-        return int(await call(HELD, self._client, self._scripts.holders_key, [token]))
-
-    async def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
-        args = LockScripts.add_args(token, ttl_ms, nonce, gen)
-        return int(await call(EXTEND_ADD, self._client, self._scripts.add_keys, args))
-
-    async def _leave(self, token: str) -> int:
-        scripts = self._scripts
-        args = scripts.leave_args(token)
-        return leave_reply(await call(LEAVE, self._client, scripts.queue_keys, args))
+        # As the sync lock's: where re-sends are seen the common release writes no
+        # record for one, which judges a lease found gone by its deadline instead.
+        judge = deadline if sees_resends(self._client) else None
+        return await run(self._client, self._scripts.release(token, judge))
 
     # -- the renewer's side (renewal.Renewable) ---------------------------------------
 

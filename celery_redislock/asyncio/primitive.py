@@ -25,11 +25,13 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..core.primitive import PrimitiveBase
+from ..core.operations import PrimitiveOperations
+from ..core.primitive import PrimitiveBase, check_owner
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
 from ..core.scripts import reply_deadline
 from ..core.validate import check_async_client
 from ..errors import ConfigurationError
+from .calls import run
 from .lease import AsyncLease, AsyncOnLost
 from .renewal import keep_alive_async
 
@@ -75,6 +77,8 @@ def _never() -> None:
 
 class AsyncPrimitive(PrimitiveBase):
     """Base of the async lock and semaphore (see the module docs)."""
+
+    _scripts: PrimitiveOperations
 
     def __init__(
         self,
@@ -156,9 +160,11 @@ class AsyncPrimitive(PrimitiveBase):
             keep_alive_async(lease, self, max_hold)  # type: ignore[arg-type]
         return lease
 
+    # -- the lease's requests and the waiter's leave: the operations of _scripts -------
+
     async def _release_token(self, token: str) -> bool:
         """Give up ``token`` in one round trip; False when it was no longer held."""
-        raise NotImplementedError
+        return await run(self._client, self._scripts.release(token))
 
     async def _release_lease(self, token: str, deadline: float) -> bool:
         """A lease's release (``deadline``: its local one, for a holder that judges a
@@ -167,20 +173,29 @@ class AsyncPrimitive(PrimitiveBase):
 
     async def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
         """Set ``token``'s TTL in one round trip; False when it was no longer held."""
-        raise NotImplementedError
+        return await run(self._client, self._scripts.extend(token, ttl_ms, gen))
 
     async def _held_token(self, token: str) -> int:
         """The ms ``token`` has left on the server, 0 when not live (read-only)."""
-        raise NotImplementedError
+        return await run(self._client, self._scripts.held(token))
 
     async def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
         """Add ``ttl_ms`` to ``token``'s time left; the ms left after, 0 when not live."""
-        raise NotImplementedError
+        return await run(self._client, self._scripts.extend_add(token, ttl_ms, nonce, gen))
 
     async def _leave(self, token: str) -> int:
         """Take waiter ``token`` out of the queue; the fence of a lease granted to it
         meanwhile, else 0."""
-        raise NotImplementedError
+        return await run(self._client, self._scripts.leave(token))
+
+    async def release_owner(self, owner: str) -> int:
+        """Release every lease whose owner id is ``owner``; how many (as the sync
+        ``release_owner``)."""
+        return await run(self._client, self._scripts.release_owner(check_owner(owner)))
+
+    async def force_release(self) -> int:
+        """Release every lease, whoever holds it; how many (as the sync one)."""
+        return await run(self._client, self._scripts.release_owner(""))
 
     async def _give_up(self, token: str) -> None:
         """Give ``token`` up after a failed or cancelled acquire: the first pass is

@@ -16,31 +16,22 @@ from typing import Any
 
 from ..core.info import PrimitiveInfo
 from ..core.keys import DEFAULT_PREFIX
-from ..core.lock_scripts import LockScripts, leave_reply
 from ..core.primitive import fresh_token
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
 from ..core.scripts import reply_deadline
 from ..core.semaphore_scripts import (
     ACQUIRE,
-    EXTEND,
-    EXTEND_ADD,
-    HELD,
-    INFO,
-    LEAVE,
     RELEASE,
-    RELEASE_OWNER,
     RENEW,
     SemaphoreScripts,
     acquire_reply,
     attempt_outcome,
-    info_reply,
     release_reply,
 )
 from ..core.validate import acquire_deadline, check_bool, check_positive_int
 from ..core.waiting import Grant, poll_slice
-from ..errors import ConfigurationError
 from .batch import batched_call
-from .calls import call
+from .calls import run
 from .lease import AsyncLease, AsyncOnLost
 from .notifier import AsyncNotifier
 from .primitive import AsyncPrimitive, cancel_check
@@ -59,6 +50,7 @@ class AsyncRedisSemaphore(AsyncPrimitive):
     supported yet."""
 
     kind = "semaphore"
+    _scripts: SemaphoreScripts
 
     def __init__(
         self,
@@ -168,22 +160,9 @@ class AsyncRedisSemaphore(AsyncPrimitive):
         """Permits not held by a live lease, under this object's limit (read-only)."""
         return max(0, self._limit - len((await self.info()).holders))
 
-    async def release_owner(self, owner: str) -> int:
-        """Release every live lease whose owner id is exactly ``owner``; how many."""
-        if not isinstance(owner, str) or not owner:
-            raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
-        return await self._release_owner(owner)
-
-    async def force_release(self) -> int:
-        """Release every lease of the semaphore, whoever holds it; how many."""
-        return await self._release_owner("")
-
     async def info(self) -> PrimitiveInfo:
         """Live leases with their TTL left, the waiters and the stored limit, read-only."""
-        reply = await call(
-            INFO, self._client, self._scripts.info_keys, SemaphoreScripts.info_args()
-        )
-        return info_reply(self.name, self._limit, reply)
+        return await run(self._client, self._scripts.info(self.name, self._limit))
 
     def __repr__(self) -> str:
         fair = " fair" if self._fair else ""
@@ -206,15 +185,6 @@ class AsyncRedisSemaphore(AsyncPrimitive):
                 self._limit,
             )
         return reply
-
-    async def _leave(self, token: str) -> int:
-        scripts = self._scripts
-        args = scripts.leave_args(token)
-        return leave_reply(await call(LEAVE, self._client, scripts.leave_keys, args))
-
-    async def _release_owner(self, owner: str) -> int:
-        keys, args = self._scripts.release_owner_call(owner)
-        return int(await call(RELEASE_OWNER, self._client, keys, args))
 
     async def _release_token(self, token: str) -> bool:
         # Waiters of this loop that the release grants are named in its reply and
@@ -239,18 +209,6 @@ class AsyncRedisSemaphore(AsyncPrimitive):
 
         reply = await batched_call(RELEASE, self._client, keys, args, hand_over)
         return release_reply(reply)[0]
-
-    async def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
-        scripts = self._scripts
-        args = scripts.extend_args(token, ttl_ms, gen)
-        return bool(await call(EXTEND, self._client, scripts.state_keys, args))
-
-    async def _held_token(self, token: str) -> int:
-        return int(await call(HELD, self._client, self._scripts.add_keys[:1], [token]))
-
-    async def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
-        args = LockScripts.add_args(token, ttl_ms, nonce, gen)
-        return int(await call(EXTEND_ADD, self._client, self._scripts.add_keys, args))
 
     # -- the renewer's side (renewal.Renewable) ---------------------------------------
 

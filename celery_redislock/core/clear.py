@@ -6,7 +6,8 @@ primitives as the inventory does (``SCAN``, never ``KEYS``) and releases each
 live lease by its exact token through the lease's own release script, so it is
 owner-checked like a single release: a lease granted after it was read is never
 touched, waiters are woken as by a normal release, and only leases that were live
-are counted.
+are counted. Unlike its holder's release it leaves no record for a re-send, so the
+holder's own ``release()`` answers False and reports the lease lost (#30).
 
 Never run it while workers that use the prefix run: it releases leases whose holders
 are still working, which then run beside the next holder (each reports its lease lost
@@ -75,9 +76,9 @@ def _release_primitive(client: Any, prefix: str, kind: str, name: str) -> int:
         lock = RedisLock(client, name, prefix=prefix)
         fields = client.hkeys(lock.keys.holders)
         tokens = [as_text(f)[2:] for f in fields if as_text(f).startswith("t:")]
-        return sum(lock._release_token(token) for token in tokens)
+        return sum(lock._revoke(token) for token in tokens)
     # The release script wakes waiters under the stored limit; the limit given here
     # is used only when none is stored.
     semaphore = RedisSemaphore(client, name, limit=1, prefix=prefix)
     tokens = [as_text(t) for t in client.zrange(semaphore.keys.holders, 0, -1)]
-    return sum(semaphore._release_token(token) for token in tokens)
+    return sum(semaphore._revoke(token) for token in tokens)

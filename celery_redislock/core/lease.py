@@ -13,17 +13,18 @@ Redis, so a child can neither release nor extend its parent's lock.
 from __future__ import annotations
 
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-from ..errors import ConfigurationError, LockNotOwned
-from .lease_state import EXPIRED, LeaseState, lost_lock
+from ..errors import LockNotOwned
+from .lease_state import EXPIRED, LeaseState, Steps, lost_lock
 
 __all__ = ["Lease", "LeaseHolder", "OnLost", "current_pid"]
+
+T = TypeVar("T")
 
 _PID = os.getpid()  # os.getpid() is a system call; a lease checks it on every operation
 
@@ -53,8 +54,9 @@ class LeaseHolder(Protocol):
         """The lock or semaphore name."""
         ...
 
-    def _release_token(self, token: str) -> bool:
-        """Give up ``token`` in one round trip; False when it was no longer held."""
+    def _release_lease(self, token: str, deadline: float) -> bool:
+        """Give up ``token`` (its local deadline ``deadline``) in one round trip; False
+        when it was no longer held."""
         ...
 
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
@@ -129,25 +131,7 @@ class Lease(LeaseState):
 
     def release(self) -> bool:
         """Give the lease back; False (and :attr:`lost` set) when it was no longer ours."""
-        if self._released:
-            return False
-        if self._pid != _PID:
-            return False
-        self._end_renewal()
-        holder = self._holder
-        # A lock on a plain client judges a re-sent release by the lease's deadline
-        # (RedisLock._release_lease; none for a lease known lost already); other
-        # holders answer by the token alone.
-        by_lease = getattr(holder, "_release_lease", None)
-        ok = (
-            holder._release_token(self.token)
-            if by_lease is None
-            else by_lease(self.token, 0.0 if self._lost else self._deadline)
-        )
-        self._released = True
-        if not ok:
-            self._mark_lost("release found the lease no longer held")
-        return ok
+        return self._drive(self._release_steps())
 
     def extend(self, ttl: float | None = None, *, add: bool = False) -> bool:
         """Reset the lease to ``ttl`` seconds (default: its current TTL) from now, or,
@@ -160,52 +144,7 @@ class Lease(LeaseState):
         once. Returns False, and sets :attr:`lost`, when the lease is no longer ours;
         an expired lease is never brought back.
         """
-        from .validate import check_bool, ttl_to_ms
-
-        if check_bool(add, "add"):
-            if ttl is None:
-                raise ConfigurationError("extend(add=True) needs ttl, the seconds to add; got None")
-            return self._extend_add(ttl_to_ms(ttl))
-        if self._released or self._pid != _PID:
-            return False
-        new_ttl = self.ttl if ttl is None else ttl
-        ttl_ms = ttl_to_ms(new_ttl)
-        # A renewed lease: the change gets a new generation, so a renewal composed
-        # before it (and still in flight) cannot undo it, and renewal goes on at the
-        # new TTL from now (not on the old schedule, maybe after the new TTL ran out).
-        entry = self._stop_renewal
-        renewer = getattr(entry, "renewer", None)
-        gen = renewer.explicit(entry, ttl_ms / 1000.0) if renewer is not None else 0
-        sent_at = time.monotonic()
-        if self._holder._extend_token(self.token, ttl_ms, *((gen,) if gen else ())):
-            self.ttl = ttl_ms / 1000.0
-            self._confirm(sent_at + self.ttl)
-            if renewer is not None:
-                renewer.rescheduled(entry, sent_at, self.ttl)
-            return True
-        self._mark_lost("extend found the lease no longer held")
-        return False
-
-    def _extend_add(self, ttl_ms: int) -> bool:
-        if self._released or self._pid != _PID:
-            return False
-        # A renewed lease: as for extend(), a new generation, so a renewal composed
-        # before the addition (in flight) cannot cut it back; renewal goes on at about
-        # the new length (the time left as this process knows it, plus ``ttl``).
-        entry = self._stop_renewal
-        renewer = getattr(entry, "renewer", None)
-        guess = max(0.0, self.remaining()) + ttl_ms / 1000.0
-        gen = renewer.explicit(entry, guess) if renewer is not None else 0
-        sent_at = time.monotonic()
-        left_ms = self._holder._add_to_token(self.token, ttl_ms, secrets.token_hex(8), gen)
-        if left_ms > 0:
-            self.ttl = left_ms / 1000.0
-            self._confirm(sent_at + self.ttl)
-            if renewer is not None:
-                renewer.rescheduled(entry, sent_at, self.ttl)
-            return True
-        self._mark_lost("extend found the lease no longer held")
-        return False
+        return self._drive(self._extend_steps(ttl, add))
 
     def held(self) -> bool:
         """True while the lease is live on Redis (redis-py's ``Lock.owned()``).
@@ -215,15 +154,7 @@ class Lease(LeaseState):
         no, the lease is marked lost (``on_lost`` runs). A released lease, or one
         inherited by a forked child, answers False without asking.
         """
-        if self._released or self.lost:
-            return False
-        sent_at = time.monotonic()
-        left_ms = self._holder._held_token(self.token)
-        if left_ms > 0:
-            self._confirm(sent_at + left_ms / 1000.0)
-            return True
-        self._mark_lost("held() found the lease no longer held")
-        return False
+        return self._drive(self._held_steps())
 
     def hand_over(self, ttl: float) -> bool:
         """Give the lease to whoever holds its token next (e.g. another process that
@@ -233,19 +164,23 @@ class Lease(LeaseState):
         Afterwards this object neither renews, releases nor reports the lease lost
         (:attr:`released` is True). Returns False when the lease was no longer ours.
         """
-        from .validate import ttl_to_ms
+        return self._drive(self._hand_over_steps(ttl))
 
-        ttl_ms = ttl_to_ms(ttl)
-        if self._released or self._pid != _PID:
-            return False
-        # Renewal stops before the new TTL is set, and the change gets a new
-        # generation: a renewal already composed (in flight, or queued behind other
-        # scripts) cannot shorten it afterwards.
-        entry = self._stop_renewal
-        renewer = getattr(entry, "renewer", None)
-        gen = renewer.explicit(entry, ttl_ms / 1000.0) if renewer is not None else 0
-        self._mark_released()
-        return bool(self._holder._extend_token(self.token, ttl_ms, *((gen,) if gen else ())))
+    def _drive(self, steps: Steps[T]) -> T:
+        """Run a lease operation (see :class:`~.lease_state.Request`): each request
+        made of the holder in turn, its answer sent back."""
+        holder = self._holder
+        answer: object = None
+        while True:
+            try:
+                request = steps.send(answer)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            answer = getattr(holder, request.method)(*request.args)
+
+    def _usable(self) -> bool:
+        return self._pid == _PID
 
     def wait_lost(self, timeout: float | None = None) -> bool:
         """Block until the lease is found lost or ``timeout`` passes; return :attr:`lost`."""

@@ -1,5 +1,5 @@
-"""``LeaseState``: what a lease knows, shared by the sync :class:`~.lease.Lease` and
-the async ``AsyncLease``, with no I/O.
+r"""``LeaseState``: what a lease knows and does, shared by the sync
+:class:`~.lease.Lease` and the async ``AsyncLease``, with no I/O.
 
 A lease keeps a local deadline on the monotonic clock: the time the confirming
 request was *sent* plus the TTL it set, so it never outlives the server's expiry.
@@ -7,17 +7,29 @@ It is lost once that deadline passes unconfirmed, or once Redis answers that it 
 not held; then :attr:`LeaseState.lost` is True, the subclass's event is set and
 ``on_lost(lease)`` runs, once. The renewers (sync and async) drive it through
 :meth:`LeaseState._confirm` and :meth:`LeaseState._mark_lost`.
+
+What a lease does -- release, extend (by replacing or adding to its TTL), ask whether
+it is held, hand over -- is written once here, as generators of :class:`Request`\ s
+to its holder (one round trip each); the sync lease makes each request with a call,
+the async one with an ``await`` (see ``_drive`` in each).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
-__all__ = ["EXPIRED", "LeaseHolder", "LeaseState", "lost_lock"]
+from ..errors import ConfigurationError
+from .validate import check_bool, ttl_to_ms
+
+__all__ = ["EXPIRED", "LeaseState", "Request", "Steps", "lost_lock"]
+
+T = TypeVar("T")
 
 EXPIRED = "the lease expired: its TTL passed without a renewal"
 """Loss reason when the local deadline passed."""
@@ -38,13 +50,23 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class LeaseHolder(Protocol):
-    """What a lock or semaphore offers its leases (the core's internal seam)."""
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One round trip a lease asks of its holder: the holder's method and its
+    arguments (sync on a sync holder, a coroutine on an async one):
 
-    @property
-    def name(self) -> str:
-        """The lock or semaphore name."""
-        ...
+    * ``_release_lease(token, deadline) -> bool``: released (False: not ours);
+    * ``_extend_token(token, ttl_ms, gen) -> bool``: TTL set (False: not live);
+    * ``_add_to_token(token, ttl_ms, nonce, gen) -> int``: ms left after (0: not live);
+    * ``_held_token(token) -> int``: ms left (0: not live).
+    """
+
+    method: Literal["_release_lease", "_extend_token", "_add_to_token", "_held_token"]
+    args: tuple[str | int | float, ...]
+
+
+Steps = Generator[Request, Any, T]
+r"""A lease operation: yields :class:`Request`\ s, is sent their answers."""
 
 
 class LeaseState:
@@ -161,6 +183,86 @@ class LeaseState:
         callback = self.on_lost
         if callback is not None:
             callback(self)
+
+    # -- what a lease does, once for the sync and the async lease (see Request) --------
+
+    def _usable(self) -> bool:
+        """True when this process (and loop) may use the lease; the subclass says."""
+        return True
+
+    def _release_steps(self) -> Steps[bool]:
+        if self._released or not self._usable():
+            return False
+        self._end_renewal()
+        # A lease known lost already is never judged released by a re-send that finds
+        # it gone (a lock judges a re-sent release by the deadline: none given here).
+        ok = yield Request("_release_lease", (self.token, 0.0 if self._lost else self._deadline))
+        self._released = True
+        if not ok:
+            self._mark_lost("release found the lease no longer held")
+        return bool(ok)
+
+    def _extend_steps(self, ttl: float | None, add: bool) -> Steps[bool]:
+        if check_bool(add, "add"):
+            if ttl is None:
+                raise ConfigurationError("extend(add=True) needs ttl, the seconds to add; got None")
+            ttl_ms = ttl_to_ms(ttl)
+            if self._released or not self._usable():
+                return False
+            # A renewed lease: as for a replaced TTL (below), a new generation; renewal
+            # goes on at about the new length (the time left as known here, plus ttl).
+            renewer, gen = self._explicit(max(0.0, self.remaining()) + ttl_ms / 1000.0)
+            sent_at = time.monotonic()
+            nonce = secrets.token_hex(8)
+            left_ms = yield Request("_add_to_token", (self.token, ttl_ms, nonce, gen))
+            return self._extended(sent_at, int(left_ms) / 1000.0, renewer)
+        ttl_ms = ttl_to_ms(self.ttl if ttl is None else ttl)
+        if self._released or not self._usable():
+            return False
+        # A renewed lease: the change gets a new generation, so a renewal composed
+        # before it (and still in flight) cannot undo it, and renewal goes on at the
+        # new TTL from now (not on the old schedule, maybe after the new TTL ran out).
+        renewer, gen = self._explicit(ttl_ms / 1000.0)
+        sent_at = time.monotonic()
+        ok = yield Request("_extend_token", self._ttl_args(ttl_ms, gen))
+        return self._extended(sent_at, ttl_ms / 1000.0 if ok else 0.0, renewer)
+
+    def _extended(self, sent_at: float, ttl: float, renewer: Any) -> bool:
+        """An extend sent at ``sent_at`` left the lease ``ttl`` s (0: not live)."""
+        if ttl > 0:
+            self.ttl = ttl
+            self._confirm(sent_at + ttl)
+            self._rescheduled(renewer, sent_at)
+            return True
+        self._mark_lost("extend found the lease no longer held")
+        return False
+
+    def _held_steps(self) -> Steps[bool]:
+        if self._released or self.lost:
+            return False
+        sent_at = time.monotonic()
+        left_ms = yield Request("_held_token", (self.token,))
+        if left_ms > 0:
+            self._confirm(sent_at + left_ms / 1000.0)
+            return True
+        self._mark_lost("held() found the lease no longer held")
+        return False
+
+    def _hand_over_steps(self, ttl: float) -> Steps[bool]:
+        ttl_ms = ttl_to_ms(ttl)
+        if self._released or not self._usable():
+            return False
+        # Renewal stops before the new TTL is set, and the change gets a new
+        # generation: a renewal already composed (in flight, or queued behind other
+        # scripts) cannot shorten it afterwards.
+        _renewer, gen = self._explicit(ttl_ms / 1000.0)
+        self._mark_released()
+        return bool((yield Request("_extend_token", self._ttl_args(ttl_ms, gen))))
+
+    def _ttl_args(self, ttl_ms: int, gen: int) -> tuple[str | int, ...]:
+        """``_extend_token``'s arguments; the generation only when there is one (a
+        holder that renews its leases itself takes none)."""
+        return (self.token, ttl_ms, gen) if gen else (self.token, ttl_ms)
 
     def _explicit(self, ttl: float) -> tuple[Any, int]:
         """An explicit TTL change to ``ttl`` s is about to be sent: the renewer renewing

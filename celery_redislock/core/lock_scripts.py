@@ -1,11 +1,11 @@
 """The lock's Lua scripts, their keys and arguments, and what their replies mean.
 
-I/O-free: :class:`LockScripts` holds one lock's keys, encoded once, and builds each
-script's arguments; the ``*_reply`` functions read each script's reply. The sync
-:class:`~.lock.RedisLock` and the async ``AsyncRedisLock`` both use them, so the
-two differ only in how they send a call (``script(client, ...)``, or ``await
-call(script, client, ...)`` from :mod:`celery_redislock.asyncio.calls`) and can never
-disagree on what a reply means.
+I/O-free: :class:`LockScripts` holds one lock's keys, encoded once, builds each
+script's arguments and offers the lock's operations (generators of script calls, see
+:mod:`.operations`); the ``*_reply`` functions read each script's reply. The sync
+:class:`~.lock.RedisLock` and the async ``AsyncRedisLock`` both run these
+operations, so the two differ only in their driver and can never disagree on what a
+reply means.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import RedisRestarting
 from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
+from .operations import Call, Operation
 from .restart import grace_ms, mark
 from .scripts import LuaScript, as_text, key_encoder
 from .waiting import WAITER_HEARTBEAT_MS, Grant, granted_lease
@@ -31,6 +32,7 @@ __all__ = [
     "HELD",
     "INFO",
     "LEAVE",
+    "FORCED",
     "NO_RECORD",
     "RELEASE",
     "RELEASE_MEMORY_MS",
@@ -86,6 +88,10 @@ _WAIT = b"1"  # constant script argument, encoded once
 NO_RECORD = b"0"
 """``lock_release.lua``'s ARGV[2] for a caller that judges a re-sent release itself
 (see :func:`release_reply`): no release record unless waiters are queued."""
+FORCED = b"f"
+"""``lock_release.lua``'s ARGV[2] for an operator's release of someone else's lease
+(``release_all``): no release record at all, so the holder's own release later finds
+the lease gone and reports it lost (#30)."""
 _LOCK_RULE = "lock"
 
 
@@ -198,6 +204,62 @@ class LockScripts:
     def info_args() -> list[Any]:
         """ARGV of ``lock_info.lua``: a nonce that stamps its reply."""
         return [secrets.token_hex(8)]
+
+    # -- operations (see .operations) -------------------------------------------------
+
+    def release(self, token: str, deadline: float | None = None) -> Operation[bool]:
+        """Give up lease ``token``: True when it was live and is now released.
+
+        ``deadline``: the lease's local deadline, for a driver that sees its own
+        re-sends (:func:`~.scripts.sees_resends`): the common release then writes no
+        record, and a lease found gone after a re-send is judged by the deadline (see
+        :func:`release_reply`). None: the release is recorded for a re-send."""
+        if deadline is None:
+            return bool((yield Call(RELEASE, self.release_call(token), [token])))
+        sends: list[None] = []
+        answer = yield Call(RELEASE, self.release_call(token), [token, NO_RECORD], sends=sends)
+        return release_reply(answer, sends, deadline)
+
+    def revoke(self, token: str) -> Operation[bool]:
+        """An operator's release of lease ``token`` (not its holder's): True when it
+        was live. Leaves no record, so the holder's own release answers False."""
+        return bool((yield Call(RELEASE, self.release_call(token), [token, FORCED])))
+
+    def extend(self, token: str, ttl_ms: int, gen: int = 0) -> Operation[bool]:
+        """Set lease ``token`` to expire ``ttl_ms`` from now; False when not live."""
+        return bool((yield Call(EXTEND, self.holders_key, self.extend_args(token, ttl_ms, gen))))
+
+    def extend_add(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> Operation[int]:
+        """Add ``ttl_ms`` to what lease ``token`` has left; the ms left after (0: not live)."""
+        args = self.add_args(token, ttl_ms, nonce, gen)
+        return int((yield Call(EXTEND_ADD, self.add_keys, args)))
+
+    def held(self, token: str) -> Operation[int]:
+        """The ms lease ``token`` has left on the server, 0 when not live."""
+        return int((yield Call(HELD, self.holders_key, [token])))
+
+    def leave(self, token: str) -> Operation[int]:
+        """Take waiter ``token`` out of the queue; the fence of a lease granted to it
+        meanwhile, else 0."""
+        return leave_reply((yield Call(LEAVE, self.queue_keys, self.leave_args(token))))
+
+    def release_owner(self, owner: str) -> Operation[int]:
+        """Release every lease if the owner id is ``owner`` ("": whoever holds it)."""
+        keys, args = self.release_owner_call(owner)
+        return int((yield Call(RELEASE_OWNER, keys, args)))
+
+    def info(self, name: str) -> Operation[PrimitiveInfo]:
+        """The lock's holders, owner, fence and waiters (read-only)."""
+        return info_reply(name, (yield Call(INFO, self.info_keys, self.info_args())))
+
+    def adopt(
+        self, token: str, new_token: str, ttl_ms: int, owner: str | None
+    ) -> Operation[Grant | None]:
+        """Replace live lease ``token`` by ``new_token`` (see ``RedisLock.adopt``); the
+        new lease's grant, None when ``token`` is not live."""
+        keys, args = self.adopt_call(token, new_token, ttl_ms, owner)
+        sent_at = time.monotonic()
+        return adopt_reply((yield Call(ADOPT, keys, args)), sent_at, ttl_ms)
 
 
 def acquire_reply(answer: Any, sent_at: float, ttl_ms: int) -> Grant | None:

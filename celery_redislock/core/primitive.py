@@ -16,12 +16,20 @@ from redis.exceptions import RedisError
 from ..errors import ConfigurationError, LockTimeout
 from .keys import KeySpace
 from .lease import Lease, OnLost, current_pid
+from .operations import PrimitiveOperations, run
 from .pubsub import pubsub_mode
 from .replicas import DEFAULT_REPLICA_TIMEOUT, check_replica_ack, remaining_ms
 from .scripts import LuaScript
 from .validate import capped_ttl_ms, check_bool, check_client, check_max_hold, ttl_to_ms
 
-__all__ = ["Primitive", "PrimitiveBase", "fresh_token"]
+__all__ = ["Primitive", "PrimitiveBase", "ServerPrimitive", "check_owner", "fresh_token"]
+
+
+def check_owner(owner: object) -> str:
+    """``owner`` if it is a non-empty string (``release_owner``'s argument)."""
+    if not isinstance(owner, str) or not owner:
+        raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
+    return owner
 
 
 class PrimitiveBase:
@@ -222,6 +230,11 @@ class Primitive(PrimitiveBase):
         """Give up ``token`` in one round trip (the lease's side; see the subclass)."""
         raise NotImplementedError
 
+    def _release_lease(self, token: str, deadline: float) -> bool:
+        """A lease's release (``deadline``: its local one, for a holder that judges a
+        re-sent release by it); by the token alone unless the subclass says."""
+        return self._release_token(token)
+
     def _extend_token(self, token: str, ttl_ms: int) -> bool:
         """Set ``token``'s TTL in one round trip (the lease's side; see the subclass)."""
         raise NotImplementedError
@@ -291,3 +304,54 @@ def fresh_token(client: Any = None) -> tuple[str, str]:
         _process = (current_pid(), secrets.token_hex(4))
     tag = _process[1] if client is None else pubsub_mode(client).tag_prefix + _process[1]
     return f"{secrets.token_hex(16)}.{tag}", tag
+
+
+class ServerPrimitive(Primitive):
+    """A sync lock or semaphore on one Redis server (not Redlock's majority): the
+    lease's requests as the operations of ``_scripts`` (see :mod:`.operations`), run
+    on the client."""
+
+    _scripts: PrimitiveOperations
+
+    def _release_token(self, token: str) -> bool:
+        return run(self._client, self._scripts.release(token))
+
+    def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
+        return run(self._client, self._scripts.extend(token, ttl_ms, gen))
+
+    def _held_token(self, token: str) -> int:
+        return run(self._client, self._scripts.held(token))
+
+    def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
+        return run(self._client, self._scripts.extend_add(token, ttl_ms, nonce, gen))
+
+    def _leave(self, token: str) -> int:
+        """Take waiter ``token`` out of the queue; the fence of a lease granted to it
+        meanwhile, else 0."""
+        return run(self._client, self._scripts.leave(token))
+
+    def _revoke(self, token: str) -> bool:
+        """An operator's release of lease ``token`` (``release_all``): True when it was
+        live; its holder's own release then answers False and reports it lost."""
+        return run(self._client, self._scripts.revoke(token))
+
+    def release_owner(self, owner: str) -> int:
+        """Release every lease whose owner id is ``owner``; the number released.
+
+        For code that knows the owner but holds no lease (an operator, a process that
+        cleans up after a dead one, e.g. a Celery worker's main process after a child
+        was killed). Owner-checked on the server in one round trip; the waiters that
+        may now proceed are woken.
+        """
+        return run(self._client, self._scripts.release_owner(check_owner(owner)))
+
+    def force_release(self) -> int:
+        """Release every lease, whoever holds it; the number released.
+
+        The holders' leases report themselves lost at their next renewal, release or
+        extend. Meant for operators clearing stuck leases, never for normal flow.
+        """
+        return run(self._client, self._scripts.release_owner(""))
+
+    def _release_owner(self, owner: str) -> int:
+        return run(self._client, self._scripts.release_owner(owner))

@@ -15,29 +15,20 @@ import math
 import time
 from typing import Any
 
-from ..errors import ConfigurationError
 from .info import PrimitiveInfo
 from .keys import DEFAULT_PREFIX
 from .lease import Lease, OnLost
-from .lock_scripts import LockScripts, leave_reply
-from .primitive import Primitive, fresh_token
+from .operations import run
+from .primitive import ServerPrimitive, fresh_token
 from .replicas import DEFAULT_REPLICA_TIMEOUT
 from .restart import grace_ms, mark
 from .scripts import LuaScript, reply_deadline
 from .semaphore_scripts import (
     ACQUIRE,
-    EXTEND,
-    EXTEND_ADD,
-    HELD,
-    INFO,
-    LEAVE,
-    RELEASE,
-    RELEASE_OWNER,
     RENEW,
     SemaphoreScripts,
     acquire_reply,
     attempt_outcome,
-    info_reply,
 )
 from .validate import (
     acquire_deadline,
@@ -51,7 +42,7 @@ __all__ = ["RedisSemaphore"]
 log = logging.getLogger(__name__)
 
 
-class RedisSemaphore(Primitive):
+class RedisSemaphore(ServerPrimitive):
     """A named counting semaphore shared by every process that uses the same Redis.
 
     Args:
@@ -87,6 +78,7 @@ class RedisSemaphore(Primitive):
     """
 
     kind = "semaphore"
+    _scripts: SemaphoreScripts
 
     def __init__(
         self,
@@ -220,36 +212,15 @@ class RedisSemaphore(Primitive):
         """
         return max(0, self._limit - len(self.info().holders))
 
-    def release_owner(self, owner: str) -> int:
-        """Release every live lease whose owner id is exactly ``owner``.
-
-        For code that knows the owner but holds no lease (an operator, a process that
-        cleans up after a dead one, e.g. a Celery worker's main process after a child
-        was killed). Owner-checked on the server in one round trip; the waiters that
-        may now take a permit are woken. Returns the number of leases released.
-        """
-        if not isinstance(owner, str) or not owner:
-            raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
-        return self._release_owner(owner)
-
-    def force_release(self) -> int:
-        """Release every lease of the semaphore, whoever holds it; the number released.
-
-        The holders' leases report themselves lost at their next renewal, release or
-        extend. Meant for operators clearing stuck permits, never for normal flow.
-        """
-        return self._release_owner("")
-
     def info(self) -> PrimitiveInfo:
         """Live leases with their TTL left, the waiters and the stored limit, read-only."""
-        reply = INFO(self._client, self._scripts.info_keys, SemaphoreScripts.info_args())
-        return info_reply(self.name, self._limit, reply)
+        return run(self._client, self._scripts.info(self.name, self._limit))
 
     def __repr__(self) -> str:
         fair = " fair" if self._fair else ""
         return f"<RedisSemaphore {self.name!r} limit={self._limit} ttl={self.ttl}{fair}>"
 
-    # -- one round trip each; the lease's side (LeaseHolder) ---------------------------
+    # -- one round trip each ---------------------------------------------------------
 
     def _attempt(
         self, token: str, owner: str, ttl_ms: int, wait: bool, acked: list[Any] | None = None
@@ -282,31 +253,6 @@ class RedisSemaphore(Primitive):
                 previous,
                 self._limit,
             )
-
-    def _leave(self, token: str) -> int:
-        """Take waiter ``token`` out of the queue, waking the one that takes its place;
-        the fence of a permit a release granted ``token`` meanwhile, else 0."""
-        scripts = self._scripts
-        return leave_reply(LEAVE(self._client, scripts.leave_keys, scripts.leave_args(token)))
-
-    def _release_owner(self, owner: str) -> int:
-        return int(RELEASE_OWNER(self._client, *self._scripts.release_owner_call(owner)))
-
-    def _release_token(self, token: str) -> bool:
-        scripts = self._scripts
-        return bool(RELEASE(self._client, scripts.release_call(token), scripts.release_args(token)))
-
-    def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
-        scripts = self._scripts
-        args = scripts.extend_args(token, ttl_ms, gen)
-        return bool(EXTEND(self._client, scripts.state_keys, args))
-
-    def _held_token(self, token: str) -> int:
-        return int(HELD(self._client, self._scripts.add_keys[:1], [token]))
-
-    def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
-        args = LockScripts.add_args(token, ttl_ms, nonce, gen)
-        return int(EXTEND_ADD(self._client, self._scripts.add_keys, args))
 
     def _extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
         return self._scripts.extend_call(token, ttl_ms)

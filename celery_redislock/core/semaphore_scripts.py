@@ -2,9 +2,10 @@
 and what their replies mean; no I/O.
 
 :class:`SemaphoreScripts` builds each script's KEYS and constant ARGV once for one
-semaphore; the ``*_reply`` functions read the replies. The sync
-:class:`~.semaphore.RedisSemaphore` and the async ``AsyncRedisSemaphore`` both use
-them and differ only in how they send a call. Wake-ups go to the waiter's own
+semaphore and offers its operations (generators of script calls, see
+:mod:`.operations`); the ``*_reply`` functions read the replies. The sync
+:class:`~.semaphore.RedisSemaphore` and the async ``AsyncRedisSemaphore`` both run
+these operations and differ only in their driver. Wake-ups go to the waiter's own
 process: a token ends in ``.<tag>``, the tag of the process that made it, and the
 scripts publish it on ``<wake channel>:<tag>``, which only that process listens to
 (the scripts derive the channel from the holders key: :attr:`.KeySpace.channel`).
@@ -15,11 +16,13 @@ A release grants the permits it frees to the first waiters itself and tells them
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any
 
 from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
-from .lock_scripts import LEAVE, SCRIPT_CONSTANTS
+from .lock_scripts import FORCED, LEAVE, SCRIPT_CONSTANTS, LockScripts, leave_reply
+from .operations import Call, Operation
 from .scripts import LuaScript, as_text, key_encoder
 from .waiting import Grant, granted_lease
 
@@ -149,6 +152,64 @@ class SemaphoreScripts:
         """``queue_leave.lua``'s ARGV with the semaphore's rule (read its reply with
         :func:`.lock_scripts.leave_reply`)."""
         return [token, "semaphore", *self._flags]
+
+    # -- operations (see .operations; the same names and meaning as LockScripts') ----
+
+    def attempt(
+        self, token: str, owner: str, ttl_ms: int, wait: bool
+    ) -> Operation[tuple[tuple[int, int, int, int], float]]:
+        """One acquire attempt (queued when refused if ``wait``): its
+        :func:`acquire_reply` and when it was sent."""
+        args = self.acquire_args(token, owner, ttl_ms, wait)
+        sent_at = time.monotonic()
+        return acquire_reply((yield Call(ACQUIRE, self.acquire_keys, args))), sent_at
+
+    def release(self, token: str, deadline: float | None = None) -> Operation[bool]:
+        """Give up lease ``token``: True when it was live and is now released (also to
+        a re-send of that release; ``deadline`` is not needed: always recorded)."""
+        del deadline
+        return bool((yield Call(RELEASE, self.release_call(token), self.release_args(token))))
+
+    def release_granting(
+        self, token: str, here: str
+    ) -> Operation[tuple[bool, list[tuple[str, int]]]]:
+        """:meth:`release`, also naming the waiters of tag ``here`` it granted a permit
+        (see :func:`release_reply`)."""
+        reply = yield Call(RELEASE, self.release_call(token), self.release_args(token, here))
+        return release_reply(reply)
+
+    def revoke(self, token: str) -> Operation[bool]:
+        """An operator's release of lease ``token`` (not its holder's): True when it
+        was live. Leaves no record, so the holder's own release answers False."""
+        args = [token, *self._flags, "", self.grace or "", FORCED]
+        return bool((yield Call(RELEASE, self.release_call(token), args)))
+
+    def extend(self, token: str, ttl_ms: int, gen: int = 0) -> Operation[bool]:
+        """Set lease ``token`` to expire ``ttl_ms`` from now; False when not live."""
+        return bool((yield Call(EXTEND, self.state_keys, self.extend_args(token, ttl_ms, gen))))
+
+    def extend_add(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> Operation[int]:
+        """Add ``ttl_ms`` to what lease ``token`` has left; the ms left after (0: not live)."""
+        args = LockScripts.add_args(token, ttl_ms, nonce, gen)
+        return int((yield Call(EXTEND_ADD, self.add_keys, args)))
+
+    def held(self, token: str) -> Operation[int]:
+        """The ms lease ``token`` has left on the server, 0 when not live."""
+        return int((yield Call(HELD, self.add_keys[:1], [token])))
+
+    def leave(self, token: str) -> Operation[int]:
+        """Take waiter ``token`` out of the queue, waking the one that takes its place;
+        the fence of a permit a release granted ``token`` meanwhile, else 0."""
+        return leave_reply((yield Call(LEAVE, self.leave_keys, self.leave_args(token))))
+
+    def release_owner(self, owner: str) -> Operation[int]:
+        """Release every lease whose owner id is ``owner`` ("": every lease)."""
+        keys, args = self.release_owner_call(owner)
+        return int((yield Call(RELEASE_OWNER, keys, args)))
+
+    def info(self, name: str, limit: int) -> Operation[PrimitiveInfo]:
+        """Live leases, waiters and the stored limit (``limit`` when none), read-only."""
+        return info_reply(name, limit, (yield Call(INFO, self.info_keys, self.info_args())))
 
 
 def acquire_reply(reply: Any) -> tuple[int, int, int, int]:

@@ -13,7 +13,7 @@ import redis
 from redis.crc import key_slot
 
 from celery_redislock import RedisLock, RedisSemaphore
-from celery_redislock.core import lock as lock_module
+from celery_redislock.core import lock_scripts as lock_module
 from celery_redislock.core.parking import PARKING_CONSTANTS
 from celery_redislock.core.scripts import LuaScript
 from celery_redislock.core.waiting import WAITER_HEARTBEAT_MS

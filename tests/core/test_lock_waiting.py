@@ -20,6 +20,7 @@ import redis
 
 from celery_redislock import Lease, RedisLock
 from celery_redislock.core import lock as lock_module
+from celery_redislock.core import lock_scripts
 from celery_redislock.core import primitive as primitive_module
 from celery_redislock.core import waiting as waiting_module
 from celery_redislock.core.waiting import MAX_POLL
@@ -148,7 +149,7 @@ def test_newcomer_does_not_barge_past_a_queued_waiter(r: redis.Redis, lock: Redi
     holder = lock.acquire()
     assert holder is not None
     # A queued waiter (via the script: no thread that would take the lock at once).
-    reply = lock_module.ACQUIRE(
+    reply = lock_scripts.ACQUIRE(
         r,
         [lock.keys.holders, lock.keys.fence, lock.keys.queue, lock.keys.alive, lock.keys.asks],
         ["a" * 32, 30000, "", "1"],
@@ -165,7 +166,7 @@ def test_dead_waiter_is_dropped_after_its_heartbeat(r: redis.Redis, lock: RedisL
     args = ["d" * 32, 30000, "", "1"]
     holder = lock.acquire()
     assert holder is not None
-    assert lock_module.ACQUIRE(r, keys, args)[0] == 0  # queued; then it "dies"
+    assert lock_scripts.ACQUIRE(r, keys, args)[0] == 0  # queued; then it "dies"
     holder.release()
     assert lock.acquire(blocking=False) is None
     r.zadd(lock.keys.alive, {"d" * 32: 0})  # its heartbeat deadline has passed
@@ -217,13 +218,13 @@ def test_leaving_head_of_a_free_lock_wakes_the_next_waiter(
     head = "h" * 32
     holder = lock.acquire()
     assert holder is not None
-    assert lock_module.ACQUIRE(r, keys, [head, 30000, "", "1"])[0] == 0
+    assert lock_scripts.ACQUIRE(r, keys, [head, 30000, "", "1"])[0] == 0
     waiter = start_waiter(r, lock, waiters, queued=2, timeout=10)
     holder.release()  # wakes the head, which never comes ...
     time.sleep(0.1)
     assert waiter.is_alive()
     left_at = time.monotonic()  # ... until it gives up, which must wake the next one
-    lock_module.LEAVE(
+    lock_scripts.LEAVE(
         r, [lock.keys.holders, lock.keys.queue, lock.keys.alive, lock.keys.asks], [head, "lock"]
     )
     lease = waiter.result()

@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from celery_redislock import RedisLock, RedisSemaphore
-from celery_redislock.core import lock as lock_module
 from celery_redislock.core import lock_scripts, semaphore_scripts
+from celery_redislock.core import lock_scripts as lock_module
 from celery_redislock.core.scripts import LuaScript
 from tests.faults import FaultProxy
 

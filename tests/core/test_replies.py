@@ -18,7 +18,7 @@ import redis
 from redis.connection import Connection
 
 from celery_redislock import RedisLock
-from celery_redislock.core import lock as lock_module
+from celery_redislock.core import lock_scripts as lock_module
 from celery_redislock.core.notifier import Notifier, Waiter
 from tests.faults import FaultProxy
 

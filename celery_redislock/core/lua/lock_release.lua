@@ -13,8 +13,10 @@
 -- ARGV[2]  record   optional, default "1": write KEYS[6] on every release; "0": only
 --                   when waiters are queued -- for a caller that sees its own re-sends
 --                   and judges a lease found gone by its local deadline (RedisLock on
---                   a plain client, see lock.py): the common release then writes
---                   nothing but the DEL.
+--                   a plain client, see lock_scripts.py): the common release then
+--                   writes nothing but the DEL; "f": never -- an operator's release
+--                   of someone else's lease (release_all), whose holder's own
+--                   release must then answer 0 (#30).
 -- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua):
 -- messages to a waiter whose token ends in ".<tag>" go to `channel:<tag>` (its
 -- process's own channel), by SPUBLISH when the tag starts with "s" (waiter_channel).
@@ -49,7 +51,7 @@ local only = expiry and redis.call('HLEN', holders) <= 5
 if only then
   redis.call('DEL', holders)
   local queued = redis.call('EXISTS', queue) == 1
-  if queued or ARGV[2] ~= '0' then
+  if ARGV[2] ~= 'f' and (queued or ARGV[2] ~= '0') then
     redis.call('SET', done, '1', 'PX', {{RELEASE_MEMORY_MS}})
   end
   if not queued then return {STAMP, 1} end
@@ -94,7 +96,7 @@ if live == 0 and (only or redis.call('EXISTS', queue) == 1) then
 end
 if only then return {STAMP, 1} end
 if tonumber(expiry) > now then
-  redis.call('SET', done, '1', 'PX', {{RELEASE_MEMORY_MS}})
+  if ARGV[2] ~= 'f' then redis.call('SET', done, '1', 'PX', {{RELEASE_MEMORY_MS}}) end
   return {STAMP, 1}
 end
 return {STAMP, 0}

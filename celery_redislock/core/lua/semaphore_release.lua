@@ -20,6 +20,9 @@
 --                   told by message: the reply names them (see below).
 -- ARGV[5]  grace    optional: the restart grace, ms (see restart_grace in
 --                   lib_restart.lua); ARGV[4] is then "" when no tag is given.
+-- ARGV[6]  forced   optional: "f" for an operator's release of someone else's lease
+--                   (release_all): KEYS[8] is not written, so the holder's own
+--                   release then answers 0 (#30); ARGV[4], ARGV[5] may be "".
 -- The wake-up channel is derived from KEYS[1] (see wake_channel in lib_lock.lua).
 -- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS,
 -- RELEASE_MEMORY_MS.
@@ -45,7 +48,7 @@ local STAMP = 'R' .. string.sub(ARGV[1], 1, 8)
 -- The answer, with the grants to the caller's own waiters when it asked for them;
 -- a release of a live lease is remembered with them (see KEYS[8]).
 local function answer(released, granted)
-  if released == 1 then
+  if released == 1 and ARGV[6] ~= 'f' then
     redis.call('SET', KEYS[8], '=' .. granted, 'PX', {{RELEASE_MEMORY_MS}})
   end
   if here then return {STAMP, {released, granted}} end
