@@ -38,13 +38,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .keys import DEFAULT_PREFIX
+from .keys import DEFAULT_PREFIX, decode_name
 from .ratelimit_rates import Rate
 from .ratelimit_scripts import (
     ACQUIRE,
     ADJUST,
     DEFAULT_SLOTS,
     INFO,
+    KIND,
     OVERRIDE,
     PENALIZE,
     RESET,
@@ -57,9 +58,10 @@ from .ratelimit_scripts import (
     state_key,
     stored_rates,
 )
-from .validate import acquire_deadline, check_client
+from .scripts import as_text
+from .validate import acquire_deadline, check_client, check_name
 
-__all__ = ["RedisRateLimiter"]
+__all__ = ["RedisRateLimiter", "limiter_names"]
 
 
 class RedisRateLimiter:
@@ -175,3 +177,21 @@ class RedisRateLimiter:
 
     def __repr__(self) -> str:
         return f"<RedisRateLimiter {self.name!r} {describe(self.rates)}>"
+
+
+def limiter_names(client: Any, *, prefix: str = DEFAULT_PREFIX) -> list[str]:
+    """The names of the limiters Redis holds state for under ``prefix``, sorted (by
+    ``SCAN``: every node of a cluster client); each opens with
+    :meth:`RedisRateLimiter.attach`."""
+    check_client(client)
+    check_name(prefix, "prefix")
+    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
+    head, tail = f"{prefix}:{KIND}:{{", "}:state"
+    names = set()
+    for raw in client.scan_iter(match=f"{escaped}:{KIND}:{{*}}:state", count=1000):
+        key = as_text(raw)
+        if key.startswith(head) and key.endswith(tail):
+            encoded = key[len(head) : -len(tail)]
+            if encoded and "{" not in encoded and "}" not in encoded:
+                names.add(decode_name(encoded))
+    return sorted(names)

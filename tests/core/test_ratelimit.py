@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from celery_redislock import ConfigurationError, RateLimited, RedisLockError, RedisRateLimiter
+from celery_redislock.core.ratelimit import limiter_names
 from celery_redislock.core.ratelimit_rates import parse_rates
 from celery_redislock.testing import RedisServer
 
@@ -206,6 +207,8 @@ def test_a_resent_adjust_moves_nothing_again(r: redis.Redis) -> None:
 
 def test_a_tool_attaches_to_a_limiter_by_its_name(r: redis.Redis) -> None:
     assert RedisRateLimiter.attach(r, "api") is None  # no state: nothing to show
+    RedisRateLimiter(r, "x{*}", rate="1/s").acquire()
+    RedisRateLimiter(r, "other", rate="1/s", prefix="p*").acquire()
     used = RedisRateLimiter(r, "api", rate=["10/s", "500/m", "3/90s", "1/d"])
     assert used.acquire(blocking=False)
     found = RedisRateLimiter.attach(r, "api")
@@ -216,3 +219,5 @@ def test_a_tool_attaches_to_a_limiter_by_its_name(r: redis.Redis) -> None:
     assert [u.used for u in info.active] == [1, 1, 1, 1]
     found.override("1/s", 5)  # what the CLI does
     assert used.info().override == "1/s"
+    assert limiter_names(r) == ["api", "x{*}"]
+    assert limiter_names(r, prefix="p*") == ["other"]
