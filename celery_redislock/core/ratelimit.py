@@ -39,22 +39,15 @@ import time
 from typing import Any
 
 from .keys import DEFAULT_PREFIX, decode_name
+from .operations import run
 from .ratelimit_rates import Rate
 from .ratelimit_scripts import (
-    ACQUIRE,
-    ADJUST,
     DEFAULT_SLOTS,
-    INFO,
     KIND,
-    OVERRIDE,
-    PENALIZE,
-    RESET,
     Admission,
     RateLimitInfo,
     RateLimitScripts,
-    Verdict,
     describe,
-    penalty_end,
     state_key,
     stored_rates,
 )
@@ -114,10 +107,6 @@ class RedisRateLimiter:
         what :meth:`adjust` corrects by default."""
         return self._scripts.last_admission
 
-    def _try(self, cost: int, charge: bool) -> Verdict:
-        args = self._scripts.acquire_args(cost, charge)
-        return self._scripts.verdict(ACQUIRE(self._client, self._scripts.keys, args), args)
-
     def acquire(
         self, cost: int = 1, *, blocking: bool = True, timeout: float | None = None
     ) -> bool:
@@ -127,53 +116,50 @@ class RedisRateLimiter:
         A blocked caller sleeps until that admission time (see the module)."""
         deadline = acquire_deadline(blocking, timeout)
         while True:
-            verdict = self._try(cost, True)
+            verdict = run(self._client, self._scripts.attempt(cost, True))
             if verdict.admitted:
                 return True
-            if deadline is None or time.monotonic() + verdict.wait > deadline:
+            pause = self._scripts.pause(verdict, deadline)
+            if pause is None:
                 return False
-            time.sleep(verdict.wait)
+            time.sleep(pause)
 
     def retry_after(self, cost: int = 1) -> float:
         """Seconds until ``cost`` units would be admitted (0.0: now); charges nothing."""
-        return self._try(cost, False).wait
+        return run(self._client, self._scripts.attempt(cost, False)).wait
 
     def penalize(self, seconds: float) -> float:
         """Admit nobody, in any process, before the server's now + ``seconds`` (an
         API's 429 ``Retry-After``). A longer penalty already set stays. Returns the
         server time (seconds since the epoch) the penalty ends."""
-        args = self._scripts.penalize_args(seconds)
-        return penalty_end(PENALIZE(self._client, [self._scripts.state], args))
+        return run(self._client, self._scripts.penalize(seconds))
 
     def adjust(self, delta: int, admission: Admission | None = None) -> int:
         """Correct an admission's charge by ``delta`` units: > 0 charges more (e.g. the
         real token count was higher), < 0 refunds (at most its cost; nothing once its
         window passed). ``admission``: default this thread's (task's) last admission
         by this limiter (:attr:`last_admission`). Returns the units moved."""
-        keys, args = self._scripts.adjust_call(delta, admission)
-        return int(ADJUST(self._client, keys, args))
+        return run(self._client, self._scripts.adjust(delta, admission))
 
     def reset(self) -> None:
         """Forget every charge and the penalty: the full limit is admitted at once.
         An override stays (:meth:`clear_override`)."""
-        RESET(self._client, self._scripts.keys, self._scripts.nonce_args())
+        run(self._client, self._scripts.reset())
 
     def override(self, rate: str | list[str] | tuple[str, ...], ttl: float) -> None:
         """Admit by ``rate`` instead of the configured rates, in every process, for
         ``ttl`` seconds (kept in Redis; the configured periods go on counting, so they
         hold again when it ends)."""
-        args = self._scripts.override_args(rate, ttl)
-        OVERRIDE(self._client, [self._scripts.state], args)
+        run(self._client, self._scripts.override(rate, ttl))
 
     def clear_override(self) -> None:
         """End an override now."""
-        OVERRIDE(self._client, [self._scripts.state], self._scripts.clear_override_args())
+        run(self._client, self._scripts.clear_override())
 
     def info(self, cost: int = 1) -> RateLimitInfo:
         """The limiter's state now: rates, what each counts, when ``cost`` is admitted
         next, penalty and override (see :class:`RateLimitInfo`)."""
-        args = self._scripts.info_args(cost)
-        return self._scripts.info(INFO(self._client, self._scripts.keys, args))
+        return run(self._client, self._scripts.info(cost))
 
     def __repr__(self) -> str:
         return f"<RedisRateLimiter {self.name!r} {describe(self.rates)}>"

@@ -1,10 +1,12 @@
-"""The rate limiter's Lua scripts (``lua/ratelimit_*.lua``), their keys and arguments,
-and what their replies mean; no I/O.
+"""The rate limiter's Lua scripts (``lua/ratelimit_*.lua``) and its operations on them;
+no I/O.
 
-:class:`RateLimitScripts` builds each call's KEYS and ARGV for one limiter and reads
-the replies into :class:`Verdict`, :class:`Admission` and :class:`RateLimitInfo`. The
-sync :class:`~.ratelimit.RedisRateLimiter` and the async ``AsyncRedisRateLimiter``
-both use it and differ only in how they send a call and sleep (issue #25).
+:class:`RateLimitScripts` holds one limiter's keys and offers its operations
+(generators of script calls, see :mod:`.operations`): ``attempt``, ``adjust``,
+``penalize``, ``override``, ``clear_override``, ``reset``, ``info``, and the waiting
+decision ``pause``. The sync :class:`~.ratelimit.RedisRateLimiter` and the async
+``AsyncRedisRateLimiter`` only drive them (a call or an await, ``time.sleep`` or
+``asyncio.sleep``; issue #25).
 
 Loss detection: every reply tells until when (server µs) the limiter's state is kept
 at least; the next call of any limiter of that client and name sends it back as
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from contextvars import ContextVar
@@ -25,7 +28,8 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from .keys import KeySpace
-from .ratelimit_rates import Rate, check_cost, from_wire, parse_rates, wire
+from .operations import Call, Operation
+from .ratelimit_rates import MAX_COST, Rate, check_cost, from_wire, parse_rates, wire
 from .scripts import LuaScript, as_text, key_encoder
 from .validate import MAX_SECONDS, check_bool, check_positive_int, ttl_to_ms
 
@@ -43,7 +47,6 @@ __all__ = [
     "RateUsage",
     "Verdict",
     "describe",
-    "penalty_end",
     "state_key",
     "stored_rates",
 ]
@@ -177,15 +180,17 @@ class RateLimitScripts:
 
     # -- acquire / retry_after -------------------------------------------------
 
-    def acquire_args(self, cost: object, charge: bool) -> list[Any]:
-        """ACQUIRE's ARGV for ``cost`` (checked); ``charge`` False: retry_after."""
+    def attempt(self, cost: object, charge: bool) -> Operation[Verdict]:
+        """One admission attempt for ``cost`` (checked): admitted and charged, or when
+        it will be; ``charge`` False only tells (retry_after). An admission becomes
+        this context's last (see :attr:`last_admission`)."""
         units = check_cost(cost)
         if units > self.smallest:
             raise ConfigurationError(
                 f"cost must be at most the smallest limit of {self.name!r} "
                 f"({self.smallest}), got {cost!r}"
             )
-        return [
+        args = [
             secrets.token_hex(4),
             self.spec,
             units,
@@ -194,21 +199,27 @@ class RateLimitScripts:
             int(self.start_spent),
             int(charge),
         ]
-
-    def verdict(self, reply: Any, args: list[Any]) -> Verdict:
-        """Read ACQUIRE's reply to a call with ``args``; the admission becomes this
-        context's last (see :attr:`last_admission`)."""
-        code, now, at, id_, keep, lost = reply
+        code, now, at, id_, keep, lost = yield Call(ACQUIRE, self.keys, args)
         remember(self.client, self.base, int(keep))
         if code == 2:  # an override lowered a limit below this cost
             raise ConfigurationError(
-                f"cost must be at most every limit of {self.name!r} now ({at}), got {args[2]!r}"
+                f"cost must be at most every limit of {self.name!r} now ({at}), got {cost!r}"
             )
         if code == 1:
-            admission = Admission(self.base, as_text(id_), int(args[2]), int(now) / _US)
+            admission = Admission(self.base, as_text(id_), units, int(now) / _US)
             _LAST.set(admission)
             return Verdict(True, 0.0, admission, bool(lost))
         return Verdict(False, max(0, int(at) - int(now)) / _US, None, bool(lost))
+
+    @staticmethod
+    def pause(verdict: Verdict, deadline: float | None) -> float | None:
+        """After a refused attempt: the seconds to sleep before the next (until the
+        server's admission time), or None to give up (``deadline``, a
+        ``time.monotonic()`` instant from ``acquire_deadline``: None tries once, and
+        an admission time past it is not waited for)."""
+        if deadline is None or time.monotonic() + verdict.wait > deadline:
+            return None
+        return verdict.wait
 
     @property
     def last_admission(self) -> Admission | None:
@@ -218,15 +229,13 @@ class RateLimitScripts:
 
     # -- adjust, penalize, override, reset, info -------------------------------
 
-    def adjust_call(
-        self, delta: object, admission: Admission | None
-    ) -> tuple[list[Any], list[Any]]:
-        """ADJUST's KEYS and ARGV: ``delta`` units for ``admission`` (None: this
-        context's last admission by this limiter)."""
+    def adjust_call(self, delta: object, admission: Admission | None) -> Call:
+        """ADJUST's call: ``delta`` units for ``admission`` (None: this context's last
+        admission by this limiter)."""
         if isinstance(delta, bool) or not isinstance(delta, int) or delta == 0:
             raise ConfigurationError(f"delta must be a non-zero int, got {delta!r}")
-        if abs(delta) > 10**12:
-            raise ConfigurationError(f"delta must be at most 10**12 in size, got {delta!r}")
+        if abs(delta) > MAX_COST:
+            raise ConfigurationError(f"delta must be at most {MAX_COST} in size, got {delta!r}")
         target = self.last_admission if admission is None else admission
         if target is None:
             raise ConfigurationError(
@@ -238,35 +247,41 @@ class RateLimitScripts:
             )
         nonce = secrets.token_hex(8)
         keys = [*self.keys, key_encoder(self.client)(self.space.done(nonce))]
-        return keys, [nonce, target.id, target.cost, delta, self.slots]
+        return Call(ADJUST, keys, [nonce, target.id, target.cost, delta, self.slots])
 
-    def penalize_args(self, seconds: object) -> list[Any]:
-        """PENALIZE's ARGV (keys: ``[state]``): ``seconds`` >= 0."""
+    def adjust(self, delta: object, admission: Admission | None) -> Operation[int]:
+        """Correct ``admission`` by ``delta`` units; the units moved."""
+        return int((yield self.adjust_call(delta, admission)))
+
+    def penalize(self, seconds: object) -> Operation[float]:
+        """Admit nobody before the server's now + ``seconds`` (>= 0); the server time
+        (seconds since the epoch) the penalty ends."""
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
             raise ConfigurationError(f"seconds must be a number >= 0, got {seconds!r}")
         if not 0 <= seconds <= MAX_SECONDS:
             raise ConfigurationError(f"seconds must be from 0 to {MAX_SECONDS}, got {seconds!r}")
-        return [secrets.token_hex(4), round(seconds * _US)]
+        args = [secrets.token_hex(4), round(seconds * _US)]
+        reply = yield Call(PENALIZE, [self.state], args)
+        return int(reply[1]) / _US
 
-    def override_args(self, rate: object, ttl: object) -> list[Any]:
-        """OVERRIDE's ARGV (keys: ``[state]``) setting ``rate`` for ``ttl`` seconds."""
+    def override(self, rate: object, ttl: object) -> Operation[None]:
+        """Admit by ``rate`` instead of the configured rates for ``ttl`` seconds."""
         rates = parse_rates(rate, "rate")
         ms = ttl_to_ms(ttl, "ttl")
-        return [secrets.token_hex(4), wire(rates), describe(rates), ms * 1000]
+        args = [secrets.token_hex(4), wire(rates), describe(rates), ms * 1000]
+        yield Call(OVERRIDE, [self.state], args)
 
-    @staticmethod
-    def clear_override_args() -> list[Any]:
-        """OVERRIDE's ARGV clearing the override."""
-        return [secrets.token_hex(4), "", "", 0]
+    def clear_override(self) -> Operation[None]:
+        """End an override now."""
+        yield Call(OVERRIDE, [self.state], [secrets.token_hex(4), "", "", 0])
 
-    @staticmethod
-    def nonce_args() -> list[Any]:
-        """RESET's ARGV."""
-        return [secrets.token_hex(4)]
+    def reset(self) -> Operation[None]:
+        """Forget every charge and the penalty."""
+        yield Call(RESET, self.keys, [secrets.token_hex(4)])
 
-    def info_args(self, cost: object = 1) -> list[Any]:
-        """INFO's ARGV."""
-        return [
+    def info(self, cost: object = 1) -> Operation[RateLimitInfo]:
+        """The limiter's state now, the next admission computed for ``cost``."""
+        args = [
             secrets.token_hex(4),
             self.spec,
             check_cost(cost),
@@ -274,9 +289,7 @@ class RateLimitScripts:
             seen(self.client, self.base),
             int(self.start_spent),
         ]
-
-    def info(self, reply: Any) -> RateLimitInfo:
-        """Read INFO's reply."""
+        reply = yield Call(INFO, self.keys, args)
         now, at, penalty, text, ends, rows, keep, spec = reply
         remember(self.client, self.base, int(keep))
         now = int(now)
@@ -306,11 +319,6 @@ def stored_rates(value: Any) -> list[str] | None:
     """The rate strings of a state's stored ``rates`` field (None: none stored)."""
     rates = from_wire(as_text(value)) if value else ()
     return [rate.text for rate in rates] or None
-
-
-def penalty_end(reply: Any) -> float:
-    """PENALIZE's reply: the server time the penalty ends (seconds since the epoch)."""
-    return int(reply[1]) / _US
 
 
 def describe(rates: Sequence[Rate]) -> str:

@@ -199,9 +199,10 @@ def test_a_resent_adjust_moves_nothing_again(r: redis.Redis) -> None:
 
     limiter = RedisRateLimiter(r, "tokens", rate="10/s")
     assert limiter.acquire(5)
-    keys, args = limiter._scripts.adjust_call(-2, None)
-    assert ADJUST(r, keys, args) == -2
-    assert ADJUST(r, keys, args) == -2  # redis-py re-sending after a lost reply
+    call = limiter._scripts.adjust_call(-2, None)
+    assert call.script is ADJUST
+    assert ADJUST(r, call.keys, call.args) == -2
+    assert ADJUST(r, call.keys, call.args) == -2  # redis-py re-sending after a lost reply
     assert [u.used for u in limiter.info().active] == [3]
 
 
