@@ -222,3 +222,15 @@ def test_a_tool_attaches_to_a_limiter_by_its_name(r: redis.Redis) -> None:
     assert used.info().override == "1/s"
     assert limiter_names(r) == ["api", "x{*}"]
     assert limiter_names(r, prefix="p*") == ["other"]
+
+
+def test_both_keys_expire_together_a_day_after_the_last_call(r: redis.Redis) -> None:
+    limiter = RedisRateLimiter(r, "api", rate=["5/s", "1/h"])
+    assert limiter.acquire(blocking=False)
+    log, state = "redislock:ratelimit:{api}:log", "redislock:ratelimit:{api}:state"
+    day = 86_400_000
+    for key in (log, state):  # the log must never expire before the state's totals
+        assert day + 3_600_000 - 1000 <= r.pttl(key) <= day + 3_600_000 + 3_600_000
+    limiter.reset()  # the log is gone; the next admission makes it with an expiry
+    assert limiter.acquire(blocking=False)
+    assert r.pttl(log) >= r.pttl(state) - 1000

@@ -102,19 +102,29 @@ local function rl_keep(key, keep, now)
   end
 end
 
--- Keep both keys a day past the `longest` period charged (renewed once less than 23
--- hours past it are left, so most calls only read the TTLs): the log never expires
--- before the state whose totals count it, and an idle limiter's keys go away by
--- themselves. Returns a time (µs) both are kept until at least.
+-- Keep both keys a day past the `longest` period charged, renewed together once the
+-- state has less than 23 hours past it left (most calls read one TTL): a log made
+-- later gets its expiry when made (rl_hold_log), never earlier than the state's, so
+-- the log never expires before the state whose totals count it, and an idle
+-- limiter's keys go away by themselves. Returns a time (µs) the state is kept until
+-- at least.
 local function rl_hold(log, state, longest, now)
   local floor = longest + 82800000000
-  for _, key in ipairs({log, state}) do
-    local left = redis.call('PTTL', key)
-    if left == -1 or (left >= 0 and left * 1000 < floor) then
-      redis.call('PEXPIREAT', key, string.format('%d', math.ceil((now + floor) / 1000) + 3600000))
-    end
+  local left = redis.call('PTTL', state)
+  if left == -1 or (left >= 0 and left * 1000 < floor) then
+    local at = string.format('%d', math.ceil((now + floor) / 1000) + 3600000)
+    redis.call('PEXPIREAT', state, at)
+    redis.call('PEXPIREAT', log, at) -- 0 when there is no log yet
   end
   return now + floor
+end
+
+-- A log just made (no expiry yet) expires as rl_hold's would: not before the state.
+local function rl_hold_log(log, longest, now)
+  if redis.call('PTTL', log) == -1 then
+    redis.call('PEXPIREAT', log,
+      string.format('%d', math.ceil((now + longest + 82800000000) / 1000) + 3600000))
+  end
 end
 
 -- See the interface above. `seen`: the `keep` an earlier call returned to this
@@ -225,7 +235,7 @@ local function rl_charge(log, state, charged, cost, slots, now)
     if period > longest then longest = period end
   end
   -- rl_prepare held both keys; a log made just now has no expiry yet.
-  if redis.call('PTTL', log) == -1 then rl_hold(log, state, longest, now) end
+  rl_hold_log(log, longest, now)
   return table.concat(members, ',')
 end
 
@@ -256,6 +266,6 @@ local function rl_adjust(log, state, id, cost, delta, slots, now)
     moved = change
     if tonumber(period) > longest then longest = tonumber(period) end
   end
-  rl_hold(log, state, longest, now)
+  rl_hold_log(log, longest, now)
   return moved
 end
