@@ -178,6 +178,19 @@ class RateLimitScripts:
         self.spec = wire(self.rates)
         self.smallest = min(rate.limit for rate in self.rates)
 
+    # -- for other scripts that include lib_ratelimit.lua -----------------------
+
+    def lib_args(self) -> list[Any]:
+        """``[spec, slots, seen, spent]``: what ``rl_prepare`` takes besides the keys
+        (:attr:`keys`: log, state) and ``now``, for a script of another module that
+        admits by this limiter (the Celery side's parking). Its reply should carry
+        rl_prepare's ``keep`` back to :meth:`kept`."""
+        return [self.spec, self.slots, seen(self.client, self.base), int(self.start_spent)]
+
+    def kept(self, keep: int) -> None:
+        """Note rl_prepare's ``keep`` from another module's script (see :meth:`lib_args`)."""
+        remember(self.client, self.base, int(keep))
+
     # -- acquire / retry_after -------------------------------------------------
 
     def attempt(self, cost: object, charge: bool) -> Operation[Verdict]:

@@ -234,3 +234,48 @@ def test_both_keys_expire_together_a_day_after_the_last_call(r: redis.Redis) -> 
     limiter.reset()  # the log is gone; the next admission makes it with an expiry
     assert limiter.acquire(blocking=False)
     assert r.pttl(log) >= r.pttl(state) - 1000
+
+
+def test_the_limiter_never_reads_a_client_clock() -> None:
+    # Decisions are the scripts' (Redis's TIME); the client only measures durations
+    # to sleep (time.monotonic). The process tests shift time.time by an hour.
+    from pathlib import Path
+
+    import celery_redislock
+
+    root = Path(celery_redislock.__file__).parent
+    for path in [*root.glob("core/ratelimit*.py"), root / "asyncio" / "ratelimit.py"]:
+        source = path.read_text("utf-8")
+        assert "time.time" not in source and "datetime" not in source, path
+
+
+def test_another_script_admits_by_the_library(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the Celery side's parking scripts do with lib_ratelimit.lua: "when is the
+    # next admission for cost c" and "admit and charge now", inside their own script.
+    from celery_redislock.core import lua_text
+    from celery_redislock.core.scripts import LuaScript
+
+    text = """--!include lib_ratelimit.lua
+local log, state = KEYS[1], KEYS[2]
+local cost, slots = tonumber(ARGV[5]), tonumber(ARGV[2])
+local now = rl_now()
+local active, charged, lost, keep =
+  rl_prepare(log, state, ARGV[1], slots, tonumber(ARGV[3]), tonumber(ARGV[4]), now)
+local at = rl_when(log, state, active, cost, now)
+if at > now then return {0, at - now, keep} end
+return {1, rl_charge(log, state, charged, cost, slots, now), keep}
+"""
+    read = lua_text._read
+    monkeypatch.setattr(lua_text, "_read", lambda name: text if name == "t.lua" else read(name))
+    script = LuaScript("t.lua")
+    limiter = RedisRateLimiter(r, "api", rate="3/s")
+    scripts = limiter._scripts
+    assert limiter.acquire(2)
+    admitted, id_, keep = script(r, scripts.keys, [*scripts.lib_args(), 1])
+    assert admitted == 1 and id_.startswith(b"1000000:")
+    scripts.kept(keep)
+    admitted, wait_us, _ = script(r, scripts.keys, [*scripts.lib_args(), 1])
+    assert admitted == 0 and 900_000 < wait_us <= 1_001_000
+    assert not limiter.acquire(blocking=False)  # one limit for both

@@ -37,6 +37,9 @@
 --       rl_when(...) <= now, or the limit may be exceeded): the id
 --       (comma-separated members) is what rl_adjust corrects later.
 --   rl_keep(key, keep, now)  keeps a key written outside these helpers until `keep` µs.
+-- From Python, RateLimitScripts (core/ratelimit_scripts.py) gives a limiter's keys
+-- (.keys: log, state) and lib_args() = {spec, slots, seen, spent}; pass rl_prepare's
+-- `keep` back in the reply to its kept(keep), so the loss of this state is noticed.
 
 -- The server's clock in µs.
 local function rl_now()
