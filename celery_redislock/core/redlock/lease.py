@@ -1,35 +1,28 @@
-"""The lease of a :class:`~.lock.RedlockLock`, and its renewal.
+"""The lease of a :class:`~.lock.RedlockLock`.
 
 A Redlock lease is valid while a majority of the masters hold it: its local deadline
 is when the majority's earliest expiry is due, less the clock-drift allowance. An
-``extend()`` or a renewal sends ``lock_extend.lua`` to every master at once and
-counts the confirmations: a majority moves the deadline on; fewer answering "held"
-than a majority could still make is a loss at once; no majority before the deadline
-is a loss at the deadline.
-
-Renewal (``renew=True``) is one daemon thread per renewed lease, renewing every
-TTL/3 and retrying failed rounds until the deadline. Redlock leases are few (one
-per singleton task at most), and a thread of its own keeps a stopped master from
-delaying any other lease's loss report.
+``extend()`` sends ``lock_extend.lua`` to every master at once and counts the
+confirmations: a majority moves the deadline on; fewer answering "held" than a
+majority could still make is a loss at once; no majority before the deadline is a
+loss at the deadline. Renewal (``renew=True``) is the process's one renewer's, with
+the same rules (see :mod:`.renewal`).
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
-import weakref
 from typing import Protocol
 
 from ...errors import ConfigurationError
 from ..lease import Lease, current_pid
-from ..renewal.entry import report
+from ..renewal import renewer
+from ..renewal.entry import Entry
 from ..renewal.schedule import EARLY
 from ..validate import check_bool, ttl_to_ms
+from .renewal import RenewedOn
 
 __all__ = ["Majority", "RedlockLease", "keep_alive"]
-
-log = logging.getLogger(__name__)
 
 
 class Majority(Protocol):
@@ -39,11 +32,14 @@ class Majority(Protocol):
     quorum: int
     """How many masters make a majority."""
 
+    _renewed_on: RenewedOn
+    """What the renewer renews the lock's leases as."""
+
     def _check_ttl(self, ttl: object, argument: str) -> int:
         """``ttl`` in milliseconds, checked (and capped) as the lock takes it."""
         ...
 
-    def _extend_all(self, token: str, ttl_ms: int) -> tuple[bool | None, float, str]:
+    def _extend_all(self, token: str, ttl_ms: int, gen: int = 0) -> tuple[bool | None, float, str]:
         """Extend ``token`` on every master: ``(held by a majority?, deadline, error)``."""
         ...
 
@@ -74,13 +70,22 @@ class RedlockLease(Lease):
             return False
         lock: Majority = self._holder  # type: ignore[assignment]
         added = None if not add else ttl_to_ms(ttl) / 1000
-        if added is None:
-            ttl_ms = lock._check_ttl(self.ttl if ttl is None else ttl, "ttl")
+        ttl_ms = lock._check_ttl(self.ttl if ttl is None else ttl, "ttl")
+        error = ""
         while True:
             if added is not None:
                 ttl_ms = lock._check_ttl(max(0.0, self.remaining()) + added, "ttl")
-            held, deadline, error = lock._extend_all(self.token, ttl_ms)
+            # A renewed lease: the change gets a new generation, so a renewal composed
+            # before it (and still in flight) cannot undo it, and renewal goes on at
+            # the new TTL from now (as the single-server lease's extend).
+            entry = self._stop_renewal
+            renewing = entry.renewer if isinstance(entry, Entry) else None
+            gen = renewing.explicit(entry, ttl_ms / 1000) if renewing is not None else 0
+            sent_at = time.monotonic()
+            held, deadline, error = lock._extend_all(self.token, ttl_ms, gen)
             if held and self._confirmed(ttl_ms, deadline):
+                if renewing is not None:
+                    renewing.rescheduled(entry, sent_at, ttl_ms / 1000)
                 return True
             left = self.remaining()
             if held is False or left <= 0 or self._released:
@@ -103,63 +108,8 @@ class RedlockLease(Lease):
 
 
 def keep_alive(lease: RedlockLease, lock: Majority) -> None:
-    """Renew ``lease`` on every master from a thread of its own until it is
-    released, lost or collected."""
-    stop = threading.Event()
-    lease._stop_renewal = stop.set
-    thread = threading.Thread(
-        target=_renew,
-        args=(weakref.ref(lease), lock, stop),
-        daemon=True,
-        name=f"celery-redislock-redlock-renewal-{lease.name}",
-    )
-    thread.start()
-
-
-def _renew(ref: weakref.ref[RedlockLease], lock: Majority, stop: threading.Event) -> None:
-    error = ""
-    while True:
-        lease = ref()
-        if lease is None or lease.released or lease._lost:
-            return
-        ttl = lease.ttl
-        ttl_ms = ttl_to_ms(ttl)
-        due = lease.deadline - ttl * 2 / 3  # a third of the TTL after the last grant
-        wait = min(max(0.0, due - time.monotonic()), max(0.0, lease.remaining()))
-        del lease  # never keep the lease alive while asleep
-        if stop.wait(wait):
-            return
-        lease = ref()
-        if lease is None or lease.released or lease._lost:
-            return
-        if time.monotonic() >= lease.deadline:
-            report(
-                [
-                    (
-                        lease,
-                        f"no majority of {lock.quorum} masters confirmed the lease "
-                        f"before its deadline (last error: {error or 'none'})",
-                    )
-                ]
-            )
-            return
-        held, deadline, error = lock._extend_all(lease.token, ttl_ms)
-        if stop.is_set():
-            return  # released meanwhile: the release decides
-        if held and lease._confirmed(ttl_ms, deadline):
-            continue
-        if held is False:
-            report(
-                [
-                    (
-                        lease,
-                        f"renewal found fewer than {lock.quorum} masters that could "
-                        f"still hold the lease ({error})",
-                    )
-                ]
-            )
-            return
-        # No majority answered (masters down or slow): try again soon, until the deadline.
-        log.debug("celery_redislock: Redlock renewal of %r failed: %s", lease.name, error)
-        if stop.wait(min(max(0.02, ttl / 10), max(0.0, lease.remaining()))):
-            return
+    """Renew ``lease`` on every master under the process's renewer (see
+    :mod:`.renewal`) until it is released, lost or collected."""
+    if lease._pid != current_pid() or lease.released or lease.lost or lease._stop_renewal:
+        return  # another process's lease, nothing left to renew, or renewed already
+    lease._stop_renewal = renewer().add(lease, lock._renewed_on, None)

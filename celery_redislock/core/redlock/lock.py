@@ -39,6 +39,7 @@ from . import rounds
 from .fanout import fan_out
 from .lease import RedlockLease, keep_alive
 from .masters import Call, Master, check_masters
+from .renewal import MasterSet, RenewedOn
 from .wait import wait_for_lease
 
 __all__ = ["FENCE_LEAD_US", "RedlockLock"]
@@ -117,6 +118,9 @@ class RedlockLock(Primitive):
         self._jitter = float(retry_jitter)
         self._scripts = LockScripts(self._masters[0].client, self._keys)
         self._boot_prefix = f"{prefix}:redlock:boot:"
+        self._renewed_on = RenewedOn(
+            MasterSet.of(self._masters), self._keys.holders, self._timeout, self._drift_s
+        )
 
     @property
     def masters(self) -> list[str]:
@@ -379,10 +383,10 @@ class RedlockLock(Primitive):
         )
         return replies.count(1) >= self.quorum
 
-    def _extend_token(self, token: str, ttl_ms: int) -> bool:
+    def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
         # Lease.hand_over / a token-only extend: the same max_ttl rule as extend().
         ttl_ms = self._check_ttl(ttl_ms / 1000, "ttl")
-        return self._extend_all(token, ttl_ms)[0] is True
+        return self._extend_all(token, ttl_ms, gen)[0] is True
 
     def _held_token(self, token: str) -> int:
         """The ms ``token``'s lease has left on a majority (less the drift allowance),
@@ -411,7 +415,7 @@ class RedlockLock(Primitive):
             f"{rounds.errors_text(self._masters, errors)}"
         )
 
-    def _extend_all(self, token: str, ttl_ms: int) -> tuple[bool | None, float, str]:
+    def _extend_all(self, token: str, ttl_ms: int, gen: int = 0) -> tuple[bool | None, float, str]:
         """Extend on every master: (True, new local deadline, "") with a majority;
         (False, 0, why) when too few can still hold it; (None, 0, errors) otherwise."""
         sent_at = time.monotonic()
@@ -420,7 +424,7 @@ class RedlockLock(Primitive):
             list(range(len(self._masters))),
             rounds.EXTEND,
             self._scripts.holders_key,
-            [token, ttl_ms],
+            self._scripts.extend_args(token, ttl_ms, gen),
             self._timeout,
             (self.quorum, rounds.confirmed),
         )

@@ -121,7 +121,10 @@ class Renewer:
     def _sender_of(self, client: object) -> Sender:
         sender = self._senders.get(id(client))
         if sender is None:
-            sender = self._senders[id(client)] = Sender(
+            # A client may name its own kind of sender: a Redlock's masters renew by
+            # majority (core/redlock/renewal.py); a Redis client gets the plain one.
+            make: type[Sender] = getattr(client, "renewal_sender", Sender)
+            sender = self._senders[id(client)] = make(
                 client, self._lock, self._on_replies, self._forget_sender
             )
         return sender

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 import redis
 
 from celery_redislock import ConfigurationError, LockNotOwned, RedisLock, RedlockLock
+from celery_redislock.core.renewal import renewer
 from celery_redislock.testing import RedisServer
 from tests.faults import FaultProxy
 from tests.topologies.redlock.conftest import GRACE
@@ -175,3 +177,23 @@ def test_held_asks_the_masters_as_the_single_server_lease_does(
     released = lock.acquire(blocking=False)
     assert released is not None and released.release()
     assert not released.held()  # a released lease answers False without asking
+
+
+def test_renewed_leases_are_renewed_by_the_process_renewer_not_a_thread_each(
+    clients: list[redis.Redis],
+) -> None:
+    # #30 item 2: Redlock ran a renewal thread per lease.
+    threads = threading.active_count()
+    tracked = renewer().tracked
+    leases = [make(clients, f"job-{i}", renew=True).acquire(blocking=False) for i in range(5)]
+    assert all(lease is not None for lease in leases)
+    assert renewer().tracked == tracked + 5
+    time.sleep(GRACE * 1.6)  # past the TTL: renewed on a majority
+    for lease in leases:
+        assert lease is not None and not lease.lost and lease.remaining() > 0, lease
+        assert lease.held()
+    # The scheduler and one sender for these masters at most, not one per lease.
+    assert threading.active_count() <= threads + 2, threading.enumerate()
+    for lease in leases:
+        assert lease is not None and lease.release()
+    assert renewer().tracked == tracked
