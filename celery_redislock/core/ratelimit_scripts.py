@@ -17,6 +17,7 @@ spent for one period. That memory is kept per client object (:func:`remember`).
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 import time
@@ -50,6 +51,8 @@ __all__ = [
     "state_key",
     "stored_rates",
 ]
+
+log = logging.getLogger(__name__)
 
 KIND = "ratelimit"
 """The limiter's key kind: ``<prefix>:ratelimit:{name}:log`` and ``...:state``."""
@@ -187,9 +190,20 @@ class RateLimitScripts:
         rl_prepare's ``keep`` back to :meth:`kept`."""
         return [self.spec, self.slots, seen(self.client, self.base), int(self.start_spent)]
 
-    def kept(self, keep: int) -> None:
-        """Note rl_prepare's ``keep`` from another module's script (see :meth:`lib_args`)."""
+    def kept(self, keep: int, lost: bool = False) -> None:
+        """Note rl_prepare's ``keep`` (and ``lost``) from another module's script (see
+        :meth:`lib_args`)."""
+        self._note(keep, lost)
+
+    def _note(self, keep: Any, lost: Any) -> None:
         remember(self.client, self.base, int(keep))
+        if lost:  # never silent: the loss is reported once, by the call that found it
+            log.warning(
+                "rate limiter %r: its state in Redis was lost (restarted empty or flushed); "
+                "charged as spent for one period%s",
+                self.name,
+                "" if self.start_spent else " (start_spent=False: not charged)",
+            )
 
     # -- acquire / retry_after -------------------------------------------------
 
@@ -213,7 +227,7 @@ class RateLimitScripts:
             int(charge),
         ]
         code, now, at, id_, keep, lost = yield Call(ACQUIRE, self.keys, args)
-        remember(self.client, self.base, int(keep))
+        self._note(keep, lost)
         if code == 2:  # an override lowered a limit below this cost
             raise ConfigurationError(
                 f"cost must be at most every limit of {self.name!r} now ({at}), got {cost!r}"
@@ -303,8 +317,8 @@ class RateLimitScripts:
             int(self.start_spent),
         ]
         reply = yield Call(INFO, self.keys, args)
-        now, at, penalty, text, ends, rows, keep, spec = reply
-        remember(self.client, self.base, int(keep))
+        now, at, penalty, text, ends, rows, keep, spec, lost = reply
+        self._note(keep, lost)
         now = int(now)
         active = tuple(
             RateUsage(int(rows[i]), int(rows[i + 1]) / _US, int(rows[i + 2]))

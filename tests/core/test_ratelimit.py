@@ -162,7 +162,7 @@ def test_memory_is_bounded_by_slots_not_by_n(r: redis.Redis) -> None:
     assert [u.used for u in limiter.info().active] == [2100]
 
 
-def test_a_limiter_whose_state_was_lost_starts_spent() -> None:
+def test_a_limiter_whose_state_was_lost_starts_spent(caplog: pytest.LogCaptureFixture) -> None:
     with RedisServer() as server:
         client = redis.Redis.from_url(server.url, socket_timeout=5)
         limiter = RedisRateLimiter(client, "api", rate="3/2s")
@@ -170,9 +170,14 @@ def test_a_limiter_whose_state_was_lost_starts_spent() -> None:
         assert limiter.acquire(blocking=False) and opted_out.acquire(blocking=False)
         server.restart()  # empty: no persistence
         assert client.dbsize() == 0
-        assert not limiter.acquire(blocking=False)  # no fresh burst after the loss
+        with caplog.at_level("WARNING", "celery_redislock.core.ratelimit_scripts"):
+            assert not limiter.acquire(blocking=False)  # no fresh burst after the loss
+        (record,) = caplog.records  # reported once, by the call that found it
+        assert "'api': its state in Redis was lost" in record.getMessage()
         assert 1.9 < limiter.retry_after() <= 2.01
-        assert opted_out.acquire(blocking=False)  # start_spent=False
+        with caplog.at_level("WARNING", "celery_redislock.core.ratelimit_scripts"):
+            assert opted_out.acquire(blocking=False)  # start_spent=False
+        assert "start_spent=False: not charged" in caplog.records[-1].getMessage()
         # A new limiter object on the same client knows the state was seen.
         assert not RedisRateLimiter(client, "api", rate="3/2s").acquire(blocking=False)
         # Reset clears the charge and keeps the loss marker: no second "loss".

@@ -133,9 +133,10 @@ end
 -- See the interface above. `seen`: the `keep` an earlier call returned to this
 -- caller (0: none); `spent`: 1 to start a limiter whose state was lost as spent.
 -- Lost state: "born" is missing while a caller was told the state is kept past now
--- (Redis restarted empty, flushed, or the keys evicted): every configured and active
--- rate is then charged up to its limit now, so no burst passes for one period. A
--- caller that never saw the state cannot tell a loss from a new limiter.
+-- (Redis restarted empty, flushed, or the keys evicted): lost is true, and with
+-- `spent` 1 every configured and active rate is charged up to its limit now, so no
+-- burst passes for one period. A caller that never saw the state cannot tell a loss
+-- from a new limiter.
 local function rl_prepare(log, state, spec, slots, seen, spent, now)
   local fields = redis.call('HMGET', state, 'born', 'override', 'override_until', 'rates')
   if spec == '' then
@@ -166,8 +167,8 @@ local function rl_prepare(log, state, spec, slots, seen, spent, now)
   local lost = false
   if not fields[1] then
     redis.call('HSET', state, 'born', string.format('%d', now))
-    lost = seen > now and spent == 1
-    if lost then
+    lost = seen > now
+    if lost and spent == 1 then
       for _, rates in ipairs({configured, active}) do
         for _, rate in ipairs(rates) do
           local total = tonumber(redis.call('HGET', state, 't:' .. string.format('%d', rate[2])) or 0)

@@ -17,8 +17,8 @@
 -- (see LuaScript in scripts.py). reply is {code, now, at, id, keep, lost}: code 1
 -- admitted and charged now (id: the admission, for ratelimit_adjust.lua), 0 not
 -- (at: the earliest server µs it may be), 2 cost exceeds a limit (at: that limit);
--- now: the server µs; keep: the caller's next `seen`; lost: 1 when the state was
--- found lost (and the limiter charged as spent) by this call.
+-- now: the server µs; keep: the caller's next `seen`; lost: 1 when this call found
+-- the state lost (and, with spent 1, charged the limiter as spent).
 
 local STAMP = 'R' .. string.sub(ARGV[1], 1, 8)
 --!include lib_ratelimit.lua

@@ -14,16 +14,17 @@
 --
 -- Returns {stamp, reply}: stamp is 'N' and the first 8 characters of ARGV[1]. reply
 -- is {now, at, penalty, override_text, override_until, {limit, period, used, ...},
--- keep, spec}: now the server µs; at the earliest µs `cost` is admitted (a negative -L: it
+-- keep, spec, lost}: now the server µs; at the earliest µs `cost` is admitted (a negative -L: it
 -- exceeds limit L); penalty its end (µs, 0: none); the override ("" and 0: none); for
 -- each active rate its limit, period (µs) and the cost units charged in its window;
--- keep as ratelimit_acquire.lua's; spec the configured rates (ARGV[2] or the stored).
+-- keep and lost as ratelimit_acquire.lua's; spec the configured rates (ARGV[2] or the
+-- stored).
 
 local STAMP = 'N' .. string.sub(ARGV[1], 1, 8)
 --!include lib_ratelimit.lua
 local log, state = KEYS[1], KEYS[2]
 local now = rl_now()
-local active, _, _, keep, spec = rl_prepare(log, state, ARGV[2], tonumber(ARGV[4]),
+local active, _, lost, keep, spec = rl_prepare(log, state, ARGV[2], tonumber(ARGV[4]),
   tonumber(ARGV[5]), tonumber(ARGV[6]), now)
 local at = rl_when(log, state, active, tonumber(ARGV[3]), now)
 local fields = redis.call('HMGET', state, 'penalty', 'override_text', 'override_until')
@@ -37,4 +38,4 @@ local penalty = tonumber(fields[1] or 0)
 if penalty <= now then penalty = 0 end
 local ends = 0
 if fields[2] then ends = tonumber(fields[3]) end
-return {STAMP, {now, at, penalty, fields[2] or '', ends, rows, keep, spec}}
+return {STAMP, {now, at, penalty, fields[2] or '', ends, rows, keep, spec, lost and 1 or 0}}
