@@ -1,7 +1,7 @@
 """Real ``celery beat`` processes and the worker that counts what they sent.
 
 ``beat_module(tmp_path, redis_url, ...)`` writes an app whose ``beat_tick`` task
-records every run it gets into the list ``RUNS`` of the locks database: the entry,
+records every run it gets into the list ``RUNS:<module name>`` of the locks database: the entry,
 the slot and the sending beat from the message headers (``LeaderScheduler`` stamps
 them), and the time it ran. ``BeatProcess`` runs ``celery beat`` on it; each beat
 reads ``BEAT_LOCK_URL`` from its environment (so one can reach Redis through a
@@ -25,7 +25,7 @@ import redis
 
 from ..workers import LOCKS_DB, AppModule, db_url
 
-__all__ = ["RUNS", "BeatProcess", "Run", "beat_module", "runs"]
+__all__ = ["RUNS", "BeatProcess", "Run", "beat_module", "module_env", "runs", "wait_for"]
 
 RUNS = "beat-runs"
 
@@ -35,7 +35,7 @@ import json
 @app.task(bind=True, name="beat_tick")
 def beat_tick(self, entry):
     request = self.request
-    locks.rpush({runs!r}, json.dumps([
+    locks.rpush(RUNS, json.dumps([
         entry,
         request.get("redislock_beat_slot"),
         request.get("redislock_beat_sender"),
@@ -50,17 +50,33 @@ def beat_module(
     *,
     schedule: str,
     conf: str = "{}",
+    prelude: str = "",
 ) -> AppModule:
     """An app with the ``beat_tick`` task and ``schedule`` (Python source of a dict
     of beat entries, e.g. ``{"every-second": {"task": "beat_tick", "schedule": 1.0,
-    "args": ("every-second",)}}``)."""
+    "args": ("every-second",)}}``); ``prelude`` is source run before the task is
+    defined (e.g. Django's setup)."""
     body = (
-        _BODY.format(runs=RUNS)
+        prelude
+        + _BODY
         + "\nfrom celery.schedules import crontab\n"
         + f"app.conf.beat_schedule = {schedule}\n"
         + "app.conf.redislock_url = os.environ.get('BEAT_LOCK_URL', app.conf.redislock_url)\n"
+        # Each module its own beat group and list of runs: tests share the Redis.
+        + "if app.conf.get('redislock_beat_group') is None:\n"
+        + "    app.conf.redislock_beat_group = app.main\n"
+        + f"RUNS = {RUNS!r} + ':' + app.main\n"
     )
     return AppModule(directory, redis_url, body, conf=conf)
+
+
+def module_env(module: AppModule) -> dict[str, str]:
+    """The environment of a process that imports ``module`` (its directory on the path)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(module.directory), env.get("PYTHONPATH")])
+    )
+    return env
 
 
 @dataclass(frozen=True)
@@ -74,11 +90,11 @@ class Run:
     ran_at: float
 
 
-def runs(redis_url: str) -> list[Run]:
-    """Every run recorded so far, in the order the worker ran them."""
+def runs(module: AppModule, redis_url: str) -> list[Run]:
+    """Every run of ``module``'s beats so far, in the order the worker ran them."""
     client = redis.Redis.from_url(db_url(redis_url, LOCKS_DB))
     try:
-        raw = client.lrange(RUNS, 0, -1)
+        raw = client.lrange(f"{RUNS}:{module.name}", 0, -1)
     finally:
         client.close()
     out = []
@@ -132,10 +148,7 @@ class BeatProcess:
         return self.process.pid
 
     def start(self) -> BeatProcess:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(self.module.directory), env.get("PYTHONPATH")])
-        )
+        env = module_env(self.module)
         if self.lock_url is not None:
             env["BEAT_LOCK_URL"] = self.lock_url
         env.update(self.env)

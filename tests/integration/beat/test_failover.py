@@ -125,7 +125,7 @@ def test_three_beats_each_slot_once_through_cut_kill_and_pause(
             for beat in beats:
                 beat.stop()
         time.sleep(2)  # the worker runs what is queued
-        recorded = runs(redis_url)
+        recorded = runs(module, redis_url)
 
     logs = "\n\n".join(f"--- beat {b.pid}\n{b.log()[-4000:]}" for b in beats)
     assert fourth is not third
