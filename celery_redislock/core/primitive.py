@@ -216,6 +216,31 @@ class Primitive(PrimitiveBase):
         )
         return lease, None
 
+    def release_owner(self, owner: str) -> int:
+        """Release every lease whose owner id is ``owner``; the number released (a
+        Redlock: the number of masters where it was released).
+
+        For code that knows the owner but holds no lease (an operator, a process that
+        cleans up after a dead one, e.g. a Celery worker's main process after a child
+        was killed). Owner-checked on the server in one round trip; the waiters that
+        may now proceed are woken.
+        """
+        return self._release_owner(check_owner(owner))
+
+    def force_release(self) -> int:
+        """Release every lease, whoever holds it; the number released (a Redlock: the
+        number of masters where it was released).
+
+        The holders' leases report themselves lost at their next renewal, release or
+        extend. Meant for operators clearing stuck leases, never for normal flow.
+        """
+        return self._release_owner("")
+
+    def _release_owner(self, owner: str) -> int:
+        """Release the leases of ``owner`` ("": every lease); how many (the subclass
+        runs ``release_owner`` of its operations)."""
+        raise NotImplementedError
+
     def _held_token(self, token: str) -> int:
         """The ms ``token``'s lease has left on the server, 0 when not live (read-only,
         one round trip; the lease's side, see :meth:`.Lease.held`)."""
@@ -334,24 +359,6 @@ class ServerPrimitive(Primitive):
         """An operator's release of lease ``token`` (``release_all``): True when it was
         live; its holder's own release then answers False and reports it lost."""
         return run(self._client, self._scripts.revoke(token))
-
-    def release_owner(self, owner: str) -> int:
-        """Release every lease whose owner id is ``owner``; the number released.
-
-        For code that knows the owner but holds no lease (an operator, a process that
-        cleans up after a dead one, e.g. a Celery worker's main process after a child
-        was killed). Owner-checked on the server in one round trip; the waiters that
-        may now proceed are woken.
-        """
-        return run(self._client, self._scripts.release_owner(check_owner(owner)))
-
-    def force_release(self) -> int:
-        """Release every lease, whoever holds it; the number released.
-
-        The holders' leases report themselves lost at their next renewal, release or
-        extend. Meant for operators clearing stuck leases, never for normal flow.
-        """
-        return run(self._client, self._scripts.release_owner(""))
 
     def _release_owner(self, owner: str) -> int:
         return run(self._client, self._scripts.release_owner(owner))

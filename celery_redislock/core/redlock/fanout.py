@@ -32,14 +32,17 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import KeyT
 
+from ..operations import Call as ScriptCall
+from ..operations import Operation
 from .masters import IO_TIMEOUT, Call, Due, Link, Master
 
-__all__ = ["MAX_DUE", "WAIT_SLICE", "Call", "Enough", "fan_out"]
+__all__ = ["MAX_DUE", "WAIT_SLICE", "Enough", "drive", "fan_out"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,8 @@ WAIT_SLICE = 0.001
 """Longest wait, in seconds, on one master's connection while the others are looked
 at only in between (see the module docs)."""
 
+T = TypeVar("T")
+
 Enough = tuple[int, Callable[[object], bool]]
 """``(count, counts)``: a round may end once ``count`` masters answered with a reply
 for which ``counts(reply)`` is true (0: as soon as every request is sent)."""
@@ -59,14 +64,14 @@ for which ``counts(reply)`` is true (0: as soon as every request is sent)."""
 
 def fan_out(
     masters: Sequence[Master],
-    call: Call,
+    call: Call | Sequence[Call],
     timeout: float,
     enough: Enough | None = None,
 ) -> list[object]:
-    """Send ``call`` to every master at once; wait until every master answered,
-    ``enough`` of them did (see :data:`Enough`), or ``timeout`` seconds passed since
-    the last was sent (a new connection's handshake comes before its request and is
-    bounded by :data:`~.masters.IO_TIMEOUT`).
+    """Send ``call`` to every master at once (or ``call[i]`` to ``masters[i]``); wait
+    until every master answered, ``enough`` of them did (see :data:`Enough`), or
+    ``timeout`` seconds passed since the last was sent (a new connection's handshake
+    comes before its request and is bounded by :data:`~.masters.IO_TIMEOUT`).
 
     Returns one entry per master: its reply's payload; the exception it answered with
     (a ``RedisError``; a ``redis.TimeoutError`` when it did not answer in time); or
@@ -74,6 +79,7 @@ def fan_out(
     A NOSCRIPT reply is answered by sending the script itself on the same connection.
     """
     count = len(masters)
+    calls = [call] * count if isinstance(call, Call) else list(call)
     results: list[object] = [None] * count
     links = [master.take() for master in masters]
     pending: list[int] = []
@@ -82,7 +88,7 @@ def fan_out(
     for index, link in enumerate(links):
         if _closed(link):
             fresh.append(index)
-        elif _started(masters[index], link, call, expires, results, index):
+        elif _started(masters[index], link, calls[index], expires, results, index):
             pending.append(index)
     for index in fresh:
         try:
@@ -90,7 +96,7 @@ def fan_out(
         except (RedisError, OSError) as exc:
             results[index] = exc
             continue
-        if _started(masters[index], links[index], call, expires, results, index):
+        if _started(masters[index], links[index], calls[index], expires, results, index):
             pending.append(index)
     need, counts = enough if enough is not None else (count + 1, None)
     good = 0
@@ -115,7 +121,7 @@ def fan_out(
         for index in list(pending):
             link = links[index]
             try:
-                done, reply = _poll(link, call)
+                done, reply = _poll(link, calls[index])
             except (RedisError, OSError) as exc:
                 done, reply = True, exc
                 link.drop()
@@ -127,6 +133,58 @@ def fan_out(
                     good += 1
     for master, link in zip(masters, links, strict=True):
         master.give_back(link)
+    return results
+
+
+def drive(
+    masters: Sequence[Master],
+    operation: Callable[[], Operation[T]],
+    timeout: float,
+    enough: Enough | None = None,
+) -> list[T | BaseException | None]:
+    """Run one of the single-server operations (``core/operations.py``, e.g.
+    ``LockScripts.extend``) on every master at once: ``operation()`` made once per
+    master, each call it yields sent to all that still run it in one fan-out (packed
+    once when they are the same), its reply sent back into it.
+
+    Returns each master's result; the exception its call raised (a ``RedisError``,
+    a ``redis.TimeoutError`` when it did not answer in time); or None when the round
+    ended (``enough``, as in :func:`fan_out`) before its reply was read. The majority
+    is the caller's to count: an operation decides what one server's reply means.
+    """
+    count = len(masters)
+    results: list[T | BaseException | None] = [None] * count
+    running: dict[int, Operation[T]] = {}
+    asked: dict[int, ScriptCall] = {}
+    for index in range(count):
+        operation_ = operation()
+        try:
+            asked[index] = next(operation_)
+            running[index] = operation_
+        except StopIteration as stop:
+            results[index] = stop.value
+    while running:
+        indexes = list(running)
+        first = asked[indexes[0]]
+        shared = Call(first.script, first.keys, first.args)  # one packing when the same
+        calls = [
+            shared if asked[i] == first else Call(asked[i].script, asked[i].keys, asked[i].args)
+            for i in indexes
+        ]
+        replies = fan_out([masters[i] for i in indexes], calls, timeout, enough)
+        for index, reply in zip(indexes, replies, strict=True):
+            operation_ = running.pop(index)
+            if reply is None or isinstance(reply, BaseException):
+                results[index] = reply  # not read, or failed: that master is done
+                operation_.close()
+                continue
+            try:
+                asked[index] = operation_.send(reply)
+                running[index] = operation_
+            except StopIteration as stop:
+                results[index] = stop.value
+            except Exception as exc:  # a reply the operation could not read
+                results[index] = exc
     return results
 
 

@@ -32,11 +32,11 @@ from ..info import PrimitiveInfo
 from ..keys import DEFAULT_PREFIX
 from ..lease import OnLost
 from ..lock import RedisLock
-from ..lock_scripts import HELD, LockScripts
+from ..lock_scripts import LockScripts
 from ..primitive import Primitive, fresh_token
 from ..validate import acquire_deadline, check_bool, ttl_to_ms
 from . import rounds
-from .fanout import fan_out
+from .fanout import drive
 from .lease import RedlockLease, keep_alive
 from .masters import Call, Master, check_masters
 from .renewal import MasterSet, RenewedOn
@@ -199,21 +199,24 @@ class RedlockLock(Primitive):
         None when fewer than a majority could hand it over."""
         ttl_ms = self._ttl_ms if ttl is None else self._check_ttl(ttl, "ttl")
         new_token = new_token or fresh_token()[0]
-        keys, args = self._scripts.adopt_call(token, new_token, ttl_ms, owner)
-        fence, sent_at, adopted = rounds.adopt(
-            self._masters, keys, args, ttl_ms, self.quorum, self._timeout
+        scripts = self._scripts
+        grants, adopted = rounds.adopt(
+            self._masters,
+            lambda: scripts.adopt(token, new_token, ttl_ms, owner),
+            self.quorum,
+            self._timeout,
         )
-        valid_until = sent_at + ttl_ms / 1000 - self._drift_s(ttl_ms)
-        if not fence or valid_until <= time.monotonic():
-            rounds.run_each(
-                self._masters,
-                adopted,
-                rounds.RELEASE,
-                self._release_call_keys(new_token),
-                [new_token],
-                self._timeout,
-            )
+        # Valid from the majority's earliest start (each grant counts from when its
+        # request was sent, or from what the lease had left), less the drift allowance.
+        valid_until = (
+            grants[self.quorum - 1][1] + ttl_ms / 1000 - self._drift_s(ttl_ms)
+            if len(grants) >= self.quorum
+            else 0.0
+        )
+        if valid_until <= time.monotonic():
+            rounds.run(self._masters, adopted, lambda: scripts.release(new_token), self._timeout)
             return None
+        fence = max(fence for fence, _ in grants)
         lease = RedlockLease(
             self,
             new_token,
@@ -223,10 +226,6 @@ class RedlockLock(Primitive):
             granted_at=valid_until - ttl_ms / 1000,
         )
         return self._started(lease, renew, on_lost)
-
-    def _release_call_keys(self, token: str) -> list[KeyT]:
-        """lock_release.lua's KEYS for ``token``: with its record for re-sends."""
-        return self._scripts.release_call(token)
 
     def _acquire_call(self, token: str, args: list[EncodableT]) -> Call:
         """``lock_acquire.lua`` with ARGV ``[token, *args]``; its last KEY is the boot
@@ -238,11 +237,6 @@ class RedlockLock(Primitive):
             return [*keys, boot.format(run_id)]
 
         return Call(rounds.ACQUIRE, keys, [token, *args], keys_for)
-
-    def _release_call(self, token: str, record: bytes) -> Call:
-        """``lock_release.lua`` of lease ``token``, ``record`` its ARGV[2] ("0": no
-        release record unless waiters are queued; "1": always one)."""
-        return Call(rounds.RELEASE, self._release_call_keys(token), [token, record])
 
     def _started(
         self, lease: RedlockLease, renew: bool | None, on_lost: OnLost | None
@@ -311,10 +305,10 @@ class RedlockLock(Primitive):
                 )
                 return lease, outcome
         if give_back and (grants or outcome.errors or outcome.late):
-            rounds.run_call(
+            rounds.run(
                 self._masters,
                 sorted({*grants, *outcome.errors, *outcome.late}),
-                self._release_call(token, b"1"),
+                lambda: self._scripts.release(token),
                 self._timeout,
             )
         return None, outcome
@@ -330,28 +324,16 @@ class RedlockLock(Primitive):
 
     # -- for operators and tools -------------------------------------------------------
 
-    def release_owner(self, owner: str) -> int:
-        """Release the lock on every master where its owner id is ``owner``; returns
-        the number of masters where leases were released."""
-        if not isinstance(owner, str) or not owner:
-            raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
-        return self._release_owner(owner)
-
-    def force_release(self) -> int:
-        """Release the lock on every master, whoever holds it (for operators)."""
-        return self._release_owner("")
-
     def _release_owner(self, owner: str) -> int:
-        keys, args = self._scripts.release_owner_call(owner)  # a re-send: the same count
-        replies = rounds.run_each(
+        """``release_owner``/``force_release`` on every master: the number of masters
+        where leases were released."""
+        released = rounds.run(
             self._masters,
             list(range(len(self._masters))),
-            rounds.RELEASE_OWNER,
-            keys,
-            args,
+            lambda: self._scripts.release_owner(owner),
             self._timeout,
         )
-        return sum(1 for reply in replies.values() if isinstance(reply, int) and reply > 0)
+        return sum(1 for count in released.values() if isinstance(count, int) and count > 0)
 
     def locked(self) -> bool:
         """True while a majority of the masters hold the lock."""
@@ -374,14 +356,15 @@ class RedlockLock(Primitive):
     # -- the lease's side --------------------------------------------------------------
 
     def _release_token(self, token: str) -> bool:
-        # No release record ("0"): a fan-out never re-sends, none needs the first answer.
-        replies = fan_out(
+        # No release record (a deadline given): a fan-out never re-sends, none needs
+        # the first answer.
+        released = drive(
             self._masters,
-            self._release_call(token, b"0"),
+            lambda: self._scripts.release(token, 0.0),
             self._timeout,
             (self.quorum, rounds.confirmed),
         )
-        return replies.count(1) >= self.quorum
+        return released.count(True) >= self.quorum
 
     def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
         # Lease.hand_over / a token-only extend: the same max_ttl rule as extend().
@@ -392,23 +375,20 @@ class RedlockLock(Primitive):
         """The ms ``token``'s lease has left on a majority (less the drift allowance),
         0 when fewer than a majority can still hold it (``Lease.held``); raises
         ``RedlockUnavailable`` when too few masters answered to tell."""
-        replies = rounds.run_each(
+        replies = drive(
             self._masters,
-            list(range(len(self._masters))),
-            HELD,
-            self._scripts.holders_key,
-            [token],
+            lambda: self._scripts.held(token),
             self._timeout,
             (self.quorum, _positive),
         )
-        lefts = sorted((r for r in replies.values() if isinstance(r, int) and r > 0), reverse=True)
+        lefts = sorted((r for r in replies if isinstance(r, int) and r > 0), reverse=True)
         if len(lefts) >= self.quorum:
             left_ms = lefts[self.quorum - 1]
             return max(0, left_ms - math.ceil(self._drift_s(left_ms) * 1000))
-        gone = sum(1 for reply in replies.values() if reply == 0)
+        gone = replies.count(0)
         if len(self._masters) - gone < self.quorum:
             return 0
-        errors = {i: r for i, r in replies.items() if isinstance(r, BaseException)}
+        errors = {i: r for i, r in enumerate(replies) if isinstance(r, BaseException)}
         raise RedlockUnavailable(
             f"Redlock {self.name!r}: held() had answers from {len(replies) - len(errors)} "
             f"of {len(self._masters)} masters, {self.quorum} needed: "
@@ -419,19 +399,14 @@ class RedlockLock(Primitive):
         """Extend on every master: (True, new local deadline, "") with a majority;
         (False, 0, why) when too few can still hold it; (None, 0, errors) otherwise."""
         sent_at = time.monotonic()
-        replies = rounds.run_each(
+        replies = drive(
             self._masters,
-            list(range(len(self._masters))),
-            rounds.EXTEND,
-            self._scripts.holders_key,
-            self._scripts.extend_args(token, ttl_ms, gen),
+            lambda: self._scripts.extend(token, ttl_ms, gen),
             self._timeout,
             (self.quorum, rounds.confirmed),
         )
-        held = sum(1 for reply in replies.values() if reply == 1)
-        gone = sum(1 for reply in replies.values() if reply == 0)
-        errors = {i: r for i, r in replies.items() if isinstance(r, BaseException)}
-        # A master that answered neither (an unexpected reply) counts as unknown.
+        held, gone = replies.count(True), replies.count(False)
+        errors = {i: r for i, r in enumerate(replies) if isinstance(r, BaseException)}
         if held >= self.quorum:
             return True, sent_at + ttl_ms / 1000 - self._drift_s(ttl_ms), ""
         if len(self._masters) - gone < self.quorum:

@@ -2,52 +2,50 @@
 counted against the majority.
 
 The scripts are the single-server lock's own (``lock_acquire.lua``,
-``lock_release.lua``, ``lock_extend.lua``, ``queue_leave.lua``, ``lock_info.lua``),
-read by the same code (:mod:`~celery_redislock.core.lock_scripts`); only the fence
-floor (``redlock_floor.lua``) is Redlock's own.
+``lock_release.lua``, ``lock_extend.lua``, ``queue_leave.lua``, ...), and where an
+operation of the single-server lock exists (release, extend, held, leave, adopt,
+release_owner: :class:`~celery_redislock.core.lock_scripts.LockScripts`) it is that
+operation, run on every master (:func:`run`); only the acquire round (with the boot
+marker and the fence proposal) and the fence floor (``redlock_floor.lua``) are
+Redlock's own.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from redis.typing import EncodableT, KeyT
+from redis.typing import KeyT
 
 from ..lock_scripts import (
     ACQUIRE,
-    ADOPT,
-    EXTEND,
-    LEAVE,
     RELEASE,
-    RELEASE_OWNER,
     SCRIPT_CONSTANTS,
     acquire_reply,
-    adopt_reply,
     refusal_holder,
     refusal_wait_ms,
 )
+from ..operations import Operation
 from ..scripts import LuaScript
 from ..waiting import Grant
-from .fanout import Enough, fan_out
+from .fanout import Enough, drive, fan_out
 from .masters import Call, Master
+
+T = TypeVar("T")
 
 __all__ = [
     "ACQUIRE",
-    "ADOPT",
-    "EXTEND",
     "FLOOR",
-    "LEAVE",
     "RELEASE",
-    "RELEASE_OWNER",
     "Round",
     "attempt",
     "confirmed",
     "errors_text",
     "granted",
     "raise_floors",
-    "run_call",
-    "run_each",
+    "run",
 ]
 
 FLOOR = LuaScript("redlock_floor.lua", SCRIPT_CONSTANTS)
@@ -139,34 +137,19 @@ def raise_floors(
     return stored
 
 
-def run_each(
+def run(
     masters: list[Master],
     indexes: list[int],
-    script: LuaScript,
-    keys: list[KeyT],
-    args: list[EncodableT],
+    operation: Callable[[], Operation[T]],
     timeout: float,
     enough: Enough | None = None,
-) -> dict[int, object]:
-    """Run one script with the same KEYS/ARGV on ``masters[i]`` for each ``i`` in
-    ``indexes``; see :func:`run_call`."""
-    return run_call(masters, indexes, Call(script, keys, args), timeout, enough)
-
-
-def run_call(
-    masters: list[Master],
-    indexes: list[int],
-    call: Call,
-    timeout: float,
-    enough: Enough | None = None,
-) -> dict[int, object]:
-    """Send ``call`` to ``masters[i]`` for each ``i`` in ``indexes``; each master's
-    reply or exception by index (None: not read, the round ended when ``enough``
-    answered: see :func:`~.fanout.fan_out`)."""
+) -> dict[int, T | BaseException | None]:
+    """Run ``operation`` (a single-server one, see :func:`~.fanout.drive`) on
+    ``masters[i]`` for each ``i`` in ``indexes``; each master's result by index."""
     if not indexes:
         return {}
     chosen = masters if len(indexes) == len(masters) else [masters[i] for i in indexes]
-    return dict(zip(indexes, fan_out(chosen, call, timeout, enough), strict=True))
+    return dict(zip(indexes, drive(chosen, operation, timeout, enough), strict=True))
 
 
 def errors_text(masters: list[Master], errors: dict[int, BaseException]) -> str:
@@ -178,27 +161,15 @@ def errors_text(masters: list[Master], errors: dict[int, BaseException]) -> str:
 
 def adopt(
     masters: list[Master],
-    keys: list[KeyT],
-    args: list[EncodableT],
-    ttl_ms: int,
+    operation: Callable[[], Operation[Grant | None]],
     quorum: int,
     timeout: float,
-) -> tuple[int, float, list[int]]:
-    """Hand a lease over to a new token on every master (``lock_adopt.lua``).
+) -> tuple[list[Grant], list[int]]:
+    """Hand a lease over to a new token on every master (``LockScripts.adopt``).
 
-    Returns (fence, sent_at, adopted): the largest fence and the masters that
-    adopted, when a majority did; else (0, sent_at, adopted) -- the caller gives back
-    what a minority adopted.
+    Returns (grants, adopted): the masters' grants, latest first, and the masters
+    that adopted -- the caller gives back what a minority adopted.
     """
-    sent_at = time.monotonic()
-    replies = run_each(masters, list(range(len(masters))), ADOPT, keys, args, timeout)
-    grants = {
-        i: adopt_reply(reply, sent_at, ttl_ms)
-        for i, reply in replies.items()
-        if isinstance(reply, list)
-    }
-    fences = {i: grant[0] if grant else 0 for i, grant in grants.items()}
-    adopted = [i for i, fence in fences.items() if fence]
-    if len(adopted) >= quorum:
-        return max(fences[i] for i in adopted), sent_at, adopted
-    return 0, sent_at, adopted
+    results = run(masters, list(range(len(masters))), operation, timeout)
+    grants = {i: grant for i, grant in results.items() if isinstance(grant, tuple)}
+    return sorted(grants.values(), key=lambda grant: grant[1], reverse=True), sorted(grants)

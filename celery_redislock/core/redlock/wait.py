@@ -18,11 +18,9 @@ import random
 import time
 from typing import Protocol
 
-from redis.typing import KeyT
-
 from ...errors import RedlockUnavailable
 from ..keys import KeySpace
-from ..lock_scripts import LockScripts, leave_reply
+from ..lock_scripts import LockScripts
 from ..waiting import Notifier, poll_slice
 from . import rounds
 from .lease import RedlockLease
@@ -59,8 +57,6 @@ class Waiting(Protocol):
     ) -> tuple[RedlockLease | None, rounds.Round]: ...
 
     def _unavailable(self, outcome: rounds.Round) -> RedlockUnavailable: ...
-
-    def _release_call_keys(self, token: str) -> list[KeyT]: ...
 
 
 def wait_for_lease(
@@ -140,26 +136,14 @@ def _leave(lock: Waiting, token: str, granted: bool, indexes: list[int]) -> None
     lease's release then reaches it with the others)."""
     # Granted, the replies are not needed (a lease granted meanwhile is released with
     # the others): sent, not waited for.
-    left = rounds.run_each(
+    scripts = lock._scripts
+    left = rounds.run(
         lock._masters,
         indexes,
-        rounds.LEAVE,
-        lock._scripts.queue_keys,
-        lock._scripts.leave_args(token),
+        lambda: scripts.leave(token),
         lock._timeout,
         (0, rounds.confirmed) if granted else None,
     )
-    stray = [
-        i
-        for i, reply in left.items()
-        if reply is not None and not isinstance(reply, BaseException) and leave_reply(reply)
-    ]
+    stray = [i for i, fence in left.items() if isinstance(fence, int) and fence]
     if stray and not granted:
-        rounds.run_each(
-            lock._masters,
-            stray,
-            rounds.RELEASE,
-            lock._release_call_keys(token),
-            [token],
-            lock._timeout,
-        )
+        rounds.run(lock._masters, stray, lambda: scripts.release(token), lock._timeout)
