@@ -284,3 +284,14 @@ return {1, rl_charge(log, state, charged, cost, slots, now), keep}
     admitted, wait_us, _ = script(r, scripts.keys, [*scripts.lib_args(), 1])
     assert admitted == 0 and 900_000 < wait_us <= 1_001_000
     assert not limiter.acquire(blocking=False)  # one limit for both
+
+
+def test_a_long_penalty_does_not_let_the_log_expire_first(r: redis.Redis) -> None:
+    limiter = RedisRateLimiter(r, "api", rate="5/s")
+    limiter.penalize(3 * 86_400)  # the state is kept 3 days
+    limiter.reset()  # the log is gone, the state stays
+    assert limiter.acquire(blocking=False)
+    log = "redislock:ratelimit:{api}:log"
+    r.pexpire(log, 10_000)  # as if a day had passed since the log was made
+    limiter.retry_after()  # any call renews the log's expiry
+    assert r.pttl(log) > 86_400_000

@@ -105,24 +105,23 @@ local function rl_keep(key, keep, now)
   end
 end
 
--- Keep both keys a day past the `longest` period charged, renewed together once the
--- state has less than 23 hours past it left (most calls read one TTL): a log made
--- later gets its expiry when made (rl_hold_log), never earlier than the state's, so
--- the log never expires before the state whose totals count it, and an idle
--- limiter's keys go away by themselves. Returns a time (µs) the state is kept until
--- at least.
+-- Keep both keys a day past the `longest` period charged, each renewed once less
+-- than 23 hours past it are left (most calls only read the TTLs): the log never
+-- expires while its slots count (a state kept longer by a penalty or an override
+-- only holds totals the next walk corrects, see rl_freed_at), and an idle limiter's
+-- keys go away by themselves. Returns a time (µs) both are kept until at least.
 local function rl_hold(log, state, longest, now)
   local floor = longest + 82800000000
-  local left = redis.call('PTTL', state)
-  if left == -1 or (left >= 0 and left * 1000 < floor) then
-    local at = string.format('%d', math.ceil((now + floor) / 1000) + 3600000)
-    redis.call('PEXPIREAT', state, at)
-    redis.call('PEXPIREAT', log, at) -- 0 when there is no log yet
+  for _, key in ipairs({state, log}) do
+    local left = redis.call('PTTL', key)
+    if left == -1 or (left >= 0 and left * 1000 < floor) then
+      redis.call('PEXPIREAT', key, string.format('%d', math.ceil((now + floor) / 1000) + 3600000))
+    end
   end
   return now + floor
 end
 
--- A log just made (no expiry yet) expires as rl_hold's would: not before the state.
+-- A log just made (no expiry yet) expires as rl_hold's would.
 local function rl_hold_log(log, longest, now)
   if redis.call('PTTL', log) == -1 then
     redis.call('PEXPIREAT', log,
