@@ -41,6 +41,7 @@ from typing import Any
 
 from ...core import Lease
 from ...core.parking import DUPLICATE, ParkingSemaphore
+from ...core.redelivery import mark_ran
 from ..execution import AnyTask, Cleanup, Guard, Hold, RunState
 from ..logs import LEASE, PERMIT
 from ..options import options_of
@@ -54,10 +55,11 @@ from ..tokens import NONCE_HEADER, TOKEN_HEADER, running_owner
 from .journal import forget
 from .options import BoundedOptions
 from .parking import PARK_HEADER, park_attempt, park_state, parking_for
+from .redelivery import second_message
 from .reschedule import WAIT_HEADER
 from .reschedule import park as _park
 from .reschedule import reschedule as _reschedule
-from .reschedule import skip_duplicate as _skip_duplicate
+from .settings import taken_memory
 from .standby import take_parked
 
 __all__ = [
@@ -140,11 +142,37 @@ class PermitHold(Hold):
     next attempt takes a permit of its own when it starts.
     """
 
-    def __init__(self, task: AnyTask, task_id: str, pool: str, lease: Lease) -> None:
+    def __init__(
+        self,
+        task: AnyTask,
+        task_id: str,
+        pool: str,
+        lease: Lease,
+        ran: tuple[ParkingSemaphore, str, float] | None = None,
+    ) -> None:
         self.task, self.task_id, self.pool, self.lease = task, task_id, pool, lease
+        self.ran = ran  # a parked run's (semaphore, park token, memory): see finish
 
     def finish(self, reason: str) -> None:
-        """Give the permit back (owner-checked: a lost one is reported, not released)."""
+        """Give the permit back (owner-checked: a lost one is reported, not released).
+
+        A parked run first marks its entry as run (#24): a further message of it (a
+        broker's redelivery, a re-publish) is then dropped, not taken for the copy of
+        a run that died."""
+        if self.ran is not None:
+            sem, entry_id, memory = self.ran
+            try:
+                mark_ran(sem, entry_id, memory)
+            except Exception as exc:  # the release below still frees the permit
+                LEASE.warning(
+                    "celery_redislock: %s[%s] could not mark its parked run of pool %r "
+                    "as ended (%s: %s); a redelivered copy may run again",
+                    self.task.name,
+                    self.task_id,
+                    self.pool,
+                    type(exc).__name__,
+                    exc,
+                )
         released = self.lease.release()
         permit_released.send(
             sender=self.task,
@@ -198,9 +226,19 @@ class ConcurrencyGuard(Guard):
                 wait=lock.lock_ttl,
                 ttl=ttl,
                 on_lost=on_lost,
+                memory=taken_memory(task.app),
             )
-            if status == DUPLICATE:
-                _skip_duplicate(task, run, pool)
+            if status == DUPLICATE:  # alive, ended, or dead: Redis says (#24)
+                lease = second_message(
+                    task,
+                    run,
+                    sem,
+                    parked[0],
+                    owner,
+                    ttl=ttl,
+                    lock_ttl=lock.lock_ttl,
+                    on_lost=on_lost,
+                )
         elif eager:  # no queue to go back to: wait as long as it takes
             lease = sem.acquire(owner=owner, ttl=ttl, renew=True, on_lost=on_lost)
         else:
@@ -233,7 +271,8 @@ class ConcurrencyGuard(Guard):
             waited=waited,
             rescheduled=rescheduled,
         )
-        return PermitHold(task, run.task_id, pool, lease)
+        ran = None if parked is None else (sem, parked[0], taken_memory(task.app))
+        return PermitHold(task, run.task_id, pool, lease, ran)
 
     def cleanup(self, task: AnyTask, event: Cleanup) -> None:
         """Give back, from the worker's main process, the permit of a run that died

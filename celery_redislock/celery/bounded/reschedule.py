@@ -5,6 +5,7 @@ already) skipped. Each ends the current message with ``Ignore``. Used by :mod:`.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from typing import Any, Final
@@ -30,16 +31,15 @@ copies it, which the retries count in it tells apart."""
 mark_resent_by(WAIT_HEADER)  # a re-scheduled copy: its receipt is not logged again
 
 
-def skip_duplicate(task: AnyTask, run: RunState, pool: str) -> None:
-    """A second message of a parked run whose park token was taken: never runs."""
-    PERMIT.warning(
-        "celery_redislock: %s[%s] is a second message of a parked run of pool "
-        "%r that started already: skipped",
-        task.name,
-        run.task_id,
-        pool,
-    )
+def skip_duplicate(task: AnyTask, run: RunState, pool: str, why: str) -> None:
+    """A second message of a parked run whose park token was taken: never runs.
+    ``why`` (a format of the pool's name) says why; a WARNING only for a broker's
+    second delivery of a run that is alive (see :mod:`.redelivery`), INFO otherwise:
+    a copy we published again is the same run, not a duplicate delivery."""
+    level = logging.WARNING if why.startswith("is a second message") else logging.INFO
+    PERMIT.log(level, "celery_redislock: %s[%s] " + why, task.name, run.task_id, pool)
     permit_duplicate.send(sender=task, task_id=run.task_id, key=pool)
+    quiet_ignored(run.task_id)  # logged above: Celery's "ignored" line would repeat it
     raise Ignore()
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from ...core import Lease
 from ...core.lease import OnLost
 from ...core.parking import DUPLICATE, TAKEN, ParkingSemaphore
+from ...core.redelivery import mark_token
 from .journal import forget
 
 __all__ = ["take_parked"]
@@ -41,11 +42,13 @@ def take_parked(
     wait: float,
     ttl: float,
     on_lost: OnLost,
+    memory: float = 3600.0,
 ) -> tuple[str, Lease | None]:
     """Start the run of parked entry ``entry_id``: ``(status, lease)`` as
     :meth:`~celery_redislock.core.parking.ParkingSemaphore.take` answers, after waiting
     in place up to ``wait`` seconds first when the entry is a standby and fewer than
-    ``standby`` runs of the pool wait in place (see the module)."""
+    ``standby`` runs of the pool wait in place (see the module); ``memory``: seconds
+    the entry remembers the run's permit (its consumed token's memory)."""
     early = None
     if standby and _is_standby(sem, entry_id, standby):
         early = sem.acquire(timeout=wait, owner=owner, ttl=ttl, renew=True, on_lost=on_lost)
@@ -63,11 +66,15 @@ def take_parked(
         return status, None
     if lease is not None:  # reserved for it meanwhile (published again): one is enough
         lease.release()  # (its release tops the standbys up)
-    else:  # refused a second permit, but the token is consumed: the run is this one
-        # Off the run's path (it starts at once: the hand-off is what standbys save).
-        threading.Thread(
-            target=_top_up, args=(sem, entry_id), daemon=True, name="celery_redislock-standby"
-        ).start()
+    # Off the run's path (it starts at once: the hand-off is what standbys save): name
+    # the run's permit for its entry, so another message of it sees the run alive
+    # (#24); refused a second permit, the token is consumed: top the standbys up.
+    threading.Thread(
+        target=_after_early,
+        args=(sem, entry_id, early.token, memory, lease is None),
+        daemon=True,
+        name="celery_redislock-standby",
+    ).start()
     return TAKEN, early
 
 
@@ -84,14 +91,19 @@ def _give_back(lease: Lease) -> None:
         )
 
 
-def _top_up(sem: ParkingSemaphore, entry_id: str) -> None:
-    """Drop take's note of the refusal (not needed: the run has its permit), and
-    publish the next standby: the release that handed this one the permit still
-    counted it as on its way (its entry was claimed). On failure the next release
-    does it."""
+def _after_early(
+    sem: ParkingSemaphore, entry_id: str, token: str, memory: float, top_up: bool
+) -> None:
+    """Name the permit the standby's run holds (token ``token``) as its entry's (see
+    :func:`~celery_redislock.core.redelivery.mark_token`); with ``top_up``, drop take's
+    note of the refusal (not needed: the run has its permit) and publish the next
+    standby: the release that handed this one the permit still counted it as on its
+    way (its entry was claimed). On failure the next release does it."""
     try:
-        sem.client.hdel(sem.payloads_key, f"r:{entry_id}")
-        sem.pump()
+        mark_token(sem, entry_id, token, memory)
+        if top_up:
+            sem.client.hdel(sem.payloads_key, f"r:{entry_id}")
+            sem.pump()
     except Exception as exc:
         logger.debug(
             "celery_redislock: standbys of pool %r not topped up (%s: %s)",
