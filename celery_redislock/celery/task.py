@@ -24,7 +24,7 @@ from celery import Celery, Task
 from celery.result import AsyncResult
 
 from . import cleanup, logs, upstream
-from .bounded import intake, sweeper
+from .bounded import buckets, intake, sweeper
 from .bounded.guard import CONCURRENCY
 from .bounded.options import PoolKey
 from .execution import Guard, current_run, outcome_of, start_run
@@ -238,4 +238,5 @@ cleanup.connect()
 sweeper.connect()
 intake.connect()
 upstream.connect()
+buckets.connect()  # Celery's rate_limit beside a pool (#29 item 1)
 logs.install()
