@@ -115,7 +115,7 @@ def test_a_parked_run_killed_while_running_runs_again_from_its_redelivered_messa
     tasks = module.load()
     broker = redis.Redis.from_url(db_url(redis_url, BROKER_DB))
     sem = parking_for(tasks.app, "kill", 1, 2.0, DEFAULT_PREFIX)
-    held = sem.acquire(blocking=False)  # the run before it: holds the only permit
+    held = sem.acquire(blocking=False, ttl=60)  # the run before: the only permit
     assert held is not None
     _, task_id = _park(tasks, sem, 1)
     with WorkerProcess(module, concurrency=1, name="a") as a:
@@ -141,7 +141,7 @@ def test_a_redelivered_copy_of_a_live_parked_run_is_skipped(
     tasks = module.load()
     broker = redis.Redis.from_url(db_url(redis_url, BROKER_DB))
     sem = parking_for(tasks.app, "kill", 1, 2.0, DEFAULT_PREFIX)
-    held = sem.acquire(blocking=False)
+    held = sem.acquire(blocking=False, ttl=60)  # outlives a slow worker start
     assert held is not None
     _, task_id = _park(tasks, sem, 1)
     with WorkerProcess(module, concurrency=1, name="a"):
@@ -172,7 +172,7 @@ def test_a_parked_run_killed_before_it_started_runs_once(
     tasks = module.load()
     broker = redis.Redis.from_url(db_url(redis_url, BROKER_DB))
     sem = parking_for(tasks.app, "kill", 1, 2.0, DEFAULT_PREFIX, standby=standby)
-    held = sem.acquire(blocking=False)
+    held = sem.acquire(blocking=False, ttl=60)  # outlives a slow worker start
     assert held is not None
     locks.set("end", "1")  # no run sleeps here
     with WorkerProcess(module, concurrency=1, name="a") as a:
@@ -205,7 +205,7 @@ def test_a_run_parked_from_its_pool_process_then_killed_runs_once(
     tasks = module.load()
     broker = redis.Redis.from_url(db_url(redis_url, BROKER_DB))
     sem = parking_for(tasks.app, "kill", 1, 2.0, DEFAULT_PREFIX)
-    held = sem.acquire(blocking=False)
+    held = sem.acquire(blocking=False, ttl=60)  # outlives a slow worker start
     assert held is not None
     locks.set("end", "1")
     with WorkerProcess(module, concurrency=1, name="a") as a:
