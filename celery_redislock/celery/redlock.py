@@ -18,7 +18,8 @@ when it is defined: a Redlock semaphore is not offered.
 from __future__ import annotations
 
 import os
-from typing import Any, Final
+from collections.abc import Hashable
+from typing import Final
 
 import redis
 from celery import Celery
@@ -33,7 +34,7 @@ from .sentinel import masked_url
 __all__ = ["CeleryRedlock", "check_not_bounded", "redlock_clients", "redlock_max_ttl"]
 
 _KEYS: Final = ("redislock_urls", "redislock_client_options")
-_clients: IdentityCache[tuple[int, Any, list[redis.Redis] | None]] = IdentityCache()
+_clients: IdentityCache[tuple[int, Hashable, list[redis.Redis] | None]] = IdentityCache()
 
 
 def redlock_clients(app: Celery) -> list[redis.Redis] | None:

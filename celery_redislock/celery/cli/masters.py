@@ -7,7 +7,7 @@ Imports only ``click`` and the standard library at module level (see :mod:`.grou
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -98,10 +98,10 @@ def _holding(views: list[MasterView]) -> dict[tuple[str, str], int]:
     return counts
 
 
-def _document(views: list[MasterView], prefix: str) -> dict[str, Any]:
+def _document(views: list[MasterView], prefix: str) -> dict[str, object]:
     quorum = len(views) // 2 + 1
     held = _holding(views)
-    masters: list[dict[str, Any]] = []
+    masters: list[dict[str, object]] = []
     for conn, entries, error in views:
         if entries is None:
             masters.append({"url": conn.url, "error": error})
