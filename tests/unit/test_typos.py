@@ -129,7 +129,7 @@ def test_unrelated_names_are_not_typos(name: str) -> None:
 def test_bounded_task_keyword(app: Celery, typo: str, meant: str, value: Any) -> None:
     with pytest.raises(ConfigurationError, match=_match(typo, meant)):
 
-        @bounded_task(app=app, concurrency_limit=3, **{typo: value})
+        @bounded_task(app=app, shared=False, concurrency_limit=3, **{typo: value})
         def job() -> None: ...
 
 
@@ -137,7 +137,7 @@ def test_bounded_task_keyword(app: Celery, typo: str, meant: str, value: Any) ->
 def test_singleton_task_keyword(app: Celery, typo: str, meant: str, value: Any) -> None:
     with pytest.raises(ConfigurationError, match=_match(typo, meant)):
 
-        @singleton_task(app=app, **{typo: value})
+        @singleton_task(app=app, shared=False, **{typo: value})
         def job(user_id: int) -> None: ...
 
     with pytest.raises(ConfigurationError, match=_match(typo, meant)):  # a shared task
@@ -179,7 +179,7 @@ def test_task_annotations(app: Celery, typo: str, meant: str, value: Any) -> Non
 
 @pytest.mark.parametrize(("typo", "meant", "value"), TYPOS)
 def test_per_call_option(app: Celery, typo: str, meant: str, value: Any) -> None:
-    @app.task(base=SingletonTask)
+    @app.task(base=SingletonTask, shared=False)
     def job() -> None: ...
 
     with pytest.raises(ConfigurationError, match=_match(typo, meant)):
@@ -197,7 +197,7 @@ def test_every_celery_task_attribute_passes_as_a_subclass_attribute(app: Celery)
     attrs = {n: getattr(Task, n) for n in _celery_names() if hasattr(Task, n)}
     base = type("Base", (SingletonTask,), attrs | {"rate_limit": "10/s", "acks_late": True})
 
-    @app.task(base=base, name="all_celery_attributes")
+    @app.task(base=base, name="all_celery_attributes", shared=False)
     def job() -> None: ...
 
     assert job.name == "all_celery_attributes"
@@ -207,6 +207,7 @@ def test_every_celery_task_attribute_passes_as_a_subclass_attribute(app: Celery)
 def test_celery_decorator_keywords_pass(app: Celery) -> None:
     @bounded_task(
         app=app,
+        shared=False,
         concurrency_limit=3,
         concurrency_key="partner-api",
         rate_limit="10/s",
