@@ -1,9 +1,19 @@
 """Worker kills: bounded (parked) tasks lost beside plain Celery tasks, in one run.
 
-Run from the repository root (about a minute per round)::
+Run from the repository root (about a minute per round and settings)::
 
     python benchmarks/bench_worker_kill.py                 # 3 rounds of 300 + 300, limit 3
     python benchmarks/bench_worker_kill.py --journal --keep  # broker on its own Redis
+    # #24's scenario: Celery configured for redelivery, beside today's settings
+    python benchmarks/bench_worker_kill.py --settings redelivery,today --duration 0.3 \
+        --lock-ttl 3 --interval 4 --rounds 5 --seed 1
+
+``--settings``: ``today`` (Celery's defaults: the ack at the start, prefetch 4, the
+Redis broker's hour-long ``visibility_timeout``) and/or ``redelivery`` -- what an
+operator who asks for at-least-once delivery configures (#24): ``task_acks_late``,
+``worker_prefetch_multiplier=1``, ``visibility_timeout`` 10 s and
+``unacked_restore_interval`` 1 s (``unacked_restore_throttle`` 1), so a message
+whose worker died is handed out again; both kinds run under the same settings.
 
 A private ``redis-server`` holds the broker, results and locks (``--journal``: the
 broker and results on a second one, so parked runs are journaled there). 4 ``celery
@@ -37,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import random
 import shutil
@@ -68,6 +79,7 @@ from celery_redislock import bounded_task
 app = Celery("bench_kill", broker={broker!r}, backend={backend!r}, set_as_current=False)
 app.conf.update(redislock_url={locks!r}, broker_connection_retry_on_startup=True,
                 task_ignore_result=True, worker_hijack_root_logger=False)
+app.conf.update({conf})
 
 
 def _body(kind, seconds):
@@ -139,7 +151,30 @@ def _peak(runs: list[tuple[float, float, str]]) -> int:
     return best
 
 
-def one_round(args: argparse.Namespace) -> dict[str, Any]:
+SETTINGS = {
+    "today": "{}",
+    "redelivery": (
+        "{'task_acks_late': True, 'worker_prefetch_multiplier': 1, "
+        "'broker_transport_options': {'visibility_timeout': 10, "
+        "'unacked_restore_interval': 1, 'unacked_restore_throttle': 1}}"
+    ),
+}
+"""The app settings of each ``--settings`` name (see the module)."""
+
+
+def _beside(runs: list[tuple[float, float, str]]) -> int:
+    """Tasks two of whose runs overlapped in time (ran beside themselves)."""
+    by_task: dict[str, list[tuple[float, float]]] = {}
+    for start, end, task_id in runs:
+        by_task.setdefault(task_id, []).append((start, end))
+    return sum(
+        1
+        for spans in by_task.values()
+        if any(b[0] < a[1] for a, b in itertools.pairwise(sorted(spans)))
+    )
+
+
+def one_round(args: argparse.Namespace, settings: str) -> dict[str, Any]:
     count, seconds, limit, interval, lock_ttl = (
         args.tasks,
         args.duration,
@@ -167,6 +202,7 @@ def one_round(args: argparse.Namespace) -> dict[str, Any]:
                     limit=limit,
                     lock_ttl=lock_ttl,
                     standby=args.standby,
+                    conf=SETTINGS[settings],
                 )
             )
             + HOOKS.format(records=records),
@@ -202,7 +238,8 @@ def one_round(args: argparse.Namespace) -> dict[str, Any]:
         # lock_ttl; the sweepers then publish them).
         paths = {k: Path(f"{records}.{k}") for k in ("bounded", "plain")}
         last, seen = time.monotonic(), -1
-        while time.monotonic() - last < lock_ttl + 5:
+        quiet = lock_ttl + 5 + (15 if settings == "redelivery" else 0)  # + visibility_timeout
+        while time.monotonic() - last < quiet:
             now = sum(len(_runs(p)) for p in paths.values())
             if now != seen:
                 seen, last = now, time.monotonic()
@@ -232,6 +269,7 @@ def one_round(args: argparse.Namespace) -> dict[str, Any]:
                 "ran": len(ran),
                 "lost": len(set(sent) - set(ran)),
                 "twice": sum(1 for n in ran.values() if n > 1),
+                "beside": _beside(runs),
                 "peak": _peak(runs),
                 "summary": summary(sent, ended, traces, kills),
             }
@@ -267,46 +305,64 @@ def main() -> None:
         action="store_true",
         help="keep each round's worker logs and event files (path printed)",
     )
+    parser.add_argument(
+        "--settings",
+        default="today",
+        help="comma-separated: today, redelivery (see the module); each round runs each",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="seed of round 1 (+1 per round)")
     args = parser.parse_args()
+    names = [name.strip() for name in args.settings.split(",") if name.strip()]
+    for name in names:
+        if name not in SETTINGS:
+            parser.error(f"--settings: {name!r} is not one of {', '.join(SETTINGS)}")
     rows, losses = [], []
     totals = Counter[str]()
     for n in range(args.rounds):
-        r = one_round(args)
-        b, p = r["bounded"], r["plain"]
-        totals.update(bounded=b["lost"], plain=p["lost"])
-        for kind in ("bounded", "plain"):
-            k = r[kind]
-            sm = k["summary"]
-            totals.update({f"{kind} exposed": sm.exposed, f"{kind} saved": sm.saved})
-            for place, c in sm.places.items():
-                totals[f"{kind} {place}"] += c
-            rows.append(
-                [
-                    f"#{n + 1} {kind}",
-                    r["kills"],
-                    k["sent"],
-                    k["ran"],
-                    k["lost"],
-                    k["twice"],
-                    k["peak"],
-                    f"{sm.publishes:.2f}",
-                    f"{sm.exposed}/{sm.saved}",
-                    k["left"],
-                    ", ".join(f"{c} {p}" for p, c in sorted(sm.places.items())) or "-",
-                ]
+        for settings in names:
+            if args.seed is not None:
+                random.seed(args.seed + n)  # the same kill schedule for each settings
+            r = one_round(args, settings)
+            b, p = r["bounded"], r["plain"]
+            for kind in ("bounded", "plain"):
+                k = r[kind]
+                sm = k["summary"]
+                key = f"{settings} {kind}"
+                totals.update({key: k["lost"], f"{key} twice": k["twice"]})
+                totals.update({f"{key} exposed": sm.exposed, f"{key} saved": sm.saved})
+                totals.update({f"{key} beside": k["beside"]})
+                for place, c in sm.places.items():
+                    totals[f"{key} {place}"] += c
+                rows.append(
+                    [
+                        f"#{n + 1} {settings} {kind}",
+                        r["kills"],
+                        k["sent"],
+                        k["ran"],
+                        k["lost"],
+                        f"{k['twice']}/{k['beside']}",
+                        k["peak"],
+                        f"{sm.publishes:.2f}",
+                        f"{sm.exposed}/{sm.saved}",
+                        k["left"],
+                        ", ".join(f"{c} {p}" for p, c in sorted(sm.places.items())) or "-",
+                    ]
+                )
+                losses += [f"#{n + 1} {settings} {kind} {line}" for line in sm.lines]
+            print(
+                f"round {n + 1} ({settings}): lost {b['lost']} bounded / {p['lost']} plain"
+                + (f"  (kept in {r['kept']})" if "kept" in r else ""),
+                flush=True,
             )
-            losses += [f"#{n + 1} {kind} {line}" for line in sm.lines]
-        print(
-            f"round {n + 1}: lost {b['lost']} bounded / {p['lost']} plain"
-            + (f"  (kept in {r['kept']})" if "kept" in r else ""),
-            flush=True,
-        )
     print(
         f"\n{args.tasks} bounded (limit {args.limit}, parked) + {args.tasks} plain tasks of "
         f"{args.duration * 1000:g} ms, 4 workers x 4 (prefork), a random worker main "
         f"process SIGKILLed every ~{args.interval:g}s and replaced; lock_ttl "
         f"{args.lock_ttl:g}s; broker "
-        f"{'on its own Redis (journal on)' if args.journal else 'on the lock Redis'}\n"
+        f"{'on its own Redis (journal on)' if args.journal else 'on the lock Redis'}; "
+        f"settings {', '.join(names)}"
+        + (f"; seeds {args.seed}..{args.seed + args.rounds - 1}" if args.seed is not None else "")
+        + "\n"
     )
     print_table(
         [
@@ -315,7 +371,7 @@ def main() -> None:
             "sent",
             "ran",
             "lost",
-            "ran twice",
+            "ran twice/beside itself",
             "peak",
             "msgs/task",
             "in killed main/ran",
@@ -325,25 +381,35 @@ def main() -> None:
         rows,
     )
     print("\n" + "\n".join(losses) if losses else "")
-    ours = sum(
-        c
-        for key, c in totals.items()
-        if key.startswith("bounded repub ") and not key.endswith(" running")
-    )
-    print(
-        f"total lost: {totals['bounded']} bounded, {totals['plain']} plain ({args.rounds} "
-        f"rounds); in a killed main at its kill (and ran all the same): bounded "
-        f"{totals['bounded exposed']} ({totals['bounded saved']}), plain "
-        f"{totals['plain exposed']} ({totals['plain saved']})"
-    )
-    print(
-        f"lost by parking (a re-published message lost and never published again): {ours}; "
-        f"a run killed while running is lost bounded or not (its pool child dies with "
-        f"its main)"
-    )
+    for settings in names:
+        ours = sum(
+            c
+            for key, c in totals.items()
+            if key.startswith(f"{settings} bounded repub ") and not key.endswith(" running")
+        )
+        b, p = f"{settings} bounded", f"{settings} plain"
+        causes = {
+            kind: ", ".join(
+                f"{c} {key[len(kind) + 1 :]}"
+                for key, c in sorted(totals.items())
+                if key.startswith(f"{kind} orig ") or key.startswith(f"{kind} repub ")
+            )
+            or "-"
+            for kind in (b, p)
+        }
+        print(
+            f"{settings}: total lost {totals[b]} bounded, {totals[p]} plain ({args.rounds} "
+            f"rounds); by cause: bounded {causes[b]}; plain {causes[p]}; ran twice "
+            f"{totals[b + ' twice']} bounded ({totals[b + ' beside']} beside itself), "
+            f"{totals[p + ' twice']} plain ({totals[p + ' beside']} beside itself); in a "
+            f"killed main at its kill (and ran all the same): bounded "
+            f"{totals[b + ' exposed']} ({totals[b + ' saved']}), plain "
+            f"{totals[p + ' exposed']} ({totals[p + ' saved']}); lost by parking (a "
+            f"re-published message lost and never published again): {ours}"
+        )
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
-        f"{os.getloadavg()[0]:.2f}"
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
 
 
