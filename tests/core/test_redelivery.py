@@ -1,0 +1,84 @@
+"""redelivered_take.lua (core/redelivery.py): another message of a consumed park token
+is told, from the first run's permit on a real redis-server, whether that run lives,
+ended, or died (#24)."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from celery_redislock.core.parking import DUPLICATE, TAKEN, ParkingSemaphore, new_entry_id
+from celery_redislock.core.redelivery import (
+    ALIVE,
+    DEAD_REFUSED,
+    ENDED,
+    NOT_TAKEN,
+    RETAKEN,
+    mark_ran,
+    mark_token,
+    retake,
+)
+
+
+def _taken(r: redis.Redis, ttl: float = 0.3) -> tuple[ParkingSemaphore, str]:
+    """A pool of limit 1 whose only permit is the run of a consumed entry (``ttl``)."""
+    sem = ParkingSemaphore(r, "api", limit=1, ttl=ttl)
+    entry_id = new_entry_id()
+    assert sem.park(entry_id, b"run", owner="t1") == 0  # claimed at once: a permit free
+    status, lease = sem.take(entry_id, "t1@first", ttl=ttl)
+    assert status == TAKEN and lease is not None
+    assert sem.take(entry_id, "t1@copy")[0] == DUPLICATE
+    return sem, entry_id
+
+
+def test_a_never_consumed_id_is_left_to_take(r: redis.Redis) -> None:
+    sem = ParkingSemaphore(r, "api", limit=1, ttl=1)
+    assert retake(sem, new_entry_id(), "o", ttl=1, memory=60)[0] == NOT_TAKEN
+
+
+def test_a_live_first_run_is_alive_with_its_time_left(r: redis.Redis) -> None:
+    sem, entry_id = _taken(r, ttl=5)
+    status, lease, left = retake(sem, entry_id, "t1@copy", ttl=5, memory=60)
+    assert (status, lease) == (ALIVE, None) and 4.0 < left <= 5.0
+
+
+def test_an_ended_run_is_never_run_again(r: redis.Redis) -> None:
+    sem, entry_id = _taken(r, ttl=0.3)
+    mark_ran(sem, entry_id, 60)
+    time.sleep(0.4)  # its permit lapsed too: the mark decides
+    assert retake(sem, entry_id, "t1@copy", ttl=1, memory=60)[0] == ENDED
+
+
+def test_a_dead_run_is_run_by_the_copy_once_on_a_permit_under_the_id(r: redis.Redis) -> None:
+    sem, entry_id = _taken(r, ttl=0.3)
+    time.sleep(0.4)  # the first run's permit lapsed unrenewed: its worker died
+    status, lease, _ = retake(sem, entry_id, "t1@copy", ttl=2, memory=60, renew=False)
+    assert status == RETAKEN and lease is not None and lease.token == entry_id
+    assert sem.acquire(blocking=False) is None  # the limit holds: the copy has the permit
+    # A re-sent call (reply lost) gets the same permit; a third message sees it alive.
+    again = retake(sem, entry_id, "t1@copy", ttl=2, memory=60, renew=False)
+    assert again[0] == RETAKEN and again[1] is not None and again[1].fence == lease.fence
+    assert retake(sem, entry_id, "t1@third", ttl=2, memory=60)[0] == ALIVE
+    assert lease.release()
+
+
+def test_a_dead_run_with_no_permit_free_parks_again_and_is_marked(r: redis.Redis) -> None:
+    sem, entry_id = _taken(r, ttl=0.3)
+    time.sleep(0.4)
+    other = sem.acquire(blocking=False, ttl=5)  # the permit went to another run
+    assert other is not None
+    assert retake(sem, entry_id, "t1@copy", ttl=1, memory=60)[0] == DEAD_REFUSED
+    # The copy parks again under a new id: a further message of the old one is dropped.
+    assert retake(sem, entry_id, "t1@third", ttl=1, memory=60)[0] == ENDED
+    other.release()
+
+
+def test_a_standbys_run_is_alive_by_the_permit_it_named(r: redis.Redis) -> None:
+    sem, entry_id = _taken(r, ttl=0.3)
+    time.sleep(0.4)  # the entry's own permit is gone ...
+    early = ParkingSemaphore(r, "api", limit=1, ttl=5).acquire(blocking=False)
+    assert early is not None
+    mark_token(sem, entry_id, early.token, 60)  # ... but its run holds this one
+    assert retake(sem, entry_id, "t1@copy", ttl=1, memory=60)[0] == ALIVE
+    early.release()
