@@ -1,44 +1,75 @@
-"""Script calls through ``redis.asyncio``: the core's :class:`~celery_redislock.core.
-scripts.LuaScript` sent as its sync ``__call__`` sends it (EVALSHA, EVAL after a
-NOSCRIPT, the reply's stamp checked), awaited. The only I/O of the async classes.
+"""Script calls through ``redis.asyncio``'s public API: the async driver of the core's
+operations (:mod:`celery_redislock.core.operations`), and the only I/O of the async
+classes besides pub/sub.
 
-On a plain client a call holds one connection -- the loop's kept one when free --
-and writes and reads it through :mod:`.wire`, lighter than redis.asyncio's
-``execute_command`` (about as much client CPU again per command); a cluster client's
-calls go through ``execute_command``, which routes them by their keys.
+A call is the sync :class:`~celery_redislock.core.scripts.LuaScript`'s, awaited:
+``EVALSHA``, and ``EVAL`` with the script's text after a NOSCRIPT (the script did not
+run, so the re-send cannot apply it twice); the reply's stamp checked
+(:meth:`~celery_redislock.core.scripts.LuaScript.checked`), so another command's
+reply is never taken for this call's.
+
+**On a plain client** a call holds one pooled connection and sends on it with the
+connection's public calls (``send_command``, ``read_response``, ``disconnect``)
+under the connection's own ``Retry`` (``retry.call_with_retry``), as redis.asyncio's
+``execute_command`` does, without its per-command bookkeeping (a quarter of an
+uncontended lock's client time, ``benchmarks/bench_asyncio.py``). redis.asyncio
+closes a connection whose send or read was interrupted (a cancellation), so no reply
+is ever left for another command. Each loop keeps one connection of a pool between
+its calls (:class:`_Kept`, taken and given back with the pool's public
+``get_connection`` / ``release``), as the sync calls keep one per thread
+(``core/kept.py``); a call that finds it in use takes another from the pool. A call
+counts its sends (``Call.sends``), so a lock's release judges a re-sent release as
+the sync one does. **On a cluster client** (and one bound to a single connection) a
+call is ``client.evalsha``, routed by redis.asyncio.
+
+A connection the server closed while it was idle (a restart, ``CLIENT KILL``, its
+idle timeout) fails its first send; the call is sent once more on a new one, even
+on a client without retries (``from_url``'s): every script answers a re-send as its
+first execution.
+
+A burst (1,000 tasks acquiring at once) must not empty the client's pool: a plain
+pool raises ``MaxConnectionsError`` past its ``max_connections`` (100 by default).
+So a loop sends at most half of a pool's connections' worth of script calls at once
+(:class:`_Gate`); the rest wait their turn, and the user's own commands still find
+connections.
+
+Under :func:`~celery_redislock.core.scripts.reply_deadline` the whole call (a
+reconnect and a wait for a pooled connection included: redis.asyncio's connect has
+no timeout by default) ends a round trip's worth past that deadline with
+:class:`~celery_redislock.core.scripts.DeadlinePassed`: an ``asyncio.timeout``
+scope in the calling task.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import sys
 import time
-from collections.abc import Awaitable
+import weakref
 from typing import Any, TypeVar
 
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.operations import Operation
-from ..core.resp import key_encoder, pack_evalsha
-from ..core.scripts import (
-    _DEADLINE,
-    _LAST_LOOK,
-    DeadlinePassed,
-    LuaScript,
-    StaleReply,
-    reply_deadline,
-)
-from . import wire
+from ..core.scripts import _DEADLINE, _LAST_LOOK, DeadlinePassed, LuaScript, StaleReply
+from ..core.scripts import reply_deadline as reply_deadline
 
-__all__ = ["call", "run"]
+__all__ = ["SPARE_MIN_POOL", "call", "run"]
 
 T = TypeVar("T")
 
+SPARE_MIN_POOL = 10
+"""A pool allowing fewer connections than this keeps none for a loop (its user's)."""
+
 
 async def run(client: Any, operation: Operation[T]) -> T:
-    """Run ``operation`` (see :mod:`celery_redislock.core.operations`) on an async
-    ``client``: the twin of the sync :func:`~celery_redislock.core.operations.run`,
-    each call awaited, its reply (or its exception) given back to the operation."""
+    """Run ``operation`` on a ``redis.asyncio`` ``client``: the twin of the sync
+    :func:`~celery_redislock.core.operations.run`, each call awaited, its reply (or
+    its exception) given back to the operation."""
     reply: Any = None
     error: BaseException | None = None
     while True:
@@ -62,6 +93,9 @@ async def run(client: Any, operation: Operation[T]) -> T:
             reply, error = None, exc
 
 
+_UNBOUNDED = contextlib.nullcontext()  # no reply deadline (reusable: it has no state)
+
+
 async def call(
     script: LuaScript,
     client: Any,
@@ -69,130 +103,206 @@ async def call(
     args: list[Any],
     sends: list[None] | None = None,
 ) -> Any:
-    """``script(client, keys, args)`` through a ``redis.asyncio`` client: the same call
-    and the same stamp check, awaited, on one connection held for the call (see the
-    module docs). A call interrupted between sending and reading (a cancellation)
-    closes its connection: its reply is never left for another call. Under
-    :func:`~celery_redislock.core.scripts.reply_deadline` the whole call (a reconnect
-    included: redis.asyncio's connect has no timeout by default) ends by that
-    deadline with ``DeadlinePassed``. ``sends``: as for the sync call (see
-    :func:`~celery_redislock.core.scripts.sees_resends`), one item appended per send
-    on a plain client; more than one: the call may have run before."""
+    """``script(client, keys, args)`` through a ``redis.asyncio`` client (see the
+    module docs): the script's payload. ``sends``: one item appended per send on a
+    plain client (more than one: the call may have run before)."""
+    if sys.version_info < (3, 11):  # for mypy's 3.10: this package refuses to import there
+        raise RuntimeError("celery_redislock.asyncio needs Python 3.11+")
     deadline = _DEADLINE.get()
-    if deadline is None:
-        return await _call(script, client, keys, args, None, sends)
-    return await by_deadline(
-        _call(script, client, keys, args, deadline, sends), deadline, script.name
+    scope = (
+        _UNBOUNDED
+        if deadline is None
+        else asyncio.timeout(max(_LAST_LOOK, deadline - time.monotonic()) + _LAST_LOOK)
     )
-
-
-async def by_deadline(awaitable: Awaitable[Any], deadline: float, name: str) -> Any:
-    """``await awaitable``, ended with ``DeadlinePassed`` when it has not finished a
-    round trip's worth past ``deadline``."""
-    budget = max(_LAST_LOOK, deadline - time.monotonic()) + _LAST_LOOK
-    if sys.version_info >= (3, 11):  # a scope in this task (wait_for makes a task per call)
-        try:
-            async with asyncio.timeout(budget) as scope:
-                return await awaitable
-        except TimeoutError as exc:
-            if not scope.expired():
-                raise
-            raise DeadlinePassed(f"{name}: no answer before the deadline") from exc
-    try:
-        return await asyncio.wait_for(awaitable, budget)
-    except asyncio.TimeoutError as exc:
-        raise DeadlinePassed(f"{name}: Redis did not answer before the deadline") from exc
-
-
-async def _call(
-    script: LuaScript,
-    client: Any,
-    keys: list[Any],
-    args: list[Any],
-    deadline: float | None,
-    sends: list[None] | None,
-) -> Any:
     pool = getattr(client, "connection_pool", None)
-    if pool is None or getattr(client, "connection", None) is not None:
-        return await _via_client(script, client, keys, args)  # cluster, single
-    packed = pack_evalsha(script.head, keys, args, key_encoder(client))
-    loop = asyncio.get_running_loop()
-    conn = wire.take(pool, loop)
-    if conn is None:
-        conn = await pool.get_connection()
-    if wire.closed(conn):
-        await conn.disconnect(nowait=True)  # the send connects it again
-
-    async def failed(_error: BaseException) -> None:
-        await conn.disconnect()
-        if deadline is not None and time.monotonic() >= deadline:
-            raise DeadlinePassed(f"{script.name}: Redis did not answer before the deadline")
-
-    clean = False
+    plain = pool is not None and getattr(client, "connection", None) is None
     try:
-        reply = await conn.retry.call_with_retry(
-            lambda: _on(script, conn, packed, keys, args, deadline, sends), failed
-        )
-        clean = True
-        return reply
-    except BaseException as exc:
-        if not isinstance(exc, RedisError):
-            await conn.disconnect(nowait=True)  # a reply may be left unread
-        raise
-    finally:
-        if clean:
-            await wire.put_back(pool, conn, loop)
-        else:  # the pool checks it before its next use (a second cancel may have
-            await pool.release(conn)  # stopped the disconnect above)
+        async with scope:
+            if not plain:
+                return await _via_client(script, client, keys, args)
+            # One coroutine from here to the connection's send and read: each level
+            # of awaiting costs again at every suspension (a lock's cycle is two).
+            gate = _gate(pool)
+            if gate.free > 0 and not gate.waiting:
+                gate.free -= 1
+            else:
+                await gate.turn()
+            loop = asyncio.get_running_loop()
+            kept = _KEPT.get(pool)
+            conn = None if kept is None else kept.take(loop)
+            clean = False
+            try:
+                if conn is None:
+                    conn = await pool.get_connection()
+                for attempt in (1, 2):
+                    try:
+                        reply = await _once(script, conn, keys, args, sends)
+                    except (RedisConnectionError, RedisTimeoutError):
+                        # Most often a connection the server closed while it was idle
+                        # (see the module docs; redis.asyncio closed it): sent again
+                        # under the connection's Retry, at least once.
+                        reply = await conn.retry.call_with_retry(
+                            lambda: _once(script, conn, keys, args, sends),
+                            lambda _error: conn.disconnect(),
+                        )
+                    try:
+                        reply = script.checked(reply, args)
+                    except StaleReply:
+                        # Another command's reply (never expected: redis.asyncio
+                        # closes an interrupted connection): out of step; once more.
+                        await conn.disconnect()
+                        if attempt == 2:
+                            raise
+                        continue
+                    clean = True
+                    return reply
+            finally:
+                gate.pass_on()
+                if conn is not None:
+                    await _put_back(pool, conn, loop, kept, clean)
+    except TimeoutError as exc:
+        if scope is _UNBOUNDED or not scope.expired():
+            raise
+        raise DeadlinePassed(f"{script.name}: no answer before the deadline") from exc
+    raise AssertionError("unreachable: every attempt returns or raises")
 
 
-async def _on(
-    script: LuaScript,
-    conn: Any,
-    packed: bytes,
-    keys: list[Any],
-    args: list[Any],
-    deadline: float | None,
-    sends: list[None] | None,
+async def _once(
+    script: LuaScript, conn: Any, keys: list[Any], args: list[Any], sends: list[None] | None
 ) -> Any:
-    for attempt in (1, 2):
-        if sends is not None:
-            sends.append(None)
-        try:
-            await wire.send(conn, packed)
-            reply = await _read(conn, deadline)
-        except NoScriptError:
-            await conn.send_command("EVAL", script.text, len(keys), *keys, *args)
-            reply = await _read(conn, deadline)
-        if script.code is None or script._stamped(reply, args):
-            return reply if script.code is None else reply[1]
-        await conn.disconnect()  # it held another command's reply: never use it again
-        if attempt == 2:
-            break
-    raise StaleReply(f"{script.name}: the reply is not this call's: {reply!r:.200}")
+    if sends is not None:
+        sends.append(None)
+    # A health check only where the user configured one (else a coroutine per send).
+    check = bool(conn.health_check_interval)
+    try:
+        await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args, check_health=check)
+        return await conn.read_response()
+    except NoScriptError:
+        await conn.send_command("EVAL", script.text, len(keys), *keys, *args, check_health=check)
+        return await conn.read_response()
 
 
-async def _read(conn: Any, deadline: float | None) -> Any:
-    return await wire.read(conn, read_timeout(conn, deadline))
-
-
-def read_timeout(conn: Any, deadline: float | None) -> float | None:
-    """How long a read may wait, as the sync read (scripts._read_reply): until
-    ``deadline`` (a call made at it still gets a round trip's worth), never longer than
-    the socket timeout; None (the connection's own socket timeout) without one."""
-    if deadline is None:
-        return None
-    timeout = max(_LAST_LOOK, deadline - time.monotonic())
-    socket_timeout = getattr(conn, "socket_timeout", None)
-    return timeout if socket_timeout is None else min(timeout, socket_timeout)
+async def _put_back(
+    pool: Any, conn: Any, loop: asyncio.AbstractEventLoop, kept: _Kept | None, clean: bool
+) -> None:
+    """After a call on ``conn``: the kept connection kept (unless the call failed or
+    was interrupted: the pool checks it before its next use), another kept if the
+    pool keeps none for a live loop, else given back."""
+    if kept is not None and kept.holds(conn):
+        if clean:
+            kept.busy = False
+            return
+        if _KEPT.get(pool) is kept:
+            del _KEPT[pool]
+    elif clean and getattr(pool, "max_connections", 0) >= SPARE_MIN_POOL:
+        current = _KEPT.get(pool)
+        owner = None if current is None else current.loop()
+        if owner is None or owner.is_closed():
+            # The pool outlived the loop that kept one (a client used by one
+            # asyncio.run after another): that one goes back, this one is kept.
+            old = None if current is None else current.conn()
+            try:
+                _KEPT[pool] = _Kept(conn, loop)
+            except TypeError:  # a pool or connection that takes no weak reference
+                pass
+            else:
+                if old is not None and old is not conn:
+                    await pool.release(old)
+                return
+    await pool.release(conn)
 
 
 async def _via_client(script: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:
-    for _ in (1, 2):
+    for attempt in (1, 2):
         try:
-            reply = await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            reply = await client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
             reply = await client.eval(script.text, len(keys), *keys, *args)
-        if script.code is None or script._stamped(reply, args):
-            return reply if script.code is None else reply[1]
-    raise StaleReply(f"{script.name}: the reply is not this call's: {reply!r:.200}")
+        try:
+            return script.checked(reply, args)
+        except StaleReply:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable: every attempt returns or raises")
+
+
+class _Kept:
+    """The connection one loop keeps of a pool between its script calls (see the
+    module docs). Held weakly, as its loop: the pool holds the connection (as one in
+    use), and a connection may hold its pool, which must die when its user drops it."""
+
+    __slots__ = ("busy", "conn", "loop")
+
+    def __init__(self, conn: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.conn = weakref.ref(conn)
+        self.loop = weakref.ref(loop)
+        self.busy = False
+
+    def take(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """The connection, now busy, when it is this loop's and free; else None."""
+        if self.busy or self.loop() is not loop:
+            return None
+        conn = self.conn()
+        if conn is not None:
+            self.busy = True
+        return conn
+
+    def holds(self, conn: Any) -> bool:
+        """True when ``conn`` is the kept connection."""
+        return self.conn() is conn
+
+
+_KEPT: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()  # pool -> kept
+
+
+class _Gate:
+    """At most ``room`` script calls of one loop in flight through one pool; the
+    others wait in turn. Not an ``asyncio.Semaphore``, which keeps its loop alive once
+    contended (the registry is weak on the loop): here only a waiting task's future
+    refers to it."""
+
+    __slots__ = ("free", "waiting")
+
+    def __init__(self, room: int) -> None:
+        self.free = room
+        self.waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    async def turn(self) -> None:
+        """Wait for room (the caller found none free): it is handed over by
+        :meth:`pass_on`."""
+        future = asyncio.get_running_loop().create_future()
+        self.waiting.append(future)
+        try:
+            await future
+        except BaseException:
+            if future.done() and not future.cancelled():
+                self.pass_on()  # handed over as it was cancelled: give it on
+            else:
+                self.waiting.remove(future)
+            raise
+
+    def pass_on(self) -> None:
+        """A call ended: its room goes to the first waiting one, else back."""
+        while self.waiting:
+            future = self.waiting.popleft()
+            if not future.done():
+                future.set_result(None)
+                return
+        self.free += 1
+
+
+_Gates = weakref.WeakKeyDictionary[Any, _Gate]  # pool -> its gate
+_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Gates] = weakref.WeakKeyDictionary()
+
+
+def _gate(pool: Any) -> _Gate:
+    """The running loop's bound on script calls in flight through ``pool``."""
+    loop = asyncio.get_running_loop()
+    per_loop = _gates.get(loop)
+    if per_loop is None:
+        per_loop = _gates[loop] = weakref.WeakKeyDictionary()
+    gate = per_loop.get(pool)
+    if gate is None:
+        size = getattr(pool, "max_connections", None)
+        gate = per_loop[pool] = _Gate(max(1, (size or 100) // 2))
+    return gate

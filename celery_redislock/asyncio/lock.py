@@ -234,8 +234,8 @@ class AsyncRedisLock(AsyncPrimitive):
         return f"<AsyncRedisLock {self.name!r} ttl={self.ttl}>"
 
     async def _release_lease(self, token: str, deadline: float) -> bool:
-        # As the sync lock's: where re-sends are seen the common release writes no
-        # record for one, which judges a lease found gone by its deadline instead.
+        # As the sync lock's: where a call sees its own re-sends the common release
+        # writes no record for one, which judges a lease found gone by its deadline.
         judge = deadline if sees_resends(self._client) else None
         return await run(self._client, self._scripts.release(token, judge))
 

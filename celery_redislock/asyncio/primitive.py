@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from types import TracebackType
@@ -58,21 +59,17 @@ def cancel_check() -> Callable[[], None]:
     inner result when the cancel arrives as that result does (fixed in 3.12), so a
     cancelled acquire could otherwise run on and take a lease nobody waits for.
     ``Task.cancelling()`` still counts the request."""
+    if sys.version_info < (3, 11):  # for mypy's 3.10: this package refuses to import there
+        raise RuntimeError("celery_redislock.asyncio needs Python 3.11+")
     task = asyncio.current_task()
-    cancelling: Callable[[], int] | None = getattr(task, "cancelling", None)  # 3.11+
-    if cancelling is None:
-        return _never
-    base = cancelling()
+    assert task is not None  # called from an acquire, in a task
+    base = task.cancelling()
 
     def check() -> None:
-        if cancelling() > base:
+        if task.cancelling() > base:
             raise asyncio.CancelledError
 
     return check
-
-
-def _never() -> None:
-    pass
 
 
 class AsyncPrimitive(PrimitiveBase):
@@ -169,7 +166,7 @@ class AsyncPrimitive(PrimitiveBase):
     async def _release_lease(self, token: str, deadline: float) -> bool:
         """A lease's release (``deadline``: its local one, for a holder that judges a
         re-sent release by it, as the lock does); by the token alone here."""
-        return await self._release_token(token)
+        return await run(self._client, self._scripts.release(token))
 
     async def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
         """Set ``token``'s TTL in one round trip; False when it was no longer held."""

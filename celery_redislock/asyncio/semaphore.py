@@ -20,17 +20,12 @@ from ..core.primitive import fresh_token
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
 from ..core.scripts import reply_deadline
 from ..core.semaphore_scripts import (
-    ACQUIRE,
-    RELEASE,
     RENEW,
     SemaphoreScripts,
-    acquire_reply,
     attempt_outcome,
-    release_reply,
 )
 from ..core.validate import acquire_deadline, check_bool, check_positive_int
 from ..core.waiting import Grant, poll_slice
-from .batch import batched_call
 from .calls import run
 from .lease import AsyncLease, AsyncOnLost
 from .notifier import AsyncNotifier
@@ -173,9 +168,7 @@ class AsyncRedisSemaphore(AsyncPrimitive):
     async def _attempt(
         self, token: str, owner: str, ttl_ms: int, wait: bool
     ) -> tuple[int, int, int, int]:
-        scripts = self._scripts
-        args = scripts.acquire_args(token, owner, ttl_ms, wait)
-        reply = acquire_reply(await batched_call(ACQUIRE, self._client, scripts.acquire_keys, args))
+        reply, _sent_at = await run(self._client, self._scripts.attempt(token, owner, ttl_ms, wait))
         if reply[2] and not self._warned_limit:
             self._warned_limit = True
             log.warning(
@@ -186,29 +179,23 @@ class AsyncRedisSemaphore(AsyncPrimitive):
             )
         return reply
 
+    async def _release_lease(self, token: str, deadline: float) -> bool:
+        return await self._release_token(token)
+
     async def _release_token(self, token: str) -> bool:
         # Waiters of this loop that the release grants are named in its reply and
         # woken as it is read (see AsyncNotifier.hand_over): no message round for
-        # them, nor a wait for this task's turn. Batched: holders whose sections end
-        # in the same turn (they began together) release in one write, and their
-        # successors then begin together too; each release alone would wake Redis and
-        # this loop once more per section. A release may be sent twice (a re-send
-        # answers as the first, grants included).
-        scripts = self._scripts
+        # them. A release may be sent twice (a re-send answers as the first, grants
+        # included: a release cancelled in flight and sent again in the background
+        # still hands its grants over).
         notifier = AsyncNotifier.current(self._client)
-        here = None if notifier is None else notifier.tag
-        keys, args = scripts.release_call(token), scripts.release_args(token, here)
-        hand_over = None
-        if notifier is not None:
-            channel = f"{scripts.channel}:{here}"
-
-            def hand_over(reply: Any) -> None:
-                grants = release_reply(reply)[1]
-                if grants:
-                    notifier.hand_over(channel, grants)
-
-        reply = await batched_call(RELEASE, self._client, keys, args, hand_over)
-        return release_reply(reply)[0]
+        if notifier is None:
+            return await run(self._client, self._scripts.release(token))
+        operation = self._scripts.release_granting(token, notifier.tag)
+        released, grants = await run(self._client, operation)
+        if grants:
+            notifier.hand_over(f"{self._scripts.channel}:{notifier.tag}", grants)
+        return released
 
     # -- the renewer's side (renewal.Renewable) ---------------------------------------
 

@@ -26,20 +26,11 @@ __all__ = ["Lease", "LeaseHolder", "OnLost", "current_pid"]
 
 T = TypeVar("T")
 
-_PID = os.getpid()  # os.getpid() is a system call; a lease checks it on every operation
-
-
-def _after_fork_in_child() -> None:
-    global _PID
-    _PID = os.getpid()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
 
 def current_pid() -> int:
-    """This process's id, as ``os.getpid()``, without a system call per use."""
-    return _PID
+    """This process's id (``os.getpid()``): a lease belongs to the process that
+    acquired it."""
+    return os.getpid()
 
 
 OnLost = Callable[["Lease"], None]
@@ -97,7 +88,7 @@ class Lease(LeaseState):
         super().__init__(
             holder, token, fence, ttl, owner=owner, granted_at=granted_at, on_lost=on_lost
         )
-        self._pid = _PID
+        self._pid = os.getpid()
         # Made on first use: most leases are never waited on, and an Event costs
         # about as much as the rest of a lease (see benchmarks/bench_lock.py).
         self._lost_event: threading.Event | None = None
@@ -110,7 +101,7 @@ class Lease(LeaseState):
     @property
     def lost(self) -> bool:
         """True once the lease is known not to be ours (expired, taken, other process)."""
-        if self._pid != _PID:
+        if self._pid != os.getpid():
             return True
         if not self._lost and not self._released and time.monotonic() >= self._deadline:
             self._mark_lost(EXPIRED)
@@ -180,7 +171,7 @@ class Lease(LeaseState):
             answer = getattr(holder, request.method)(*request.args)
 
     def _usable(self) -> bool:
-        return self._pid == _PID
+        return self._pid == os.getpid()
 
     def wait_lost(self, timeout: float | None = None) -> bool:
         """Block until the lease is found lost or ``timeout`` passes; return :attr:`lost`."""
@@ -199,7 +190,7 @@ class Lease(LeaseState):
         """Stop background renewal of this lease, if any (once; never in a forked child,
         where the parent's renewer does not exist)."""
         stop, self._stop_renewal = self._stop_renewal, None
-        if stop is not None and self._pid == _PID:
+        if stop is not None and self._pid == os.getpid():
             stop()
 
     # -- context manager -------------------------------------------------------------

@@ -21,8 +21,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from ..errors import ConfigurationError
 from .validate import check_bool, ttl_to_ms
@@ -50,8 +49,7 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(NamedTuple):
     """One round trip a lease asks of its holder: the holder's method and its
     arguments (sync on a sync holder, a coroutine on an async one):
 

@@ -32,8 +32,7 @@ object offers).
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from .scripts import LuaScript, reply_deadline
 
@@ -42,9 +41,8 @@ __all__ = ["Call", "Operation", "PrimitiveOperations", "reply_of", "run"]
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One script call an operation asks for.
+class Call(NamedTuple):
+    """One script call an operation asks for (a tuple: one is made per call).
 
     ``deadline``: a ``time.monotonic()`` instant past which the driver stops waiting
     for the reply (raising :class:`~.scripts.DeadlinePassed`); None keeps whatever
@@ -59,7 +57,7 @@ class Call:
     keys: list[Any]
     args: list[Any]
     deadline: float | None = None
-    sends: list[None] | None = field(default=None, compare=False)
+    sends: list[None] | None = None
 
 
 Operation = Generator[Call, Any, T]
