@@ -1,6 +1,6 @@
-"""A burst's write whose connection fails (asyncio/batch.py): its unanswered calls go
-out again together on a new connection, not each alone -- hundreds of calls taking a
-connection each at once emptied the pool (MaxConnectionsError) -- and each call is
+"""A burst of calls whose connections fail: the calls are sent again without emptying
+the pool (hundreds of calls taking a connection each at once emptied it:
+MaxConnectionsError; asyncio/calls.py bounds the calls in flight), and each call is
 answered once, as its first execution answered (no second lease, no lost release)."""
 
 from __future__ import annotations
