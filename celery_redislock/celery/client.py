@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -34,7 +34,9 @@ from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
 from ..core.scripts import RedisClient
 from ..core.validate import check_bool, ttl_to_ms
 from ..errors import ConfigurationError
+from .config import CLIENT_KEYS
 from .sentinel import SENTINEL_SCHEME, is_sentinel_url, masked_url, sentinel_client
+from .upstream import conf_fingerprint
 
 __all__ = ["connection_source", "get_redis", "redis_url", "replica_options", "transport_options"]
 
@@ -42,9 +44,9 @@ _REDIS_SCHEMES: Final = frozenset({"redis", "rediss", "unix", "redis+socket"})
 _SCHEMES: Final = _REDIS_SCHEMES | {SENTINEL_SCHEME}
 _OWN_OPTIONS: Final = "redislock_transport_options"
 
-# app -> (pid, what the client was made from, client); weak, so a discarded app frees
-# its pool.
-_clients: weakref.WeakKeyDictionary[Celery, tuple[int, tuple[Any, ...], RedisClient]] = (
+# app -> (pid, settings fingerprint, what the client was made from, client); weak, so
+# a discarded app frees its pool.
+_clients: weakref.WeakKeyDictionary[Celery, tuple[int, Hashable, tuple[Any, ...], RedisClient]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -150,16 +152,20 @@ def get_redis(app: Celery) -> RedisClient:
     ``redislock_url`` or the options yields a new client. There is no lock: two
     threads racing here make two equivalent clients, and one is simply dropped.
     """
+    pid = os.getpid()
+    cached = _clients.get(app)
+    fingerprint = conf_fingerprint(app, CLIENT_KEYS)
+    if cached is not None and cached[:2] == (pid, fingerprint):
+        return cached[3]  # taken on every task call: the settings did not change since
     url, setting = connection_source(app)
     options = _client_options(app, url)
     sentinel = is_sentinel_url(url)
     transport = transport_options(app, setting) if sentinel else {}
     cluster = check_bool(app.conf.get("redislock_cluster", False), "redislock_cluster")
     source = (url, repr(transport), repr(options), cluster)
-    pid = os.getpid()
-    cached = _clients.get(app)
-    if cached is not None and cached[:2] == (pid, source):
-        return cached[2]
+    if cached is not None and cached[0] == pid and cached[2] == source:
+        _clients[app] = (pid, fingerprint, source, cached[3])
+        return cached[3]
     client: RedisClient
     if sentinel:
         if cluster:
@@ -172,7 +178,7 @@ def get_redis(app: Celery) -> RedisClient:
         client = RedisCluster.from_url(url, **options)
     else:
         client = redis.Redis.from_url(url, **options)
-    _clients[app] = (pid, source, client)
+    _clients[app] = (pid, fingerprint, source, client)
     return client
 
 

@@ -16,7 +16,6 @@ Celery default do not make ``Task.from_config`` raise. Through Celery's namespac
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -36,7 +35,6 @@ __all__ = [
     "check_on_duplicate",
     "check_prefix",
     "check_ttl",
-    "conf_fingerprint",
     "restart_grace",
     "settings_for",
     "task_option",
@@ -115,16 +113,6 @@ options made under one Settings object may keep lock objects on the client of th
 moment (``SingletonOptions.locks``)."""
 
 
-def conf_fingerprint(app: Celery, keys: tuple[str, ...]) -> Hashable:
-    """The values of ``app.conf``'s ``keys`` now (read with ``app.conf.get``), to
-    compare with the values something was made from: equal means unchanged. A
-    scalar stands for itself with its type (1, 1.0 and True pass different checks);
-    anything else by its repr, which also sees a dict changed in place."""
-    get = app.conf.get
-    values = [get(key, _NOTHING) for key in keys]
-    return tuple((type(v), v if type(v) in _PLAIN else repr(v)) for v in values)
-
-
 def settings_for(app: Celery) -> Settings:
     """:meth:`Settings.from_app`: the settings as they are now."""
     return Settings.from_app(app)
@@ -164,8 +152,6 @@ def check_on_duplicate(value: object, argument: str = "on_duplicate") -> str:
 
 
 _NOTHING: Final = object()
-_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
-_PLAIN: Final = _SCALARS | {type(_NOTHING)}  # values a fingerprint holds as they are
 
 
 def task_option(task: object, name: str, default: Any = None) -> Any:

@@ -25,10 +25,11 @@ from .bounded.options import OPTIONS as BOUNDED_OPTIONS
 from .bounded.options import BoundedOptions, check_bounded_options, resolve_bounded
 from .bounded.settings import SETTINGS as BOUNDED_SETTINGS
 from .client import replica_options
-from .config import SETTINGS_KEYS, conf_fingerprint, restart_grace, settings_for, task_option
+from .config import SETTINGS_KEYS, restart_grace, settings_for, task_option
 from .redlock import redlock_max_ttl
 from .singleton.options import OPTIONS as SINGLETON_OPTIONS
 from .singleton.options import SingletonOptions, check_singleton_options, resolve_singleton
+from .upstream import conf_fingerprint
 
 __all__ = ["OPTIONS", "SETTINGS", "TaskOptions", "check_class_options", "options_of"]
 

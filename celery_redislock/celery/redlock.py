@@ -27,9 +27,9 @@ from celery import Celery
 from ..core.redlock import RedlockLock
 from ..core.validate import ttl_to_ms
 from ..errors import ConfigurationError
-from .config import conf_fingerprint
 from .identity import IdentityCache
 from .sentinel import masked_url
+from .upstream import conf_fingerprint
 
 __all__ = ["CeleryRedlock", "check_not_bounded", "redlock_clients", "redlock_max_ttl"]
 

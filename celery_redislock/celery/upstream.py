@@ -10,6 +10,13 @@ removes it, never a silent fallback:
 * ``celery.app.task.Task._dump_pydantic_arguments`` -- read, to key a call of a
   ``pydantic=True`` task as ``apply_async`` will send it (celery/celery#9023 added
   it as a private class attribute, with no public entry point).
+* ``app.conf.maps`` -- the mappings of Celery's configuration view (undocumented),
+  for :func:`conf_fingerprint`: Celery has no public way to tell that the
+  configuration changed (no signal, no version; no upstream issue yet), and reading
+  the ~30 settings a task's options depend on through ``app.conf.get`` on every call
+  (about 4 us each: every source is tried in turn) cost a singleton task's
+  ``delay`` -> result round trip 1.33x -> 1.51x of a plain task's
+  (``benchmarks/bench_singleton.py``, #30).
 
 **The kombu workaround.** On a lost broker connection celery 5.7's consumer first
 ``collect()``\\ s the connection (which closes its transport: ``transport.client``
@@ -33,18 +40,21 @@ changes. Installed by :func:`connect` on ``worker_init`` (never in a client).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Hashable
+from itertools import repeat
+from typing import Any, Final
 
 import redis
-from celery import signals
+from celery import Celery, signals
+from celery.app.base import PendingConfiguration  # type: ignore[attr-defined]  # not in celery-types
 from kombu.transport import redis as kombu_redis
 
 __all__ = [
     "CONNPARAMS",
     "DUMP_PYDANTIC",
+    "conf_fingerprint",
     "connect",
-    "dump_pydantic_arguments",
+    "pydantic_dumper",
     "install",
     "installed",
     "uninstall",
@@ -60,16 +70,43 @@ _lock = threading.Lock()
 _original: Callable[..., Any] | None = None  # kombu's own method while installed
 
 
-def dump_pydantic_arguments(task: object, args: Any, kwargs: Any) -> tuple[Any, Any]:
-    """``(args, kwargs)`` with pydantic models dumped as ``task.apply_async`` dumps
-    them before serializing (Celery's ``Task.apply_async``: unless the call asks for
-    pickle; the caller checks that). Unchanged for a task without ``pydantic=True``.
+def pydantic_dumper(task: object) -> Callable[[Any, Any], tuple[Any, Any]] | None:
+    """The task's dumper of pydantic models, ``(args, kwargs) -> (args, kwargs)``, which
+    ``Task.apply_async`` applies before serializing (unless the call asks for
+    pickle; the caller checks that); None for a task without ``pydantic=True``.
     Raises AttributeError when Celery no longer has the attribute at all."""
-    dump = getattr(task, DUMP_PYDANTIC)
-    if dump is None:
-        return args, kwargs
-    dumped: tuple[Any, Any] = dump(args, kwargs)
-    return dumped
+    dump: Callable[[Any, Any], tuple[Any, Any]] | None = getattr(task, DUMP_PYDANTIC)
+    return dump
+
+
+def conf_fingerprint(app: Celery, keys: tuple[str, ...]) -> Hashable | None:
+    """A cheap value that changes whenever ``app.conf``'s ``keys`` may have changed.
+
+    Every change made at run time lands in the first mapping of the configuration
+    (``conf.update``, ``conf.x = ...``) and ``config_from_object`` adds or replaces
+    mappings, so the identity of the mappings plus the raw values of ``keys`` in the
+    first one tell when to read again. None while the configuration is not loaded
+    (then nothing is cached). Raises when Celery's configuration no longer has that
+    shape (``tests/unit/test_upstream.py``), never silently stops caching.
+    """
+    conf = app.conf
+    maps = conf.maps
+    if isinstance(maps, list) and len(maps) == 1 and isinstance(maps[0], PendingConfiguration):
+        return None  # app.conf before its first read
+    if not isinstance(maps, list) or not maps or not isinstance(maps[0], dict):
+        raise TypeError(f"app.conf.maps no longer starts with a dict: {maps!r:.200}")
+    changes = maps[0]
+    values = tuple(map(changes.get, keys, repeat(_NOTHING)))
+    kinds = tuple(map(type, values))
+    # A scalar stands for itself, with its type (1, 1.0 and True pass different
+    # checks); anything else by its repr, which also sees a dict changed in place.
+    if not _PLAIN.issuperset(kinds):
+        values = tuple(v if type(v) in _PLAIN else repr(v) for v in values)
+    return (id(conf), len(changes), *map(id, maps), values, kinds)
+
+
+_NOTHING: Final = object()
+_PLAIN: Final = frozenset({str, int, float, bool, type(None), type(_NOTHING)})
 
 
 def install() -> bool:

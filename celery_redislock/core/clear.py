@@ -19,12 +19,12 @@ nothing runs.
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, Literal
+from typing import Literal
 
 from ..errors import ConfigurationError
 from .inventory import scan
 from .lock import RedisLock
-from .scripts import as_text
+from .scripts import RedisClient, as_text
 from .semaphore import RedisSemaphore
 from .validate import check_client, check_name
 
@@ -37,7 +37,7 @@ _KINDS: tuple[Kind, ...] = ("lock", "semaphore")
 
 
 def release_all(
-    client: Any,
+    client: RedisClient,
     *,
     prefix: str,
     match: str | None = None,
@@ -70,7 +70,7 @@ def release_all(
     return released
 
 
-def _release_primitive(client: Any, prefix: str, kind: str, name: str) -> int:
+def _release_primitive(client: RedisClient, prefix: str, kind: str, name: str) -> int:
     """Release each lease of one primitive by its token; the number that were live."""
     if kind == "lock":
         lock = RedisLock(client, name, prefix=prefix)

@@ -27,7 +27,7 @@ from .info import PrimitiveInfo
 from .keys import decode_name
 from .lock import RedisLock
 from .parking import ParkingSemaphore
-from .scripts import as_text
+from .scripts import RedisClient, as_text
 
 __all__ = [
     "KINDS",
@@ -173,7 +173,7 @@ def _parse_key(key: str, prefix: str, suffix: str) -> tuple[str, str] | None:
     return kind, decode_name(rest)
 
 
-def scan(client: Any, prefix: str, kinds: Iterable[str] = KINDS) -> list[tuple[str, str]]:
+def scan(client: RedisClient, prefix: str, kinds: Iterable[str] = KINDS) -> list[tuple[str, str]]:
     """``(kind, name)`` of every primitive held or waited for, sorted, by ``SCAN``."""
     wanted = tuple(kinds)
     found: set[tuple[str, str]] = set()
@@ -201,7 +201,9 @@ def _holders(info: PrimitiveInfo, parse_owner: OwnerParser) -> tuple[Holder, ...
     return tuple(sorted(holders, key=lambda h: (h.fence is None, h.fence or 0, h.token)))
 
 
-def _primitive(client: Any, prefix: str, kind: str, name: str, limit: int) -> Any:
+def _primitive(
+    client: RedisClient, prefix: str, kind: str, name: str, limit: int
+) -> RedisLock | ParkingSemaphore:
     if kind == "lock":
         return RedisLock(client, name, prefix=prefix)
     if kind == "semaphore":
@@ -210,7 +212,11 @@ def _primitive(client: Any, prefix: str, kind: str, name: str, limit: int) -> An
 
 
 def describe(
-    client: Any, prefix: str, kind: str, name: str, parse_owner: OwnerParser = whole_owner
+    client: RedisClient,
+    prefix: str,
+    kind: str,
+    name: str,
+    parse_owner: OwnerParser = whole_owner,
 ) -> Entry:
     """Read one primitive (one round trip; a semaphore two, with its parked runs); a
     free one has no holders, waiters or parked runs."""
@@ -236,7 +242,10 @@ def describe(
 
 
 def snapshot(
-    client: Any, prefix: str, kinds: Iterable[str] = KINDS, parse_owner: OwnerParser = whole_owner
+    client: RedisClient,
+    prefix: str,
+    kinds: Iterable[str] = KINDS,
+    parse_owner: OwnerParser = whole_owner,
 ) -> list[Entry]:
     """Every primitive held or waited for under ``prefix``, sorted by kind and name."""
     found = scan(client, prefix, kinds)
@@ -245,7 +254,7 @@ def snapshot(
 
 
 def find(
-    client: Any,
+    client: RedisClient,
     prefix: str,
     name: str,
     kinds: Iterable[str] = KINDS,
@@ -269,7 +278,7 @@ def matching_owners(entry: Entry, wanted: str) -> list[str]:
     return owners
 
 
-def release_owner(client: Any, prefix: str, entry: Entry, owner: str) -> int:
+def release_owner(client: RedisClient, prefix: str, entry: Entry, owner: str) -> int:
     """Release the leases of ``entry`` whose owner id is exactly ``owner``.
 
     Atomic and owner-checked on the server: 0 when the primitive changed hands since
@@ -279,7 +288,7 @@ def release_owner(client: Any, prefix: str, entry: Entry, owner: str) -> int:
     return int(primitive.release_owner(owner))
 
 
-def force_release(client: Any, prefix: str, entry: Entry) -> int:
+def force_release(client: RedisClient, prefix: str, entry: Entry) -> int:
     """Release every lease of ``entry``, whoever holds it; the number released.
 
     The holders are not stopped: each lease reports itself lost at its next renewal,

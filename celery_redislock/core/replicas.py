@@ -36,7 +36,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
 
 from ..errors import ConfigurationError, NotReplicated
-from .scripts import LuaScript
+from .scripts import LuaScript, RedisClient
 from .validate import check_bool, ttl_to_ms
 
 __all__ = ["DEFAULT_REPLICA_TIMEOUT", "ReplicaAck", "check_replica_ack", "remaining_ms"]
@@ -61,7 +61,9 @@ class ReplicaAck:
             return ("WAITAOF", 1, self.min_replicas, self.timeout_ms)
         return ("WAIT", self.min_replicas, self.timeout_ms)
 
-    def run(self, client: Any, script: LuaScript, keys: list[Any], args: list[Any]) -> Any:
+    def run(
+        self, client: RedisClient, script: LuaScript, keys: list[Any], args: list[Any]
+    ) -> tuple[Any, Any]:
         """``script`` then the wait, pipelined on one connection (one round trip; the
         script's text after a NOSCRIPT): ``(reply, acked)``, ``acked`` as the wait
         answered (an int, WAITAOF's pair, or the error it raised)."""
@@ -70,10 +72,10 @@ class ReplicaAck:
             # the keys' slot, on one of its connections (a cluster pipeline would send
             # WAIT, which names no key, to whichever node; its replicas would answer).
             # A slot that moved meanwhile answers MOVED: an error, the caller releases.
-            cluster: Any = client
+            cluster: Any = client  # redis-py leaves get_node_from_key untyped
             client = cluster.get_redis_connection(cluster.get_node_from_key(keys[0]))
         for command in ("EVALSHA", "EVAL"):
-            pipe = client.pipeline(transaction=False)
+            pipe: Any = client.pipeline(transaction=False)  # execute_command: untyped
             body = script.sha if command == "EVALSHA" else script.text
             pipe.execute_command(command, body, len(keys), *keys, *args)
             pipe.execute_command(*self.command())
@@ -107,7 +109,7 @@ class ReplicaAck:
             )
 
     def confirm(
-        self, client: Any, name: str, script: LuaScript, keys: list[Any], args: list[Any]
+        self, client: RedisClient, name: str, script: LuaScript, keys: list[Any], args: list[Any]
     ) -> None:
         """Run the lease's extend ``script`` and the wait on one connection; raise
         :class:`NotReplicated` when too few replicas acknowledged or the lease was no
@@ -134,7 +136,7 @@ class ReplicaAck:
 
 
 def check_replica_ack(
-    client: Any, min_replicas: object, replica_timeout: object, wait_aof: object
+    client: RedisClient, min_replicas: object, replica_timeout: object, wait_aof: object
 ) -> ReplicaAck | None:
     """The checked acknowledgement settings; None when ``min_replicas`` is 0 and
     ``wait_aof`` False (the default: grants count at once). Bad values raise

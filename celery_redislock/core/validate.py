@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from redis import Redis
 from redis.cluster import RedisCluster
 
 from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis as AsyncRedis
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+    from .scripts import RedisClient
 
 __all__ = [
     "MAX_SECONDS",
@@ -73,7 +79,7 @@ def check_positive_int(value: object, argument: str) -> int:
     return value
 
 
-def check_client(client: Any, argument: str = "client") -> Any:
+def check_client(client: object, argument: str = "client") -> RedisClient:
     """Return ``client`` if it is a redis-py ``Redis`` or ``RedisCluster``, else raise."""
     if not isinstance(client, (Redis, RedisCluster)):
         raise ConfigurationError(
@@ -83,7 +89,7 @@ def check_client(client: Any, argument: str = "client") -> Any:
     return client
 
 
-def check_async_client(client: Any, argument: str = "client") -> Any:
+def check_async_client(client: object, argument: str = "client") -> AsyncRedis | AsyncRedisCluster:
     """Return ``client`` if it is a ``redis.asyncio.Redis`` or ``RedisCluster``, else raise."""
     from redis.asyncio import Redis as AsyncRedis
     from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster

@@ -13,10 +13,11 @@ import pytest
 from celery import Celery
 
 from celery_redislock import Lease
-from celery_redislock.celery.config import conf_fingerprint, settings_for
+from celery_redislock.celery.config import settings_for
 from celery_redislock.celery.identity import IdentityCache
 from celery_redislock.celery.options import options_of
 from celery_redislock.celery.singleton.binding import bind_arguments
+from celery_redislock.celery.upstream import conf_fingerprint
 from celery_redislock.core.renewal.scheduler import Renewer
 
 

@@ -29,7 +29,7 @@ def test_celery_tasks_still_carry_the_pydantic_dumper() -> None:
 
     assert DUMP_PYDANTIC in vars(type(plain))  # set by app.task itself
     assert getattr(Task, upstream.DUMP_PYDANTIC) is None
-    assert upstream.dump_pydantic_arguments(plain, (1,), {}) == ((1,), {})
+    assert upstream.pydantic_dumper(plain) is None
 
 
 def test_a_vanished_name_raises_instead_of_being_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,7 +41,7 @@ def test_a_vanished_name_raises_instead_of_being_skipped(monkeypatch: pytest.Mon
     monkeypatch.delattr(type(plain), upstream.DUMP_PYDANTIC)
     monkeypatch.delattr(Task, upstream.DUMP_PYDANTIC)
     with pytest.raises(AttributeError):
-        upstream.dump_pydantic_arguments(plain, (), {})
+        upstream.pydantic_dumper(plain)
     was_installed = upstream.installed()
     upstream.uninstall()
     monkeypatch.delattr(kombu_redis.Channel, upstream.CONNPARAMS)
@@ -50,3 +50,24 @@ def test_a_vanished_name_raises_instead_of_being_skipped(monkeypatch: pytest.Mon
     monkeypatch.undo()
     if was_installed:
         upstream.install()
+
+
+def test_celery_configuration_still_has_the_shape_the_fingerprint_reads() -> None:
+    app = Celery("upstream", set_as_current=False)
+    keys = ("redislock_prefix",)
+    assert upstream.conf_fingerprint(app, keys) is None  # not loaded yet: not cached
+    assert app.conf.task_serializer  # loads it
+    first = upstream.conf_fingerprint(app, keys)
+    maps = app.conf.maps
+    assert isinstance(maps, list) and isinstance(maps[0], dict)
+    app.conf.update(redislock_prefix="p")  # a change at run time lands in maps[0]
+    assert maps[0]["redislock_prefix"] == "p"
+    assert upstream.conf_fingerprint(app, keys) != first
+
+    class Changed:
+        maps = ("not", "a", "list")
+
+    broken = Celery("upstream", set_as_current=False)
+    broken._conf = Changed()  # type: ignore[attr-defined]  # a Celery whose conf changed
+    with pytest.raises(TypeError, match="no longer starts with a dict"):
+        upstream.conf_fingerprint(broken, keys)

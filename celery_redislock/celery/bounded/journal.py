@@ -35,10 +35,11 @@ from ...core.journal import ParkJournal
 from ...core.keys import DEFAULT_PREFIX
 from ...errors import ConfigurationError
 from ..client import connection_source, transport_options
-from ..config import CLIENT_KEYS, conf_fingerprint
+from ..config import CLIENT_KEYS
 from ..identity import IdentityCache
 from ..outage import OUTAGE_ERRORS
 from ..sentinel import is_sentinel_url, sentinel_client
+from ..upstream import conf_fingerprint
 from .settings import park_keep
 
 __all__ = ["JOURNAL_URL", "forget", "forget_if_taken", "journal_for", "read_value", "record"]

@@ -72,7 +72,7 @@ class Unavailable(CommandError):
 class Connection:
     """What a command talks to: the client, the URL shown to users, the key prefix."""
 
-    client: Any
+    client: RedisClient
     url: str
     prefix: str
 
@@ -147,7 +147,7 @@ def redis_errors(url: str) -> Iterator[None]:
         raise Unavailable(str(exc)) from exc
 
 
-def server_time(client: Any) -> float:
+def server_time(client: RedisClient) -> float:
     """The Redis server's clock, epoch seconds."""
     reply = client.time()
     if isinstance(reply, dict):  # a cluster client may answer per node

@@ -34,6 +34,7 @@ from ...errors import ConfigurationError
 from ..config import Settings, check_on_duplicate, check_ttl, task_option
 from ..literals import MODES as _MODES
 from ..literals import ON_RUNNING_DUPLICATE as _ON_RUNNING_DUPLICATE
+from ..upstream import pydantic_dumper
 from .binding import check_unique_on
 
 __all__ = [
@@ -72,6 +73,9 @@ class SingletonOptions:
     """The argument names making the key, sorted (None: all of them)."""
     lock_key: Callable[..., str] | None = None
     """The task's ``lock_key`` callable (it then makes the whole key)."""
+    dump_models: Callable[[Any, Any], tuple[Any, Any]] | None = None
+    """A ``pydantic=True`` task's dumper of its arguments' models, which
+    ``apply_async`` applies before serializing (see :mod:`..upstream`); None."""
     replicas: Mapping[str, Any] = field(default_factory=dict)
     """The replica acknowledgement terms of its locks and permits (``min_replicas``,
     ``replica_timeout``, ``wait_aof``: :func:`..client.replica_options`; empty: none)."""
@@ -210,4 +214,5 @@ def resolve_singleton(task: Any, settings: Settings) -> SingletonOptions:
         prefix=settings.prefix,
         unique_on=check_unique_on(task),
         lock_key=task_option(task, "lock_key"),
+        dump_models=pydantic_dumper(task),
     )

@@ -23,7 +23,6 @@ from kombu.serialization import dumps, loads
 from ...errors import ConfigurationError
 from ..execution import AnyTask
 from ..options import options_of
-from ..upstream import dump_pydantic_arguments
 from .binding import bind_arguments, select_arguments
 from .canonical import UNSET, canonical_json, digest
 from .options import SingletonOptions
@@ -128,8 +127,8 @@ def call_key(
     if opts is None:
         opts = options_of(task).singleton
     # As Task.apply_async does: only a call that asks for pickle keeps its models.
-    if (options or {}).get("serializer") != "pickle":
-        args, kwargs = dump_pydantic_arguments(task, args, kwargs)
+    if opts.dump_models is not None and (options or {}).get("serializer") != "pickle":
+        args, kwargs = opts.dump_models(args, kwargs)
     return _key(task, args, kwargs, serializer_for(task, options), opts)
 
 

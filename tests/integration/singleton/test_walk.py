@@ -73,4 +73,4 @@ def test_delay_enters_each_module_at_most_twice(app: Celery) -> None:
     # Another spelling of the first call: its key worked out again, the lock kept from
     # then (every module counts, the core's too).
     _check(walk(lambda: job.delay(0, full=False)))
-    _check(walk(lambda: job.delay(1)))  # the key remembered; the duplicate is refused
+    _check(walk(lambda: job.delay(1)))  # the lock kept; the duplicate is refused
