@@ -19,7 +19,7 @@ import contextlib
 import hashlib
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeAlias
 
@@ -32,7 +32,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import RedisLockError
 from .kept import Kept, ScriptConnection, kept_connection, sees_resends
 from .lua_text import expand, fill
-from .resp import evalsha_head, key_encoder
 
 __all__ = [
     "DeadlinePassed",
@@ -97,7 +96,7 @@ class LuaScript:
     taken for this one's -- a bare 1 from anything is not a grant.
     """
 
-    __slots__ = ("_code", "code", "head", "name", "sha", "text")
+    __slots__ = ("_code", "code", "name", "sha", "text")
 
     def __init__(self, filename: str, constants: Mapping[str, int] | None = None) -> None:
         self.name = filename
@@ -106,8 +105,6 @@ class LuaScript:
         match = _STAMP.search(self.text)
         self.code = match[1] if match else None
         self._code = self.code.encode() if self.code else b""
-        # EVALSHA and the sha packed, for the asyncio and Redlock packers (.resp).
-        self.head = evalsha_head(self.sha)
 
     def __call__(
         self,
@@ -354,6 +351,13 @@ def discard_idle_connections(client: RedisClient) -> None:
     for pool in pools:
         with contextlib.suppress(Exception):
             pool.disconnect(inuse_connections=False)
+
+
+def key_encoder(client: RedisClient) -> Callable[[Any], bytes]:
+    """``client``'s own encoder: what redis-py sends for a value (a str in the
+    client's encoding), for keys encoded once and sent as bytes."""
+    encode: Callable[[Any], bytes] = client.get_encoder().encode
+    return encode
 
 
 def as_text(value: Any) -> str:
