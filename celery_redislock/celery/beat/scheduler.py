@@ -57,9 +57,10 @@ __all__ = [
 
 log = logging.getLogger("celery_redislock.beat")
 
-STANDBY_TICK: Final = 0.25
-"""Seconds between a standby's checks of whether it was elected (and the longest a
-standby waits between tries for the lease)."""
+STANDBY_TICK: Final = 0.1
+"""Seconds between a standby's checks of whether it was elected, and the longest a
+standby waits between tries for the lease: what a takeover adds to the lease's
+expiry (a check costs a flag read; a try one script call)."""
 
 SLOT_HEADER: Final = "redislock_beat_slot"
 """Message header: the slot a beat message was sent for (ISO 8601, UTC)."""
