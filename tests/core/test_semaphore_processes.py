@@ -19,6 +19,9 @@ from .test_semaphore_waiting import wait_for
 
 spawn = multiprocessing.get_context("spawn")
 
+# Eight spawned processes racing for permits: run alone, after the parallel part.
+pytestmark = pytest.mark.serial
+
 
 def max_concurrency(intervals: list[tuple[float, float]]) -> int:
     """Interval sweep: the most intervals open at one instant (ends before starts)."""

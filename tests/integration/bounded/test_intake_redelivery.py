@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import redis
 from celery import Celery
 from celery.signals import task_prerun
@@ -22,6 +23,9 @@ from celery_redislock.testing import RedisServer
 
 from ..helpers import wait_until
 from .helpers import holders
+
+# Start worker processes of their own and wait on parking by time: alone, after the rest.
+pytestmark = pytest.mark.serial
 
 
 def _lot(task: Any) -> ParkingSemaphore:

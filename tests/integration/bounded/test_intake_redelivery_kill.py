@@ -23,7 +23,7 @@ from ..helpers import wait_until
 from ..workers import BROKER_DB, AppModule, WorkerProcess, db_url
 from .helpers import RECORD, runs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 BODY = (
     RECORD

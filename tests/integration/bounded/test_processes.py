@@ -19,7 +19,7 @@ from ..helpers import lock_info, wait_until
 from ..workers import AppModule, WorkerProcess
 from .helpers import RECORD, holders, peak, runs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 HEADER = (
     """
