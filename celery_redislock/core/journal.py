@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 from .keys import DEFAULT_PREFIX
-from .parked import as_bytes
+from .parking import as_bytes
 from .scripts import LuaScript, as_text
 from .validate import ttl_to_ms
 

@@ -1,11 +1,15 @@
-"""Parking at intake: a run that would be refused a permit is parked by the worker's
+"""Parking at intake: a run that would be refused capacity is parked by the worker's
 main process, before a pool process ever sees its message.
 
-A fresh message of a bounded task (not a singleton, ``concurrency_park`` on, no
-``concurrency_wait``) is looked at once, when Celery first asks the request whether it
-was revoked -- in the main process, just before it would be sent to a pool process. One
-script call (``park.lua`` in intake mode) parks it if the pool has parked runs already
-(FIFO: it goes behind them) or no permit is free. A parked message is acknowledged
+A fresh message is looked at once, when Celery first asks the request whether it was
+revoked -- in the main process, just before it would be sent to a pool process. Each
+guard of the task says what intake may do for it (:func:`register_intake`): nothing
+to do (the guard is off for the task), "not here" (:class:`NotAtIntake`: the run
+decides in its pool process -- a singleton, ``concurrency_wait``), or the queue the run
+would park in (:class:`Intake`: a bounded task with ``concurrency_park`` on, whatever
+kind of capacity its queue waits for). With exactly one such queue, one script call
+(``park.lua`` in intake mode) parks it there if the queue holds parked runs already
+(FIFO: it goes behind them) or no capacity is free. A parked message is acknowledged
 there and the request ends as a revoked one does, silently: no pool process, no pipe
 round trip, no trace, no result write, no Celery "ignored" line. Otherwise the same
 call reserves the free permit for the run (``hand_over``): its message is
@@ -49,6 +53,8 @@ import hashlib
 import logging
 import time
 import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -56,20 +62,23 @@ from celery.signals import worker_init
 from celery.worker.state import reserved_requests, task_ready
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ...core.parking import HANDED_OVER, NOT_PARKED
+from ...core.parking import HANDED_OVER, NOT_PARKED, ParkingQueue
 from ...core.scripts import reply_deadline
+from ..execution import AnyTask, Guard
 from ..logs import QuietRequest
 from ..options import options_of
 from ..signals import permit_parked
+from ..singleton.guard import SINGLETON
 from ..tokens import KEY_HEADER, TOKEN_HEADER, park_token
 from .guard import CONCURRENCY, semaphore_for
-from .journal import forget, forget_if_taken, record
+from .journal import ParkSpec, forget, forget_if_taken, record
 from .parking import (
     ATTEMPT,
     PARK_HEADER,
     SENT_HEADER,
     encode_request,
     park_header,
+    semaphore_spec,
     sent_at,
     sent_token,
 )
@@ -78,9 +87,13 @@ __all__ = [
     "INTAKE_BUDGET",
     "INTAKE_REST",
     "BoundedRequest",
+    "Intake",
+    "IntakeRule",
+    "NotAtIntake",
     "connect",
     "intake_token",
     "park_at_intake",
+    "register_intake",
 ]
 
 INTAKE_BUDGET = 1.0
@@ -93,6 +106,37 @@ _resting: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()  #
 _workers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # app -> its worker
 
 logger = logging.getLogger("celery_redislock.celery.bounded.parking")
+
+
+@dataclass(frozen=True)
+class Intake:
+    """Where a guard would park a fresh message at intake: its ``queue`` (named by
+    ``spec``); ``hand_over``: free capacity may be reserved for this very run (a
+    permit; see :meth:`~celery_redislock.core.parking.ParkingQueue.park`) rather than
+    left to the run to take; ``parked(position)`` says the run was parked (its DEBUG
+    line and signal)."""
+
+    queue: ParkingQueue
+    spec: ParkSpec
+    hand_over: bool
+    parked: Callable[[int], None]
+
+
+class NotAtIntake(Exception):
+    """Raised by an intake rule: this run's guard decides in its pool process."""
+
+
+IntakeRule = Callable[[AnyTask, Any], Intake | None]
+"""A guard's rule for a fresh request of a task: None when the guard is off for the
+task, an :class:`Intake`, or :class:`NotAtIntake` raised."""
+
+_rules: dict[Guard, IntakeRule] = {}
+
+
+def register_intake(guard: Guard, rule: IntakeRule) -> None:
+    """Let intake look at the runs of tasks guarded by ``guard`` (a task with a guard
+    no rule was registered for is never looked at)."""
+    _rules[guard] = rule
 
 
 class BoundedRequest(QuietRequest):
@@ -114,12 +158,12 @@ class BoundedRequest(QuietRequest):
 
 def park_at_intake(request: Any) -> bool:
     """Park ``request`` (a worker's request, in the main process) if its run would be
-    refused a permit; True when it was parked and acknowledged."""
+    refused capacity; True when it was parked and acknowledged."""
     task = request.task
     message = request.request_dict
     guards = getattr(task, "redislock_guards", ())
     if (
-        CONCURRENCY not in guards
+        not guards
         or PARK_HEADER in message
         or TOKEN_HEADER in message
         or KEY_HEADER in message
@@ -128,22 +172,9 @@ def park_at_intake(request: Any) -> bool:
     ):
         return False
     try:
-        resolved = options_of(task)
-        options = resolved.bounded
-        lock = resolved.singleton
-        if (
-            not options.enabled
-            or not options.park
-            or options.wait > 0
-            or lock.enabled
-            or len(guards) > 2
-        ):
+        intake = _intake_of(task, request, guards)
+        if intake is None:
             return False
-        pool = options.pool(task, request.args, request.kwargs)
-        limit = options.limit_of(pool)
-        sem = semaphore_for(
-            task, pool, limit, lock.lock_ttl, lock.prefix, lock.replicas, options.standby
-        )
         since = time.time()
         entry_id = intake_token(request)
         payload = encode_request(task, request, entry_id, since)
@@ -156,24 +187,17 @@ def park_at_intake(request: Any) -> bool:
             exc,
         )
         return False
+    queue = intake.queue
     # From here the park may have gone through: the run re-sends it under this token.
     message[ATTEMPT] = entry_id
-    # Handed over (a permit is free): acknowledged here, its entry the run's only copy
+    # Handed over (capacity is free): acknowledged here, its entry the run's only copy
     # (as a published parked run's), so acks_late keeps the path of before.
-    hand_over = not sem.standby and not task.acks_late and _a_process_is_free(task.app)
+    hand_over = intake.hand_over and not task.acks_late and _a_process_is_free(task.app)
     try:
-        record(
-            task.app,
-            entry_id,
-            payload,
-            pool=pool,
-            limit=limit,
-            ttl=sem.ttl,
-            prefix=sem.keys.prefix,
-            owner=request.id,
-        )  # survives the lock Redis
+        # Journaled first: it survives the lock Redis.
+        record(task.app, entry_id, payload, spec=intake.spec, owner=request.id)
         with reply_deadline(time.monotonic() + INTAKE_BUDGET):
-            position = sem.park(
+            position = queue.park(
                 entry_id,
                 payload,
                 owner=request.id,
@@ -196,32 +220,82 @@ def park_at_intake(request: Any) -> bool:
         del message[ATTEMPT]
         forget(task.app, entry_id)  # journaled in case it parked: it did not
         return False
-    if position == HANDED_OVER:  # the run starts now and takes its entry's permit
+    if position == HANDED_OVER:  # the run starts now and takes its entry's capacity
         del message[ATTEMPT]
         message[PARK_HEADER] = park_header(entry_id, message.get("retries"), since)
         request.acknowledge()
         return False
     request.acknowledge()
     task_ready(request)
-    if position == 0 and forget_if_taken(task.app, sem, entry_id):
+    if position == 0 and forget_if_taken(task.app, queue, entry_id):
         logger.debug(
             "celery_redislock: %s[%s] delivered again after its run started: dropped on intake",
             task.name,
             request.id,
         )
         return True
-    logger.debug(
-        "celery_redislock: %s[%s] over the limit of pool %r (%d): parked at place %d on intake",
-        task.name,
-        request.id,
-        pool,
-        limit,
-        position,
-    )
-    permit_parked.send(
-        sender=task, task_id=request.id, key=pool, limit=limit, position=position, waited=0.0
-    )
+    intake.parked(position)
     return True
+
+
+def _intake_of(task: AnyTask, request: Any, guards: tuple[Guard, ...]) -> Intake | None:
+    """The one queue the task's guards would park ``request`` in at intake; None when
+    there is none, or more than one (the run's guards decide in its pool process), or
+    a guard has no rule; NotAtIntake from a rule."""
+    found = None
+    for guard in guards:
+        rule = _rules.get(guard)
+        if rule is None:
+            return None
+        intake = rule(task, request)
+        if intake is not None:
+            if found is not None:
+                return None
+            found = intake
+    return found
+
+
+def _singleton_intake(task: AnyTask, request: Any) -> Intake | None:
+    """A singleton run takes its lock in its pool process first: not at intake."""
+    if options_of(task).singleton.enabled:
+        raise NotAtIntake("a singleton")
+    return None
+
+
+def _concurrency_intake(task: AnyTask, request: Any) -> Intake | None:
+    """A bounded run parks at intake in its pool's queue (a permit free: reserved for
+    it, unless standbys are kept), unless it may wait in place or re-publish."""
+    resolved = options_of(task)
+    options = resolved.bounded
+    if not options.enabled:
+        return None
+    if not options.park or options.wait > 0:
+        raise NotAtIntake("concurrency_park off, or concurrency_wait")
+    lock = resolved.singleton
+    pool = options.pool(task, request.args, request.kwargs)
+    limit = options.limit_of(pool)
+    sem = semaphore_for(
+        task, pool, limit, lock.lock_ttl, lock.prefix, lock.replicas, options.standby
+    )
+
+    def parked(position: int) -> None:
+        logger.debug(
+            "celery_redislock: %s[%s] over the limit of pool %r (%d): parked at place %d on intake",
+            task.name,
+            request.id,
+            pool,
+            limit,
+            position,
+        )
+        permit_parked.send(
+            sender=task, task_id=request.id, key=pool, limit=limit, position=position, waited=0.0
+        )
+
+    return Intake(sem, semaphore_spec(sem, limit), not sem.standby, parked)
+
+
+register_intake(SINGLETON, _singleton_intake)
+register_intake(CONCURRENCY, _concurrency_intake)
 
 
 def _a_process_is_free(app: Any) -> bool:

@@ -25,6 +25,7 @@ import logging
 import os
 import threading
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -33,6 +34,7 @@ from celery import Celery
 
 from ...core.journal import ParkJournal
 from ...core.keys import DEFAULT_PREFIX
+from ...core.parking import ParkingQueue
 from ...errors import ConfigurationError
 from ..client import connection_source, transport_options
 from ..config import CLIENT_KEYS
@@ -42,7 +44,15 @@ from ..sentinel import is_sentinel_url, sentinel_client
 from ..upstream import conf_fingerprint
 from .settings import park_keep
 
-__all__ = ["JOURNAL_URL", "forget", "forget_if_taken", "journal_for", "read_value", "record"]
+__all__ = [
+    "JOURNAL_URL",
+    "ParkSpec",
+    "forget",
+    "forget_if_taken",
+    "journal_for",
+    "read_value",
+    "record",
+]
 
 JOURNAL_URL: Final = "redislock_park_journal_url"
 _KEYS: Final = (JOURNAL_URL, "redislock_prefix", "redislock_park_keep", *CLIENT_KEYS)
@@ -55,6 +65,19 @@ _pending_guard = threading.Lock()
 
 # app -> (pid, conf fingerprint, journal or None, keep seconds)
 _journals: IdentityCache[tuple[int, Hashable, ParkJournal | None, float]] = IdentityCache()
+
+
+@dataclass(frozen=True)
+class ParkSpec:
+    """Which queue a parked run waits in, enough to find it again from any process
+    (a sweeper, :mod:`.recovery`): the capacity's ``kind`` (see
+    :class:`~celery_redislock.core.parking.Capacity`), the ``pool``'s name, the key
+    ``prefix`` and the kind's own ``terms`` (a semaphore's ``(limit, ttl)``)."""
+
+    kind: str
+    pool: str
+    prefix: str
+    terms: tuple[Any, ...]
 
 
 def journal_for(app: Celery) -> ParkJournal | None:
@@ -79,10 +102,7 @@ def record(
     entry_id: str,
     payload: bytes,
     *,
-    pool: str,
-    limit: int,
-    ttl: float,
-    prefix: str,
+    spec: ParkSpec,
     owner: str,
 ) -> None:
     """Journal a run about to be parked (before the lock Redis has it). With the
@@ -90,7 +110,16 @@ def record(
     would hold the run, and fail it after ``redislock_outage_attempts``."""
     journal, keep = _state(app)
     if journal is not None:
-        head = json.dumps([pool, limit, ttl, prefix, owner], separators=(",", ":"))
+        head = json.dumps(
+            {
+                "kind": spec.kind,
+                "pool": spec.pool,
+                "prefix": spec.prefix,
+                "terms": list(spec.terms),
+                "owner": owner,
+            },
+            separators=(",", ":"),
+        )
         try:
             _flush(journal)
             journal.put(entry_id, head.encode() + b"\n" + payload, keep)
@@ -138,22 +167,29 @@ def _flush(journal: ParkJournal) -> None:
                 missed.pop(0)
 
 
-def read_value(value: bytes) -> tuple[str, int, float, str, str, bytes]:
-    """``(pool, limit, ttl, prefix, owner, payload)`` of a journaled run; ValueError
-    for anything else."""
+def read_value(value: bytes) -> tuple[ParkSpec, str, bytes]:
+    """``(spec, owner, payload)`` of a journaled run; ValueError for anything else.
+    A head written before parking took other kinds of capacity,
+    ``[pool, limit, ttl, prefix, owner]``, reads as a semaphore's."""
     head, sep, payload = value.partition(b"\n")
     try:
-        pool, limit, ttl, prefix, owner = json.loads(head)
-        if (
-            sep
-            and isinstance(pool, str)
-            and isinstance(prefix, str)
-            and isinstance(owner, str)
-            and int(limit) >= 1
-            and float(ttl) > 0
-        ):
-            return pool, int(limit), float(ttl), prefix, owner, payload
-    except (TypeError, ValueError):
+        fields = json.loads(head)
+        if isinstance(fields, list):  # the semaphores' format of before
+            pool, limit, ttl, prefix, owner = fields
+            if int(limit) < 1 or float(ttl) <= 0:
+                raise ValueError("a semaphore's limit >= 1 and ttl > 0")
+            fields = {
+                "kind": "semaphore",
+                "pool": pool,
+                "prefix": prefix,
+                "terms": [int(limit), float(ttl)],
+                "owner": owner,
+            }
+        spec = ParkSpec(fields["kind"], fields["pool"], fields["prefix"], tuple(fields["terms"]))
+        owner = fields["owner"]
+        if sep and all(isinstance(x, str) for x in (spec.kind, spec.pool, spec.prefix, owner)):
+            return spec, owner, payload
+    except (TypeError, ValueError, KeyError, AttributeError):
         pass
     raise ValueError(f"not a journaled parked run (header {head[:60]!r})")
 
@@ -227,14 +263,14 @@ def _server(app: Celery, url: str, setting: str) -> Hashable:
     return "tcp", "127.0.0.1" if host == "localhost" else host, parts.port or 6379
 
 
-def forget_if_taken(app: Celery, sem: Any, entry_id: str) -> bool:
+def forget_if_taken(app: Celery, queue: ParkingQueue, entry_id: str) -> bool:
     """After a park that answered place 0: True when the run of ``entry_id`` took its
     token already -- the message was a copy (a redelivery) and the park changed nothing
     -- and its journal record, written before the park, is dropped (a lock Redis that
     lost its data would park that run again). False otherwise (claimed at once and
     published: the record stays for its run), or when the lock Redis did not answer."""
     try:
-        if sem.client.zscore(sem.taken_key, entry_id) is None:
+        if queue.capacity.client.zscore(queue.taken_key, entry_id) is None:
             return False
     except Exception as exc:
         logger.debug(

@@ -1,14 +1,23 @@
-"""Parking a bounded run refused a permit (the default), and publishing it again.
+"""Parking a run refused capacity (a bounded run's permit, the default), and
+publishing it again.
 
 A refused run is **parked**: its whole message -- task name, id, arguments, options
 and headers, the ``retries`` count unchanged -- is serialized as the broker would
 carry it (kombu, with the task's serializer) and queued in the lock Redis next to the
-pool's semaphore (:class:`~celery_redislock.core.parking.ParkingSemaphore`); the
-current message is acknowledged (the run ends with ``Ignore``). The release that
-frees a permit claims the oldest parked run in the same script, reserving the permit
-for it, and the releasing process publishes it at once (:func:`publish_claimed`).
-Its message carries :data:`PARK_HEADER`; when it starts, the guard takes the park
-token (once: a second message of the same entry is skipped) and the reserved permit.
+capacity it waits for (a :class:`~celery_redislock.core.parking.ParkingQueue`: for a
+bounded task the pool's semaphore,
+:class:`~celery_redislock.core.parking.ParkingSemaphore`); the current message is
+acknowledged (the run ends with ``Ignore``). Whatever frees capacity (the release of a
+permit) claims the oldest parked run in the same script, reserving the capacity for
+it, and that process publishes it at once (:func:`publish_claimed`). Its message
+carries :data:`PARK_HEADER`; when it starts, the guard takes the park token (once: a
+second message of the same entry is skipped) and the reserved capacity.
+
+Nothing here knows which capacity a queue hands out: a run's queue is named by a
+:class:`~.journal.ParkSpec` and made by the maker registered for its kind
+(:func:`register_kind`, :func:`queue_for`) -- in a sweeper, in :mod:`.recovery` --
+and :func:`park_message` parks a running message in any queue. This module registers
+the semaphore's (:func:`parking_for`).
 
 A singleton task keeps its lock while parked: the running lease is handed to the
 parked message, as a ``retry()`` hands it to the next attempt.
@@ -23,34 +32,42 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from kombu import serialization
 
-from ...core.parking import Parked, ParkingSemaphore, new_entry_id
+from ...core.parking import Parked, ParkingQueue, ParkingSemaphore, new_entry_id
+from ...errors import ConfigurationError
 from ..client import get_redis, replica_options
-from ..config import restart_grace
+from ..config import restart_grace, settings_for
 from ..execution import AnyTask, RunState
 from ..logs import mark_resent_by
 from ..signals import permit_parked
 from ..tokens import HEADERS, PARK_HEADER, park_token
-from .journal import forget, forget_if_taken, record
+from .journal import ParkSpec, forget, forget_if_taken, record
 from .settings import park_keep, taken_memory
 
 __all__ = [
     "ATTEMPT",
     "PARK_HEADER",
+    "SEMAPHORE",
     "SENT_HEADER",
+    "QueueMaker",
     "decode_message",
     "encode_message",
     "encode_request",
+    "kinds",
     "park_attempt",
     "park_header",
+    "park_message",
     "park_run",
     "park_state",
     "parking_for",
     "publish_claimed",
+    "queue_for",
+    "register_kind",
+    "semaphore_spec",
     "sent_at",
     "sent_token",
 ]
@@ -153,10 +170,54 @@ def parking_for(
     return sem
 
 
-def publish_claimed(app: Any, sem: ParkingSemaphore, claimed: list[Parked]) -> None:
-    """Publish the parked runs a release claimed (one INFO line each). An entry that
-    cannot be decoded goes to the dead-letter list (ERROR, with its task id) and its
-    permit on to the next; one the broker refuses goes back to its place."""
+SEMAPHORE: Final = "semaphore"
+"""The kind of a bounded pool's capacity: its semaphore's permits."""
+
+QueueMaker = Callable[[Any, ParkSpec], ParkingQueue]
+"""Makes the queue of a :class:`~.journal.ParkSpec` on an app's lock Redis, publishing
+what it claims through the app (:func:`publish_claimed`)."""
+
+_kinds: dict[str, QueueMaker] = {}
+
+
+def register_kind(kind: str, maker: QueueMaker) -> None:
+    """Let sweepers and recovery find the queues of capacity ``kind``."""
+    _kinds[kind] = maker
+
+
+def kinds() -> list[str]:
+    """The capacity kinds registered (see :func:`register_kind`)."""
+    return list(_kinds)
+
+
+def queue_for(app: Any, spec: ParkSpec) -> ParkingQueue:
+    """The queue ``spec`` names (``ConfigurationError`` for a kind not registered or
+    terms its maker refuses)."""
+    maker = _kinds.get(spec.kind)
+    if maker is None:
+        raise ConfigurationError(f"no parking queue of capacity kind {spec.kind!r}")
+    return maker(app, spec)
+
+
+def semaphore_spec(sem: ParkingSemaphore, limit: int) -> ParkSpec:
+    """What names the queue of ``sem`` (limit ``limit``) for a sweeper or recovery."""
+    return ParkSpec(SEMAPHORE, sem.name, sem.keys.prefix, (limit, sem.ttl))
+
+
+def _semaphore_queue(app: Any, spec: ParkSpec) -> ParkingQueue:
+    # No terms (a sweeper's): the limit stored with the pool applies, the app's TTL.
+    limit, ttl = spec.terms or (1, settings_for(app).lock_ttl)
+    return parking_for(app, spec.pool, int(limit), float(ttl), spec.prefix)
+
+
+register_kind(SEMAPHORE, _semaphore_queue)
+
+
+def publish_claimed(app: Any, sem: ParkingQueue, claimed: list[Parked]) -> None:
+    """Publish the parked runs a release (or a pump) claimed (one INFO line each). An
+    entry that cannot be decoded goes to the dead-letter list (ERROR, with its task
+    id) and its capacity on to the next; one the broker refuses goes back to its
+    place."""
     dead = False
     for entry in claimed:
         try:
@@ -166,7 +227,7 @@ def publish_claimed(app: Any, sem: ParkingSemaphore, claimed: list[Parked]) -> N
                 "celery_redislock: parked run %s of pool %r cannot be decoded (%s: %s); "
                 "moved to the dead-letter list",
                 entry.owner or entry.id,
-                sem.name,
+                sem.capacity.name,
                 type(exc).__name__,
                 exc,
             )
@@ -184,7 +245,7 @@ def publish_claimed(app: Any, sem: ParkingSemaphore, claimed: list[Parked]) -> N
                 "it stays parked",
                 name,
                 options.get("task_id"),
-                sem.name,
+                sem.capacity.name,
                 exc,
             )
             sem.give_back(entry.id)
@@ -193,10 +254,10 @@ def publish_claimed(app: Any, sem: ParkingSemaphore, claimed: list[Parked]) -> N
             "celery_redislock: %s[%s] released from the parked queue of pool %r",
             name,
             options.get("task_id"),
-            sem.name,
+            sem.capacity.name,
         )
     if dead:
-        sem.pump()  # the dead entry's permit goes to the next one
+        sem.pump()  # the dead entry's capacity goes to the next one
 
 
 class _QuietParked(logging.Filter):
@@ -283,9 +344,12 @@ def _payload(task: AnyTask, context: Any, entry_id: str, since: float, holds: An
     return encode_message(task, sig.args, sig.kwargs, options)
 
 
-def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float, limit: int) -> int:
-    """Park the current request of ``task`` in ``sem``; its 1-based place in the queue
-    (0: claimed at once). The caller then ends the run with ``Ignore``.
+def park_message(
+    task: AnyTask, run: RunState, queue: ParkingQueue, spec: ParkSpec, since: float
+) -> int:
+    """Park the current request of ``task`` in ``queue`` (named by ``spec``); its
+    1-based place in the queue (0: claimed at once). The caller then says so (its log
+    line and signal) and ends the run with ``Ignore``.
 
     The holds of the run (a singleton lease) are handed to the parked message first,
     as to a retry; if parking fails they are kept by this run, which may try again.
@@ -297,17 +361,9 @@ def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float, 
     setattr(request, ATTEMPT, entry_id)
     payload = _payload(task, request, entry_id, since, run.holds)
     try:
-        record(
-            task.app,
-            entry_id,
-            payload,
-            pool=sem.name,
-            limit=limit,
-            ttl=sem.ttl,
-            prefix=sem.keys.prefix,
-            owner=run.task_id,
-        )  # survives the lock Redis
-        position = sem.park(
+        # Journaled first: it survives the lock Redis.
+        record(task.app, entry_id, payload, spec=spec, owner=run.task_id)
+        position = queue.park(
             entry_id,
             payload,
             owner=run.task_id,
@@ -320,8 +376,15 @@ def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float, 
     for hold in run.holds:
         hold.on_parked()
     if position == 0:  # a copy whose run started already leaves no journal record
-        forget_if_taken(task.app, sem, entry_id)
+        forget_if_taken(task.app, queue, entry_id)
     _quiet(run.task_id)
+    return position
+
+
+def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float, limit: int) -> int:
+    """Park the current bounded run of ``task`` in its pool's queue ``sem`` (see
+    :func:`park_message`), with its DEBUG line and ``permit_parked``."""
+    position = park_message(task, run, sem, semaphore_spec(sem, limit), since)
     waited = max(0.0, time.time() - since)
     logger.debug(
         "celery_redislock: %s[%s] over the limit of pool %r (%d): parked at place %d",

@@ -6,8 +6,10 @@ it; recovery is keyed by that mark *and* the server's ``run_id``, so it also run
 a restart that kept only part of the data (an AOF or RDB missing the last writes) and
 after a failover to a replica that lagged (the newest parks lost, the mark kept). The
 first sweeper to see a key the journal (:mod:`.journal`) has not recovered for parks
-every journaled run again, oldest first, under its own park token and with its own
-pool, limit and owner; then the journal learns the key. Several sweepers doing it at
+every journaled run again, oldest first, under its own park token, in the queue it
+was parked in (its :class:`~.journal.ParkSpec`: whatever kind of capacity that queue
+waits for, :func:`~.parking.queue_for`) and with its own owner; then the journal
+learns the key. Several sweepers doing it at
 once, a sweeper dying half-way (the next one does it all again), or a run of a
 journaled entry starting meanwhile cannot run a task twice: a park of a token the
 lock Redis knows (parked, claimed or taken) changes nothing, and a run drops its
@@ -29,7 +31,7 @@ from redis.cluster import RedisCluster
 from ..client import get_redis
 from ..identity import IdentityCache
 from .journal import journal_for, read_value
-from .parking import parking_for
+from .parking import queue_for
 
 __all__ = ["recover"]
 
@@ -52,8 +54,9 @@ def recover(app: Celery, mark: str) -> int | None:
     parked = 0
     for entry_id, value in journal.entries():
         try:
-            pool, limit, ttl, prefix, owner, payload = read_value(value)
-        except ValueError as exc:
+            spec, owner, payload = read_value(value)
+            queue = queue_for(app, spec)
+        except ValueError as exc:  # ConfigurationError too: a kind or terms not known
             logger.error(
                 "celery_redislock: journaled parked run %s cannot be read (%s); "
                 "dropped from the journal",
@@ -62,7 +65,7 @@ def recover(app: Celery, mark: str) -> int | None:
             )
             journal.drop(entry_id)
             continue
-        parking_for(app, pool, limit, ttl, prefix).park(entry_id, payload, owner)
+        queue.park(entry_id, payload, owner)
         parked += 1
     journal.learn(mark)
     _recovered.set(app, mark)

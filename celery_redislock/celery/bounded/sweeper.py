@@ -17,9 +17,10 @@ the main process gave back a dead child's permit (:func:`poke`):
   lock Redis are one server, or a non-Redis broker) they are gone (their messages were
   acknowledged) and an ERROR says so, with how many this worker saw at its last sweep.
 
-It looks at the pools in ``<prefix>:parking:pools`` (parking adds its pool there),
-one script call per pool. Several workers sweeping at once are harmless: every step
-is one atomic script.
+It looks at the pools with parked runs of every kind of capacity (parking adds its
+pool to the kind's set, ``<prefix>:parking:pools`` for semaphores, see
+:func:`~celery_redislock.core.parking.pools_key`), one script call per pool. Several
+workers sweeping at once are harmless: every step is one atomic script.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from ...core.scripts import as_text
 from ..client import get_redis
 from ..config import settings_for
 from ..outage import OUTAGE_ERRORS
-from .parking import parking_for
+from .journal import ParkSpec
+from .parking import kinds, queue_for
 from .recovery import recover
 from .settings import DEFAULT_SWEEP_INTERVAL, sweep_interval
 
@@ -56,20 +58,22 @@ def sweep(app: Any) -> tuple[int, int]:
     """One sweep of every pool with parked runs: ``(runs claimed and published, runs
     still parked or claimed)``."""
     client = get_redis(app)
-    settings = settings_for(app)  # checked: the prefix and TTL runs' keys were made with
-    prefix, ttl = settings.prefix, settings.lock_ttl
+    prefix = settings_for(app).prefix  # checked: the prefix runs' keys were made with
     published = waiting = 0
-    for pool in parking_pools(client, prefix):
-        # Dropped first, added back while anything is left: a park that lands
-        # meanwhile adds its pool after its script, so no pool is ever forgotten.
-        client.srem(pools_key(prefix), encode_name(pool))
-        sem = parking_for(app, pool, 1, ttl, prefix)  # the stored limit applies
-        parked, claimed = sem.pump()
-        published += len(claimed)
-        left = parked + sem.parking_info().claimed
-        waiting += left
-        if left:
-            client.sadd(pools_key(prefix), encode_name(pool))
+    for kind in kinds():
+        pools = pools_key(prefix, kind)
+        for pool in parking_pools(client, prefix, kind):
+            # Dropped first, added back while anything is left: a park that lands
+            # meanwhile adds its pool after its script, so no pool is ever forgotten.
+            client.srem(pools, encode_name(pool))
+            # No terms: those stored with the pool apply (a semaphore's limit).
+            queue = queue_for(app, ParkSpec(kind, pool, prefix, ()))
+            parked, claimed = queue.pump()
+            published += len(claimed)
+            left = parked + queue.parking_info().claimed
+            waiting += left
+            if left:
+                client.sadd(pools, encode_name(pool))
     return published, waiting
 
 

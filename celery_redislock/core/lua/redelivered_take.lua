@@ -39,10 +39,14 @@
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
---!include lib_parking.lua
+--!include lib_restart.lua
+--!include lib_ratelimit.lua
+--!include lib_capacity.lua
 
 local STAMP = 'rt' .. string.sub(ARGV[1], 1, 8)
-local k = parking_keys(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8])
+-- The semaphore's permits, as the parking scripts see them (see lib_capacity.lua).
+local k = {kind = 'semaphore', holders = KEYS[1], leases = KEYS[2], fence = KEYS[3],
+  meta = KEYS[4], queue = KEYS[5]}
 local id, ttl, owner, run = ARGV[1], tonumber(ARGV[2]), ARGV[3], KEYS[10]
 local now, now_us = server_clock()
 
@@ -62,17 +66,13 @@ if expiry then  -- lapsed, not reaped yet: its holder stopped renewing it
   redis.call('ZREM', k.holders, token)
   redis.call('HDEL', k.leases, 'f:' .. token, 'o:' .. token, 's:' .. token, 'g:' .. token)
 end
-local limit = stored_limit(k.meta, tonumber(ARGV[4]))
+k.limit = stored_limit(k.meta, tonumber(ARGV[4]))
 local grace = tonumber(ARGV[6] or '')
 if grace then
---!include lib_restart.lua
   local left, marker = restart_grace(k.holders, grace, now_us)
-  if left > 0 then hold_for_restart(k.holders, k.leases, limit, left, now, marker) end
+  if left > 0 then hold_for_restart(k.holders, k.leases, k.limit, left, now, marker) end
 end
---!include lib_lock.lua
---!include lib_semaphore.lua
---!include lib_parking.lua
-if free_for_parked(k, KEYS[5], limit, now) <= 0 then
+if capacity_free(k, now) <= 0 then
   redis.call('SET', run, 'ran', 'PX', ARGV[5])
   return {STAMP, {-3}}
 end

@@ -22,7 +22,7 @@ from redis.retry import Retry
 
 from celery_redislock import bounded_task
 from celery_redislock.celery.bounded.journal import forget, journal_for, record
-from celery_redislock.celery.bounded.parking import encode_message, parking_for
+from celery_redislock.celery.bounded.parking import encode_message, parking_for, semaphore_spec
 from celery_redislock.celery.bounded.sweeper import Sweeper
 from celery_redislock.celery.singleton.signature import call_key
 from celery_redislock.core.parking import ParkingSemaphore, new_entry_id
@@ -63,16 +63,7 @@ def _park(app: Celery, task: Any, sem: ParkingSemaphore, n: int) -> str:
     entry_id = new_entry_id()
     options = {"task_id": f"run-{n}", "headers": {"redislock_park": f"{entry_id} 0 0"}}
     payload = encode_message(task, (n,), {}, options)
-    record(
-        app,
-        entry_id,
-        payload,
-        pool=sem.name,
-        limit=sem.limit,
-        ttl=sem.ttl,
-        prefix=sem.keys.prefix,
-        owner=f"run-{n}",
-    )
+    record(app, entry_id, payload, spec=semaphore_spec(sem, sem.limit), owner=f"run-{n}")
     sem.park(entry_id, payload, owner=f"run-{n}")
     return entry_id
 

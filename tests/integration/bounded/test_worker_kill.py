@@ -23,7 +23,12 @@ import redis
 from kombu import Connection
 
 from celery_redislock.celery.bounded.journal import journal_for, record
-from celery_redislock.celery.bounded.parking import PARK_HEADER, encode_message, parking_for
+from celery_redislock.celery.bounded.parking import (
+    PARK_HEADER,
+    encode_message,
+    parking_for,
+    semaphore_spec,
+)
 from celery_redislock.core.keys import DEFAULT_PREFIX
 from celery_redislock.core.parking import new_entry_id
 from celery_redislock.testing import RedisServer
@@ -87,9 +92,7 @@ def test_a_republished_run_lost_with_a_killed_main_is_published_again_and_runs_o
     entry_id, task_id = new_entry_id(), f"run-{time.time_ns()}"
     options = {"task_id": task_id, "headers": {PARK_HEADER: f"{entry_id} 0 {time.time()}"}}
     payload = encode_message(tasks.call, (1,), {}, options)
-    record(
-        app, entry_id, payload, pool="kill", limit=1, ttl=2.0, prefix=DEFAULT_PREFIX, owner=task_id
-    )
+    record(app, entry_id, payload, spec=semaphore_spec(sem, 1), owner=task_id)
     assert sem.park(entry_id, payload, owner=task_id) == 1
     with WorkerProcess(module, concurrency=1, name="a") as a:
         tasks.hog.delay(60)

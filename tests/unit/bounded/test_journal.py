@@ -9,7 +9,7 @@ import pytest
 from celery import Celery
 
 import celery_redislock.celery.bounded.journal as journal_module
-from celery_redislock.celery.bounded.journal import journal_for, read_value, record
+from celery_redislock.celery.bounded.journal import ParkSpec, journal_for, read_value, record
 from celery_redislock.errors import ConfigurationError
 
 SENTINELS = "sentinel://s1:26379;sentinel://s2:26379"
@@ -85,19 +85,14 @@ def test_a_journaled_value_round_trips_and_anything_else_is_refused(
             captured.append((entry_id, value))
 
     monkeypatch.setattr(journal_module, "_state", lambda _app: (Journal(), 60.0))
-    record(
-        app,
-        "id1",
-        b"RLP1 x y\n\x00body",
-        pool="api {x}",
-        limit=3,
-        ttl=2.5,
-        prefix="p",
-        owner="task-1",
-    )
+    spec = ParkSpec("semaphore", "api {x}", "p", (3, 2.5))
+    record(app, "id1", b"RLP1 x y\n\x00body", spec=spec, owner="task-1")
     ((entry_id, value),) = captured
     assert entry_id == "id1"
-    assert read_value(value) == ("api {x}", 3, 2.5, "p", "task-1", b"RLP1 x y\n\x00body")
+    assert read_value(value) == (spec, "task-1", b"RLP1 x y\n\x00body")
+    # A value journaled before parking took other kinds of capacity: a semaphore's.
+    old = b'["api {x}", 3, 2.5, "p", "task-1"]\nRLP1 x y\n\x00body'
+    assert read_value(old) == (spec, "task-1", b"RLP1 x y\n\x00body")
     for bad in (b"", b"nonsense\npayload", b'["api", 0, 1, "p", "o"]\nx', b'["api"]\nx'):
         with pytest.raises(ValueError, match="not a journaled parked run"):
             read_value(bad)

@@ -1,0 +1,160 @@
+-- lib_capacity.lua: the capacity a parking queue hands out, as the parking scripts
+-- see it. Inlined by "--!include lib_capacity.lua" after lib_lock.lua,
+-- lib_semaphore.lua and lib_restart.lua, before lib_parking.lua. Not a script of its
+-- own.
+--
+-- The queue of parked runs (lib_parking.lua) does not know what frees capacity. A
+-- parking script reads its capacity from the end of its KEYS and ARGV
+-- (capacity_of) and asks it through the helpers below, which answer by its kind:
+--
+--   "semaphore"  a RedisSemaphore's free permits (core/parking.py,
+--                SemaphoreCapacity). KEYS holders, leases, fence, meta, queue,
+--                alive, asks (see lib_semaphore.lua and lib_lock.lua); ARGV
+--                "semaphore", limit (integer >= 1), fair ("1": strict FIFO), grace
+--                (the restart grace in ms, lib_restart.lua; "" for none). A claimed
+--                entry's reservation is a permit lease whose token is the entry's
+--                id; a release frees a permit (park_release.lua hands it on).
+--
+-- Capacity freed by time rather than by a release (a rate limiter's next admission)
+-- is a kind of its own here, with the same helpers.
+
+-- The capacity of a script: KEYS from index `kfirst`, ARGV from `afirst` (see above);
+-- nil for a kind these scripts do not know, so the script fails at its first use.
+local function capacity_of(keys, kfirst, args, afirst)
+  local kind = args[afirst]
+  if kind == 'semaphore' then
+    return {kind = kind, holders = keys[kfirst], leases = keys[kfirst + 1],
+      fence = keys[kfirst + 2], meta = keys[kfirst + 3], queue = keys[kfirst + 4],
+      alive = keys[kfirst + 5], asks = keys[kfirst + 6], limit = tonumber(args[afirst + 1]),
+      fair = args[afirst + 2] == '1', grace = tonumber(args[afirst + 3] or '')}
+  end
+  return nil
+end
+
+-- Make the capacity ready for this script: obey the limit stored by the latest
+-- acquire or park unless `own` (a park: its caller's limit is obeyed and stored, see
+-- capacity_store), and within a restart grace hold the permits of the holders from
+-- before the data loss (lib_restart.lua).
+local function capacity_ready(c, now, now_us, own)
+  if c.kind == 'semaphore' then
+    if not own then c.limit = stored_limit(c.meta, c.limit) end
+    if c.grace then
+      local left, marker = restart_grace(c.holders, c.grace, now_us)
+      if left > 0 then hold_for_restart(c.holders, c.leases, c.limit, left, now, marker) end
+    end
+  end
+end
+
+-- Remember the terms of a park for the releases and sweepers that pump later (the
+-- semaphore's limit, as an acquire stores it).
+local function capacity_store(c)
+  if c.kind == 'semaphore' then
+    redis.call('HSET', c.meta, 'limit', string.format('%d', c.limit))
+    redis.call('PEXPIRE', c.meta, {{FENCE_MEMORY_MS}})
+  end
+end
+
+-- How many parked entries may be claimed now: permits not held by a live lease
+-- (expired ones are reaped here) and not due to a run waiting in place in the
+-- semaphore's queue (those were woken, or handed a permit, first).
+local function capacity_free(c, now)
+  if c.kind == 'semaphore' then
+    reap_holders(c.holders, c.leases, now)
+    return c.limit - redis.call('ZCARD', c.holders) - redis.call('ZCARD', c.queue)
+  end
+  return 0
+end
+
+-- Runs waiting for capacity in place, outside the queue (a semaphore's waiters).
+local function capacity_waiting(c)
+  if c.kind == 'semaphore' then return redis.call('ZCARD', c.queue) end
+  return 0
+end
+
+-- Reserve capacity for claimed entry `id` (owner `owner`) for `reserve` ms.
+local function capacity_reserve(c, id, owner, reserve, now, now_us)
+  if c.kind == 'semaphore' then
+    local fence = next_fence(c.fence, now_us)
+    grant_permit(c.holders, c.leases, id, owner, reserve, now, fence)
+  end
+end
+
+-- Whether claimed entry `id` holds a reservation (a standby, claimed ahead, holds none).
+local function capacity_reserved(c, id)
+  if c.kind == 'semaphore' then return redis.call('ZSCORE', c.holders, id) ~= false end
+  return false
+end
+
+-- Drop the reservation of `id` (its claim lapsed, or it was given back).
+local function capacity_unreserve(c, id)
+  if c.kind == 'semaphore' then
+    redis.call('ZREM', c.holders, id)
+    redis.call('HDEL', c.leases, 'f:' .. id, 'o:' .. id, 's:' .. id)
+  end
+end
+
+-- The run of `id` starts: its live reservation becomes its own for `ttl` ms. Returns
+-- {fence, ttl}, or nil when it holds none (a lapsed one is dropped).
+local function capacity_take_reserved(c, id, ttl, owner, now)
+  if c.kind == 'semaphore' then
+    local expiry = redis.call('ZSCORE', c.holders, id)
+    if expiry and tonumber(expiry) > now then
+      redis.call('ZADD', c.holders, string.format('%d', now + ttl), id)
+      redis.call('HSET', c.leases, 'o:' .. id, owner)
+      keep_keys(c.holders, c.leases, ttl, now)
+      return {tonumber(redis.call('HGET', c.leases, 'f:' .. id)), ttl}
+    end
+    if expiry then capacity_unreserve(c, id) end
+  end
+  return nil
+end
+
+-- Grant `id` (owner `owner`) capacity for `ttl` ms at once (the caller checked
+-- capacity_free). Returns {fence, ttl}.
+local function capacity_grant(c, id, owner, ttl, now, now_us)
+  local fence = next_fence(c.fence, now_us)
+  grant_permit(c.holders, c.leases, id, owner, ttl, now, fence)
+  return {tonumber(fence), ttl}
+end
+
+-- What a re-sent take of `id` by `owner` got the first time, while it lasts:
+-- {fence, ms left}; nil when it got nothing (or it is over).
+local function capacity_held(c, id, owner, now)
+  if c.kind == 'semaphore' and owner ~= '' then
+    local expiry = redis.call('ZSCORE', c.holders, id)
+    if expiry and tonumber(expiry) > now and redis.call('HGET', c.leases, 'o:' .. id) == owner then
+      return {tonumber(redis.call('HGET', c.leases, 'f:' .. id)), tonumber(expiry) - now}
+    end
+  end
+  return nil
+end
+
+-- Give back the capacity `token` holds (a semaphore permit's lease; "" gives back
+-- nothing). Returns released (1: it was live), removed (1: it was there, even
+-- expired) -- or nil, nil when it was not there at all.
+local function capacity_release(c, token, now)
+  if c.kind ~= 'semaphore' or token == '' then return 0, 0 end
+  local expiry = redis.call('ZSCORE', c.holders, token)
+  if not expiry then return nil, nil end
+  redis.call('ZREM', c.holders, token)
+  redis.call('HDEL', c.leases, 'f:' .. token, 'o:' .. token, 's:' .. token, 'g:' .. token)
+  return tonumber(expiry) > now and 1 or 0, 1
+end
+
+-- Hand freed capacity to the runs waiting for it in place, first (a semaphore's
+-- waiters: granted and told at once, or woken), `removed` being the leases the
+-- caller removed already (they count as free for the wake-ups).
+local function capacity_hand_on(c, removed, now, now_us)
+  if c.kind ~= 'semaphore' then return end
+  local head = redis.call('ZRANGE', c.queue, 0, 0)[1]
+  local live = redis.call('ZCARD', c.holders)
+  local before = eligible(c.queue, c.limit - live - removed, c.fair)
+  live = live - reap_holders(c.holders, c.leases, now)
+  if head then
+    local stale, dropped = reap_dead_waiters(c.queue, c.alive, c.asks, now)
+    if dropped > 0 then head = redis.call('ZRANGE', c.queue, 0, 0)[1] end
+    local channel = wake_channel(c.holders)
+    local free = hand_over_permits(c, c.limit - live, now, now_us, channel, head, stale)
+    wake_new(channel, before, eligible(c.queue, free, c.fair), '')
+  end
+end
