@@ -7,8 +7,8 @@ Shared modules beside them:
 * :mod:`.task` -- ``RedisLockTask`` and ``SingletonTask``; :mod:`.decorators` --
   ``singleton_task`` and ``bounded_task``;
 * :mod:`.config` -- the ``redislock_*`` settings and raw task options;
-  :mod:`.identity` -- per-object caches; :mod:`.client` -- the per-app, per-process
-  Redis client;
+  :mod:`.client` -- the per-app, per-process Redis client; :mod:`.upstream` -- every
+  private name of another library the package uses;
 * :mod:`.execution` -- what a run holds and the guard seam; :mod:`.cleanup` -- the
   worker's main process cleans up after runs that could not;
 * :mod:`.tokens` -- message headers, execution tokens, owner ids;

@@ -18,6 +18,7 @@ when it is defined: a Redlock semaphore is not offered.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Hashable
 from typing import Final
 
@@ -27,14 +28,15 @@ from celery import Celery
 from ..core.redlock import RedlockLock
 from ..core.validate import ttl_to_ms
 from ..errors import ConfigurationError
-from .identity import IdentityCache
 from .sentinel import masked_url
 from .upstream import conf_fingerprint
 
 __all__ = ["CeleryRedlock", "check_not_bounded", "redlock_clients", "redlock_max_ttl"]
 
 _KEYS: Final = ("redislock_urls", "redislock_client_options")
-_clients: IdentityCache[tuple[int, Hashable, list[redis.Redis] | None]] = IdentityCache()
+_clients: weakref.WeakKeyDictionary[Celery, tuple[int, Hashable, list[redis.Redis] | None]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def redlock_clients(app: Celery) -> list[redis.Redis] | None:
@@ -52,7 +54,7 @@ def redlock_clients(app: Celery) -> list[redis.Redis] | None:
         return cached[2]
     urls = app.conf.get("redislock_urls")
     clients = None if urls is None else _make(app, urls)
-    _clients.set(app, (pid, fingerprint, clients))
+    _clients[app] = (pid, fingerprint, clients)
     return clients
 
 

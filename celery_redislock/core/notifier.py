@@ -292,5 +292,4 @@ class Notifier:
                     getattr(self._pubsub, self._mode.unsubscribe)(*idle)
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=Notifier._forget_after_fork)
+os.register_at_fork(after_in_child=Notifier._forget_after_fork)

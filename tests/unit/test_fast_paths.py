@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import inspect
 import threading
 import time
@@ -14,7 +13,6 @@ from celery import Celery
 
 from celery_redislock import Lease
 from celery_redislock.celery.config import settings_for
-from celery_redislock.celery.identity import IdentityCache
 from celery_redislock.celery.options import options_of
 from celery_redislock.celery.singleton.binding import bind_arguments
 from celery_redislock.celery.upstream import conf_fingerprint
@@ -94,22 +92,6 @@ def test_cached_options_follow_class_and_instance_changes(app: Celery) -> None:
     assert options_of(job).singleton.lock_ttl == 9.0
     app.conf.redislock_queued_ttl = 11.0
     assert options_of(job).singleton.queued_ttl == 11.0
-
-
-def test_identity_cache_forgets_collected_objects() -> None:
-    class Thing:
-        pass
-
-    cache: IdentityCache[int] = IdentityCache()
-    thing = Thing()
-    cache.set(thing, 1)
-    assert cache.get(thing) == 1
-    assert cache.get(Thing()) is None
-    del thing
-    gc.collect()
-    assert len(cache) == 0
-    cache.set(1, 2)  # not weakly referable: not cached, no error
-    assert cache.get(1) is None
 
 
 class _Holder:

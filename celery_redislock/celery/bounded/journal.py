@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -38,7 +39,6 @@ from ...core.parking import ParkingQueue
 from ...errors import ConfigurationError
 from ..client import connection_source, transport_options
 from ..config import CLIENT_KEYS
-from ..identity import IdentityCache
 from ..outage import OUTAGE_ERRORS
 from ..sentinel import is_sentinel_url, sentinel_client
 from ..upstream import conf_fingerprint
@@ -64,7 +64,9 @@ _pending: dict[str, list[str]] = {}  # journal key -> drops its Redis missed: se
 _pending_guard = threading.Lock()
 
 # app -> (pid, conf fingerprint, journal or None, keep seconds)
-_journals: IdentityCache[tuple[int, Hashable, ParkJournal | None, float]] = IdentityCache()
+_journals: weakref.WeakKeyDictionary[Celery, tuple[int, Hashable, ParkJournal | None, float]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ def _state(app: Celery) -> tuple[ParkJournal | None, float]:
     journal = _make(app)
     keep = park_keep(app)
     if fingerprint is not None:
-        _journals.set(app, (pid, fingerprint, journal, keep))
+        _journals[app] = (pid, fingerprint, journal, keep)
     return journal, keep
 
 

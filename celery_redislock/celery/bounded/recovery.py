@@ -23,13 +23,13 @@ May import the core and the shared glue, :mod:`.parking` and :mod:`.journal`.
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Any
 
 from celery import Celery
 from redis.cluster import RedisCluster
 
 from ..client import get_redis
-from ..identity import IdentityCache
 from .journal import journal_for, read_value
 from .parking import queue_for
 
@@ -37,7 +37,7 @@ __all__ = ["recover"]
 
 logger = logging.getLogger(__name__)
 
-_recovered: IdentityCache[str] = IdentityCache()  # app -> the mark recovered for
+_recovered: weakref.WeakKeyDictionary[Celery, str] = weakref.WeakKeyDictionary()  # app -> mark
 
 
 def recover(app: Celery, mark: str) -> int | None:
@@ -49,7 +49,7 @@ def recover(app: Celery, mark: str) -> int | None:
         return None
     mark = f"{mark}/{_run_id(get_redis(app))}"
     if _recovered.get(app) == mark or journal.knows(mark):
-        _recovered.set(app, mark)
+        _recovered[app] = mark
         return 0
     parked = 0
     for entry_id, value in journal.entries():
@@ -68,7 +68,7 @@ def recover(app: Celery, mark: str) -> int | None:
         queue.park(entry_id, payload, owner)
         parked += 1
     journal.learn(mark)
-    _recovered.set(app, mark)
+    _recovered[app] = mark
     return parked
 
 

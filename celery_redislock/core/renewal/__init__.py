@@ -99,5 +99,4 @@ def _forget_after_fork() -> None:
     _renewer = None
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_after_fork)
+os.register_at_fork(after_in_child=_forget_after_fork)
