@@ -1,7 +1,8 @@
 """Celery glue: the task base class and decorators, feature folders, settings, client, signals.
 
 Imports the core, never the reverse. Folders: :mod:`.singleton` (singleton tasks),
-:mod:`.bounded` (bounded concurrency), :mod:`.cli` (the ``celery redislock`` command).
+:mod:`.bounded` (bounded concurrency), :mod:`.cli` (the ``celery redislock`` command),
+:mod:`.metrics` (counters in Redis, the Prometheus exporter, the live page).
 Shared modules beside them:
 
 * :mod:`.task` -- ``RedisLockTask`` and ``SingletonTask``; :mod:`.decorators` --
@@ -21,6 +22,11 @@ See docs/architecture.md for the layers and the life of a call.
 from __future__ import annotations
 
 from .decorators import bounded_task, singleton_task
+from .metrics import connect as _connect_metrics
 from .task import RedisLockTask, SingletonTask
+
+# Counting is off unless an app sets redislock_metrics = True (#27); the receivers
+# are connected here so that every process that loads the glue counts alike.
+_connect_metrics()
 
 __all__ = ["RedisLockTask", "SingletonTask", "bounded_task", "singleton_task"]

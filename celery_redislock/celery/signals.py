@@ -71,9 +71,10 @@ before the task ended: it is no longer protected. Sent from the renewal thread."
 
 permit_acquired = Signal(
     name="permit_acquired",
-    providing_args=("fence", "key", "limit", "rescheduled", "task_id", "waited"),
+    providing_args=("fence", "key", "limit", "parked", "rescheduled", "task_id", "waited"),
 )
 """A bounded task got one of the ``limit`` permits of pool ``key`` and starts.
+``parked`` is True when it was a parked run handed the permit a release reserved.
 ``waited`` is the seconds it waited for the permit: since its first refusal when it
 was parked or re-scheduled (``rescheduled`` re-schedules; measured on the workers'
 wall clocks), else the time it waited in place (about 0.0 when granted at once)."""

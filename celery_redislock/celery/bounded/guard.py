@@ -270,6 +270,7 @@ class ConcurrencyGuard(Guard):
             fence=lease.fence,
             waited=waited,
             rescheduled=rescheduled,
+            parked=parked is not None,
         )
         ran = None if parked is None else (sem, parked[0], taken_memory(task.app))
         return PermitHold(task, run.task_id, pool, lease, ran)

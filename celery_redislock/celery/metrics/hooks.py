@@ -1,0 +1,219 @@
+"""The signal receivers that count the package's events (#27).
+
+Connected once, when :mod:`celery_redislock.celery` is imported; each receiver does
+nothing unless the sender's app has ``redislock_metrics = True``. Every event is
+counted under the task's name (singleton locks: never the lock key), the pool's name
+(only when ``concurrency_key`` names one pool: a callable's pools may be one per
+tenant, so its runs are counted under the task's name) or the beat group / entry.
+Hold times are measured in the process that took the lease, on its monotonic clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Final
+
+from celery.signals import worker_process_shutdown
+
+from ..config import check_prefix
+from ..signals import (
+    lease_lost,
+    permit_acquired,
+    permit_duplicate,
+    permit_parked,
+    permit_released,
+    permit_rescheduled,
+    singleton_acquired,
+    singleton_duplicate,
+    singleton_released,
+)
+from .recorder import flush, record
+
+__all__ = ["connect", "enabled"]
+
+logger = logging.getLogger("celery_redislock.metrics")
+
+SETTING: Final = "redislock_metrics"
+"""The setting that switches counting on (default False)."""
+
+_WAITED_AT_ONCE: Final = 0.001
+"""Seconds: a permit granted within this was granted at once, not after a wait."""
+
+# (kind, task id) -> monotonic time the run took its lease, for the hold histogram.
+_taken: dict[tuple[str, str], float] = {}
+_taken_guard = threading.Lock()
+_connected = False
+
+
+def enabled(app: Any) -> bool:
+    """True when ``app`` counts events (``redislock_metrics = True``)."""
+    return app is not None and app.conf.get(SETTING, False) is True
+
+
+def _count(
+    app: Any,
+    kind: str,
+    name: str,
+    outcome: str,
+    *,
+    wait: float | None = None,
+    hold: float | None = None,
+) -> None:
+    from ..client import get_redis
+
+    try:
+        prefix = check_prefix(app.conf.get("redislock_prefix", "redislock"), "redislock_prefix")
+        record(get_redis(app), prefix, kind, name, outcome, wait=wait, hold=hold)
+    except Exception:  # counting never disturbs a task
+        logger.exception("celery_redislock: could not count a %s %s event", kind, outcome)
+
+
+def _pool_label(task: Any, pool: str) -> str:
+    from ..options import options_of
+
+    key = options_of(task).bounded.key
+    return pool if isinstance(key, str) else str(task.name)
+
+
+def _taken_now(kind: str, task_id: str | None) -> None:
+    if task_id is not None:
+        with _taken_guard:
+            _taken[kind, task_id] = time.monotonic()
+
+
+def _held_for(kind: str, task_id: str | None) -> float | None:
+    if task_id is None:
+        return None
+    with _taken_guard:
+        since = _taken.pop((kind, task_id), None)
+    return None if since is None else time.monotonic() - since
+
+
+def _on_singleton_acquired(sender: Any = None, stage: str = "", **kw: Any) -> None:
+    if not enabled(getattr(sender, "app", None)):
+        return
+    if stage == "run":  # the run adopted the queued lease (or took it): hold starts
+        _taken_now("lock", kw.get("task_id"))
+        from ..options import options_of
+
+        if options_of(sender).singleton.lock_at_enqueue:
+            return  # the lease granted at enqueue, taken over: counted then
+    _count(sender.app, "lock", sender.name, "granted")
+
+
+def _on_singleton_duplicate(
+    sender: Any = None, stage: str = "", action: str = "", **kw: Any
+) -> None:
+    if not enabled(getattr(sender, "app", None)):
+        return
+    if stage == "enqueue":
+        outcome = "refused_duplicate"
+    elif action == "reschedule":
+        outcome = "rescheduled_duplicate"
+    else:
+        outcome = "skipped_duplicate"
+    _count(sender.app, "lock", sender.name, outcome)
+
+
+def _on_singleton_released(sender: Any = None, stage: str = "", **kw: Any) -> None:
+    if not enabled(getattr(sender, "app", None)):
+        return
+    if stage == "cleanup":
+        _count(sender.app, "lock", sender.name, "reclaimed")
+        return
+    hold = _held_for("lock", kw.get("task_id")) if stage == "run" else None
+    _count(sender.app, "lock", sender.name, "released", hold=hold)
+
+
+def _on_lease_lost(sender: Any = None, kind: str = "", key: str = "", **kw: Any) -> None:
+    if not enabled(getattr(sender, "app", None)):
+        return
+    if kind == "permit":
+        _count(sender.app, "semaphore", _pool_label(sender, key), "lease_lost")
+    else:
+        _count(sender.app, "lock", sender.name, "lease_lost")
+
+
+def _on_permit_acquired(
+    sender: Any = None, key: str = "", waited: float = 0.0, rescheduled: int = 0, **kw: Any
+) -> None:
+    if not enabled(getattr(sender, "app", None)):
+        return
+    name = _pool_label(sender, key)
+    _taken_now("semaphore", kw.get("task_id"))
+    if kw.get("parked"):  # the permit the pool's parking queue reserved for it
+        outcome = "handed_off"
+    elif waited < _WAITED_AT_ONCE and not rescheduled:
+        outcome = "granted"
+    else:
+        outcome = "granted_after_wait"
+    _count(sender.app, "semaphore", name, outcome, wait=waited)
+
+
+def _on_permit_parked(sender: Any = None, key: str = "", **kw: Any) -> None:
+    if enabled(getattr(sender, "app", None)):
+        _count(sender.app, "parking", _pool_label(sender, key), "parked")
+
+
+def _on_permit_duplicate(sender: Any = None, key: str = "", **kw: Any) -> None:
+    if enabled(getattr(sender, "app", None)):
+        _count(sender.app, "parking", _pool_label(sender, key), "skipped_duplicate")
+
+
+def _on_permit_rescheduled(sender: Any = None, key: str = "", **kw: Any) -> None:
+    if enabled(getattr(sender, "app", None)):
+        _count(sender.app, "semaphore", _pool_label(sender, key), "rescheduled")
+
+
+def _on_permit_released(sender: Any = None, key: str = "", stage: str = "", **kw: Any) -> None:
+    if not enabled(getattr(sender, "app", None)):
+        return
+    name = _pool_label(sender, key)
+    if stage == "cleanup":
+        _count(sender.app, "semaphore", name, "reclaimed")
+        return
+    hold = _held_for("semaphore", kw.get("task_id")) if stage == "run" else None
+    _count(sender.app, "semaphore", name, "released", hold=hold)
+
+
+def _beat(outcome: str, label: str) -> Any:
+    def receiver(sender: Any = None, **kw: Any) -> None:
+        app = getattr(sender, "app", None)
+        if enabled(app):
+            _count(app, "beat", str(kw.get(label)), outcome)
+
+    return receiver
+
+
+def _on_process_shutdown(**kw: Any) -> None:
+    flush(2.0)
+
+
+def connect() -> None:
+    """Connect the receivers (once per process; later calls do nothing)."""
+    global _connected
+    if _connected:
+        return
+    _connected = True
+    receivers = (
+        (singleton_acquired, _on_singleton_acquired),
+        (singleton_duplicate, _on_singleton_duplicate),
+        (singleton_released, _on_singleton_released),
+        (lease_lost, _on_lease_lost),
+        (permit_acquired, _on_permit_acquired),
+        (permit_parked, _on_permit_parked),
+        (permit_duplicate, _on_permit_duplicate),
+        (permit_rescheduled, _on_permit_rescheduled),
+        (permit_released, _on_permit_released),
+        (worker_process_shutdown, _on_process_shutdown),
+    )
+    for signal, receiver in receivers:
+        signal.connect(receiver, weak=False)
+    from ..beat.signals import beat_elected, beat_lease_lost, beat_slot_sent, beat_slot_skipped
+
+    beat_elected.connect(_beat("elected", "group"), weak=False)
+    beat_lease_lost.connect(_beat("lease_lost", "group"), weak=False)
+    beat_slot_sent.connect(_beat("slot_sent", "entry"), weak=False)
+    beat_slot_skipped.connect(_beat("slot_skipped", "entry"), weak=False)

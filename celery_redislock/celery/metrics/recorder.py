@@ -1,0 +1,175 @@
+"""The per-process recorder: events added to the counters in the lock Redis (#27).
+
+:func:`record` never blocks on Redis and never raises into a task: it adds the event
+to this process's pending increments and wakes the recorder's thread, which sends
+everything pending in one pipeline of ``HINCRBY`` (one per touched field). Counting
+in Redis is what makes the counts exact under prefork: every process of every worker
+adds to the same hashes, and a scrape reads their sums.
+
+While Redis does not answer, the pending increments stay (they are summed per field,
+so memory is bounded by the number of names, not of events) and are sent once it
+answers again; the failure is logged once per outage. What a process had pending
+when it was SIGKILLed is lost: the thread sends within milliseconds of an event, and
+a clean exit (and Celery's ``worker_process_shutdown``) flushes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import weakref
+from collections import Counter
+from typing import Any, Final
+
+from .schema import HOLD, WAIT, bucket_of, counter_key
+
+__all__ = ["Recorder", "flush", "record", "recorder_for"]
+
+logger = logging.getLogger("celery_redislock.metrics")
+
+_RETRY_AFTER: Final = 1.0
+"""Seconds between attempts while Redis does not answer."""
+
+_Field = tuple[str, str]  # (key, field)
+
+
+class Recorder:
+    """Pending increments of one process for one client, and the thread sending them."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._pending: Counter[_Field] = Counter()
+        self._guard = threading.Lock()
+        self._wake = threading.Condition(self._guard)
+        self._sending = 0  # batches taken but not yet confirmed (for flush)
+        self._failing = False
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def add(
+        self,
+        prefix: str,
+        kind: str,
+        name: str,
+        outcome: str,
+        *,
+        wait: float | None = None,
+        hold: float | None = None,
+    ) -> None:
+        """Count one event (and its wait or hold time); sent by the thread soon."""
+        key = counter_key(prefix, kind, name)
+        with self._guard:
+            pending = self._pending
+            pending[key, "n:" + outcome] += 1
+            for stem, seconds in ((WAIT, wait), (HOLD, hold)):
+                if seconds is not None:
+                    seconds = max(0.0, seconds)
+                    pending[key, f"{stem}:{bucket_of(seconds)}"] += 1
+                    pending[key, f"{stem}s"] += round(seconds * 1e6)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="celery_redislock-metrics", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything counted so far was sent (True), or ``timeout`` passed."""
+        with self._guard:
+            if self._thread is None:
+                return not self._pending
+            self._wake.notify()
+            return self._wake.wait_for(
+                lambda: not self._pending and not self._sending, timeout=timeout
+            )
+
+    def _run(self) -> None:
+        while True:
+            with self._guard:
+                self._wake.wait_for(lambda: bool(self._pending) or self._closed)
+                if not self._pending:
+                    return
+                batch, self._pending = self._pending, Counter()
+                self._sending += 1
+            sent = self._send(batch)
+            with self._guard:
+                self._sending -= 1
+                if not sent:
+                    self._pending.update(batch)  # kept for the next attempt
+                self._wake.notify_all()
+            if not sent:
+                with self._guard:
+                    self._wake.wait(_RETRY_AFTER)
+
+    def _send(self, batch: Counter[_Field]) -> bool:
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for (key, field), amount in batch.items():
+                pipe.hincrby(key, field, amount)
+            pipe.execute()
+        except Exception as exc:  # never let counting disturb a task; retried
+            if not self._failing:
+                logger.warning(
+                    "celery_redislock: metrics not sent (%s); kept and retried every %.0fs",
+                    exc,
+                    _RETRY_AFTER,
+                )
+            self._failing = True
+            return False
+        if self._failing:
+            logger.info("celery_redislock: metrics sent again")
+        self._failing = False
+        return True
+
+
+# Per process (a recorder's thread does not survive a fork) and per client object.
+_recorders: weakref.WeakKeyDictionary[Any, tuple[int, Recorder]] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def recorder_for(client: Any) -> Recorder:
+    """This process's recorder for ``client``."""
+    pid = os.getpid()
+    found = _recorders.get(client)
+    if found is not None and found[0] == pid:
+        return found[1]
+    with _lock:
+        found = _recorders.get(client)
+        if found is None or found[0] != pid:
+            found = (pid, Recorder(client))
+            _recorders[client] = found
+    return found[1]
+
+
+def record(
+    client: Any,
+    prefix: str,
+    kind: str,
+    name: str,
+    outcome: str,
+    *,
+    wait: float | None = None,
+    hold: float | None = None,
+) -> None:
+    """Count one event of ``kind`` for ``name`` in ``client``'s Redis under ``prefix``.
+
+    The seam for events without a signal (the rate limiter's Celery side): call it
+    where the event happens. Never raises for Redis trouble and never waits for it.
+    """
+    recorder_for(client).add(prefix, kind, name, outcome, wait=wait, hold=hold)
+
+
+def flush(timeout: float = 5.0) -> bool:
+    """Send everything this process counted so far; False if Redis did not take it in
+    ``timeout`` seconds (it stays pending)."""
+    pid = os.getpid()
+    ok = True
+    for owner_pid, recorder in list(_recorders.values()):
+        if owner_pid == pid:
+            ok = recorder.flush(timeout) and ok
+    return ok
+
+
+atexit.register(flush, 2.0)
