@@ -1,0 +1,157 @@
+"""Events counted in the lock Redis by real workers (#27): singleton grants, duplicates
+refused at enqueue, releases with their hold times; bounded runs granted, parked and
+handed off; what the exporter's collector then shows."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import redis
+from celery import Celery
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from celery_redislock import bounded_task, singleton_task
+from celery_redislock.celery.metrics import flush
+from celery_redislock.celery.metrics.collector import RedisLockCollector
+from celery_redislock.celery.metrics.read import CounterSet, read_counters
+
+from ..conftest import MakeApp
+from ..helpers import wait_until
+
+
+def _counts(locks: redis.Redis, kind: str, name: str) -> CounterSet | None:
+    found = [c for c in read_counters(locks, "redislock") if (c.kind, c.name) == (kind, name)]
+    return found[0] if found else None
+
+
+def _settled(locks: redis.Redis, kind: str, name: str, expected: dict[str, int]) -> CounterSet:
+    """The counters once they equal ``expected`` (the workers' threads send them soon)."""
+
+    def equal() -> CounterSet | None:
+        found = _counts(locks, kind, name)
+        return found if found is not None and found.counts == expected else None
+
+    try:
+        return wait_until(equal, 20, f"{kind} {name} counters {expected}")  # type: ignore[no-any-return]
+    except AssertionError:
+        found = _counts(locks, kind, name)
+        raise AssertionError(f"{kind} {name}: {found and found.counts} != {expected}") from None
+
+
+def test_off_by_default(app: Celery, locks: redis.Redis, worker: Any) -> None:
+    @singleton_task(app=app)
+    def job(n: int) -> int:
+        return n
+
+    worker(app)
+    assert job.delay(1).get(timeout=30) == 1
+    flush()
+    assert read_counters(locks, "redislock") == []
+
+
+def test_singleton_counts_and_hold_time(make_app: MakeApp, locks: redis.Redis, worker: Any) -> None:
+    app = make_app(redislock_metrics=True)
+    proceed = threading.Event()
+
+    @singleton_task(app=app)
+    def job(n: int) -> int:
+        proceed.wait(30)
+        return n
+
+    worker(app)
+    first = job.delay(1)
+    duplicates = [job.delay(1) for _ in range(3)]  # refused: the queued/running copy
+    assert {d.id for d in duplicates} == {first.id}
+    other = job.delay(2)
+    time.sleep(0.2)
+    proceed.set()
+    assert first.get(timeout=30) == 1 and other.get(timeout=30) == 2
+    got = _settled(locks, "lock", job.name, {"granted": 2, "refused_duplicate": 3, "released": 2})
+    assert got.hold is not None and got.hold.count == 2
+    assert got.hold.sum >= 0.2  # both runs waited for `proceed`, set after 0.2 s
+    assert got.wait is None
+
+
+def test_bounded_parked_and_handed_off(make_app: MakeApp, locks: redis.Redis, worker: Any) -> None:
+    app = make_app(redislock_metrics=True)
+    proceed = threading.Event()
+    started: list[int] = []
+
+    @bounded_task(app=app, concurrency_limit=1, concurrency_key="api", concurrency_wait=0)
+    def call(n: int) -> int:
+        started.append(n)
+        if n == 0:
+            proceed.wait(30)
+        return n
+
+    worker(app, concurrency=3)
+    first = call.delay(0)
+    wait_until(lambda: started, 30, "the first run")
+    rest = [call.delay(n) for n in (1, 2)]
+    parked = lambda: (c := _counts(locks, "parking", "api")) and c.counts.get("parked") == 2  # noqa: E731
+    wait_until(parked, 30, "two runs parked")
+    time.sleep(0.2)
+    proceed.set()
+    assert [r.get(timeout=30) for r in (first, *rest)] == [0, 1, 2]
+    # The first run too takes a permit reserved for it: the worker's intake parks
+    # and hands over in one call when a permit is free (docs/architecture.md).
+    sem = _settled(locks, "semaphore", "api", {"handed_off": 3, "released": 3})
+    _settled(locks, "parking", "api", {"parked": 2})
+    assert sem.wait is not None and sem.wait.count == 3
+    assert sem.hold is not None and sem.hold.count == 3
+    assert sem.wait.sum >= 0.2 * 2  # the parked two waited for the first to end
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RedisLockCollector(locks, "redislock"))
+    text = generate_latest(registry).decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    key = (("kind", "semaphore"), ("name", "api"), ("outcome", "handed_off"))
+    assert samples["celery_redislock_events_total", key] == 3
+    labels = (("kind", "semaphore"), ("name", "api"))
+    assert samples["celery_redislock_wait_seconds_count", labels] == 3
+    assert ("celery_redislock_parked_runs", (("pool", "api"),)) not in samples  # all free
+    assert samples["celery_redislock_up", ()] == 1
+
+
+def test_callable_pool_counts_under_the_task(
+    make_app: MakeApp, locks: redis.Redis, worker: Any
+) -> None:
+    """A callable concurrency_key may make a pool per tenant: its runs are counted
+    under the task's name, so the series stay bounded."""
+    app = make_app(redislock_metrics=True)
+
+    @bounded_task(app=app, concurrency_limit=2, concurrency_key=lambda tenant: f"t-{tenant}")
+    def call(tenant: int) -> int:
+        return tenant
+
+    worker(app)
+    assert [call.delay(t).get(timeout=30) for t in range(5)] == list(range(5))
+    _settled(locks, "semaphore", call.name, {"handed_off": 5, "released": 5})  # on intake
+    names = {c.name for c in read_counters(locks, "redislock")}
+    assert names == {call.name}
+
+
+def test_recorder_never_waits_and_sends_after_an_outage(fault_proxy: Any, r: redis.Redis) -> None:
+    from celery_redislock.celery.metrics.recorder import Recorder
+
+    client = fault_proxy.client(socket_timeout=0.5, socket_connect_timeout=0.5)
+    recorder = Recorder(client)
+    fault_proxy.pause()
+    started = time.perf_counter()
+    for _ in range(100):
+        recorder.add("redislock", "lock", "t", "granted", hold=0.5)
+    assert time.perf_counter() - started < 0.5  # never waits for Redis
+    assert recorder.flush(0.3) is False  # still pending
+    fault_proxy.resume()
+    assert recorder.flush(20) is True
+    fields = r.hgetall("redislock:metrics:lock:{t}")
+    assert int(fields[b"n:granted"]) == 100
+    assert int(fields[b"hs"]) == 100 * 500_000
