@@ -64,11 +64,8 @@ def test_gauges_read_at_scrape_time(r: redis.Redis) -> None:
     assert samples["celery_redislock_locks_held", ()] == 1
     assert samples["celery_redislock_pool_holders", (("pool", "api"),)] == 1
     assert samples["celery_redislock_pool_limit", (("pool", "api"),)] == 4
-    assert (
-        8
-        < samples["celery_redislock_ratelimit_next_admission_seconds", (("limiter", "stripe"),)]
-        <= 10
-    )
+    admission = ("celery_redislock_ratelimit_next_admission_seconds", (("limiter", "stripe"),))
+    assert 0 < samples[admission] <= 10  # 1/10s, just admitted: ~10 s (less on a slow scrape)
     assert lease is not None and permit is not None
     lease.release()
     permit.release()
@@ -80,7 +77,7 @@ def test_gauges_read_at_scrape_time(r: redis.Redis) -> None:
     assert names <= exposed | {"celery_redislock_events_total"}  # no histogram observed
 
 
-@pytest.mark.slow
+@pytest.mark.serial  # times a scrape
 def test_scrape_of_10000_locks_and_100_pools(r: redis.Redis) -> None:
     hold_many(r, LOCKS, POOLS)
     _samples(r)  # warm: scripts loaded, connection made
