@@ -228,7 +228,7 @@ def fan_out_choices(ports: list[int], count: int) -> None:
     def threads() -> None:
         token = secrets.token_hex(16)
         list(pool.map(lambda c: rounds.ACQUIRE(c, keys, [token, 10000]), clients))
-        keys_r = lock._release_call_keys(token)
+        keys_r = lock._scripts.release_call(token)
         list(pool.map(lambda c: rounds.RELEASE(c, keys_r, [token]), clients))
 
     loop = asyncio.new_event_loop()
@@ -236,7 +236,7 @@ def fan_out_choices(ports: list[int], count: int) -> None:
 
     async def both() -> None:
         token = secrets.token_hex(16)
-        keys_r = lock._release_call_keys(token)
+        keys_r = lock._scripts.release_call(token)
         for script, ks, args in (
             (rounds.ACQUIRE, keys, [token, 10000]),
             (rounds.RELEASE, keys_r, [token]),

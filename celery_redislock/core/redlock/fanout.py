@@ -28,12 +28,12 @@ oldest due reply is overdue.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import KeyT
@@ -85,23 +85,23 @@ def fan_out(
     pending: list[int] = []
     expires = time.monotonic() + timeout
     fresh: list[int] = []  # to connect first: sent last (a handshake may be slow)
+    idle: set[int] = set()  # sent on a connection that owed nothing: see below
     for index, link in enumerate(links):
-        if _closed(link):
+        if not link.connected:
             fresh.append(index)
         elif _started(masters[index], link, calls[index], expires, results, index):
             pending.append(index)
+            if len(link.due) == 1:
+                idle.add(index)
+        elif not link.due:  # closed while idle (the write failed): connect again
+            fresh.append(index)
     for index in fresh:
-        try:
-            masters[index].connect(links[index])
-        except (RedisError, OSError) as exc:
-            results[index] = exc
-            continue
-        if _started(masters[index], links[index], calls[index], expires, results, index):
+        if _connected(masters[index], links[index], calls[index], expires, results, index):
             pending.append(index)
     need, counts = enough if enough is not None else (count + 1, None)
     good = 0
     deadline = time.monotonic() + timeout
-    waits = 0  # waits so far: an empty one is followed by one on another connection
+    empty: dict[int, int] = {}  # master index -> waits on it that found nothing
     while pending and good < need:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -112,21 +112,34 @@ def fan_out(
                 links[index].drop()
             break
         # Wait on the connection owing the fewest earlier replies (one that owes more
-        # is behind: the likeliest to be slow), on another one after each empty wait;
-        # then read what every connection has.
-        order = sorted(pending, key=lambda i: len(links[i].due))
-        with contextlib.suppress(RedisError, OSError):  # read (and reported) below
-            links[order[waits % len(order)]].conn.can_read(min(left, WAIT_SLICE))
-        waits += 1
+        # is behind: the likeliest to be slow) and found empty the fewest times; then
+        # read what every connection has.
+        index = min(pending, key=lambda i: (len(links[i].due), empty.get(i, 0)))
+        try:
+            if not links[index].conn.can_read(min(left, WAIT_SLICE)):
+                empty[index] = empty.get(index, 0) + 1
+        except (RedisError, OSError):
+            pass  # read (and reported) below
         for index in list(pending):
             link = links[index]
             try:
                 done, reply = _poll(link, calls[index])
-            except (RedisError, OSError) as exc:
+            except (RedisConnectionError, OSError) as exc:
+                # A connection that owed nothing and is found closed was closed by its
+                # server while idle (its ``timeout``, ``CLIENT KILL``, a proxy): the
+                # request is sent again on a new one (as redis-py's pool reconnects a
+                # connection it finds closed), not counted as a master that did not
+                # answer. Every script answers a re-send as its first execution.
+                if index in idle:
+                    idle.discard(index)
+                    if _connected(masters[index], link, calls[index], expires, results, index):
+                        continue
+                done, reply = True, results[index] or exc
+                link.drop()
+            except RedisError as exc:
                 done, reply = True, exc
                 link.drop()
             if done:
-                waits = 0
                 pending.remove(index)
                 results[index] = reply
                 if counts is not None and counts(reply):
@@ -188,20 +201,17 @@ def drive(
     return results
 
 
-def _closed(link: Link) -> bool:
-    """True when ``link`` must be connected before use: never connected, dropped, or
-    closed by its server meanwhile (its ``timeout``, ``CLIENT KILL``, a proxy) -- an
-    idle connection that owes nothing has nothing else to read, so anything there is
-    the close. Connected again before the request is written (as redis-py's pool
-    checks a connection it hands out), not counted as a master that did not answer."""
-    if not link.connected:
-        return True
-    if link.due:
-        return False
+def _connected(
+    master: Master, link: Link, call: Call, expires: float, results: list[object], index: int
+) -> bool:
+    """Connect ``link`` and send ``call`` on it; False (and the error in
+    ``results[index]``) when that failed."""
     try:
-        return bool(link.conn.can_read(0))
-    except (RedisError, OSError):
-        return True
+        master.connect(link)
+    except (RedisError, OSError) as exc:
+        results[index] = exc
+        return False
+    return _started(master, link, call, expires, results, index)
 
 
 def _started(

@@ -21,7 +21,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from ..lock_scripts import RENEW
 from ..renewal.entry import Entry, Reply
@@ -100,10 +100,9 @@ class MajoritySender(Sender):
         timeout = max(holder.timeout for holder in holders if isinstance(holder, RenewedOn))
         keys, args = batch_call(items)
         sent_at = time.monotonic()
-        replies = fan_out_batch(masters, Call(script, keys, args), items, timeout)
+        replies = _batch_replies(masters, Call(script, keys, args), items, timeout)
         decided: dict[float, list[Reply]] = {}  # by the drift allowance taken off
         unknown: list[Reply] = []
-        errors: list[str] = []
         for i, (entry, ttl_ms) in enumerate(items):
             answers = [reply[i] if isinstance(reply, list) else reply for reply in replies]
             verdict = _verdict(answers, masters.quorum)
@@ -126,7 +125,7 @@ class MajoritySender(Sender):
             self._on_replies(unknown, sent_at, error)
 
 
-def fan_out_batch(
+def _batch_replies(
     masters: MasterSet, call: Call, items: list[tuple[Entry, int]], timeout: float
 ) -> list[object]:
     """Each master's answer to the batch ``call``: its list of one answer per lease,
@@ -148,7 +147,10 @@ def fan_out_batch(
     return checked
 
 
-def _verdict(answers: list[object], quorum: int) -> str:
+Verdict = Literal["held", "superseded", "gone", "unknown"]
+
+
+def _verdict(answers: list[object], quorum: int) -> Verdict:
     """One lease's outcome from each master's answer for it (1 or 3: renewed; 2: live,
     its TTL set by an explicit extend since; 0: not held; else no answer)."""
     held = sum(1 for answer in answers if answer in (1, 2, 3))

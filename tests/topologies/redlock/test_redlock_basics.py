@@ -197,3 +197,19 @@ def test_renewed_leases_are_renewed_by_the_process_renewer_not_a_thread_each(
     for lease in leases:
         assert lease is not None and lease.release()
     assert renewer().tracked == tracked
+
+
+def test_a_renewed_lease_a_majority_lost_is_reported_at_the_next_renewal(
+    clients: list[redis.Redis],
+) -> None:
+    lost = threading.Event()
+    lease = make(clients, renew=True).acquire(blocking=False, on_lost=lambda _: lost.set())
+    assert lease is not None
+    RedisLock(clients[0], "job").force_release()  # a minority: renewed by the others
+    time.sleep(GRACE / 2)
+    assert not lease.lost, lease.lost_reason
+    for client in clients[1:3]:  # now three of five forgot it
+        RedisLock(client, "job").force_release()
+    assert lost.wait(GRACE / 2 + 0.2), "not reported by the next renewal (every TTL/3)"
+    assert "no longer held" in (lease.lost_reason or ""), lease.lost_reason
+    assert not lease.release()
