@@ -14,6 +14,9 @@ from celery_redislock.testing import RedisServer
 from tests.faults import FaultProxy
 from tests.topologies.redlock.conftest import GRACE
 
+# Latency bounds (the slowest master, not the sum) and renewal timing.
+pytestmark = pytest.mark.serial
+
 
 def make(clients: list[redis.Redis], name: str = "job", **options: object) -> RedlockLock:
     options.setdefault("ttl", GRACE)

@@ -18,6 +18,9 @@ from celery_redislock.core.redlock import rounds
 from celery_redislock.testing import RedisServer
 from tests.topologies.redlock.conftest import GRACE
 
+# Masters stopped and killed, bounds on how long a round takes.
+pytestmark = pytest.mark.serial
+
 
 def make(clients: list[redis.Redis], **options: object) -> RedlockLock:
     options.setdefault("ttl", GRACE)

@@ -15,6 +15,9 @@ import pytest
 
 from celery_redislock.testing import RedisServer
 
+# Eight processes contending.
+pytestmark = pytest.mark.serial
+
 PROCESSES = 8
 SECONDS = 6.0
 

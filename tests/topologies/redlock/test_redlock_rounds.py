@@ -8,6 +8,7 @@ import signal
 import time
 from typing import Any
 
+import pytest
 import redis
 
 from celery_redislock import RedisLock, RedlockLock
@@ -16,6 +17,9 @@ from celery_redislock.core.redlock.masters import RECONNECT_MAX
 from celery_redislock.core.redlock.wait import SPLIT_RETRIES
 from celery_redislock.testing import RedisServer
 from tests.topologies.redlock.conftest import GRACE, mark_booted
+
+# Bounds on how long a round takes beside a stopped master.
+pytestmark = pytest.mark.serial
 
 HOLDERS = "redislock:lock:{job}:holders"
 
