@@ -18,21 +18,14 @@ from typing import Any
 
 from ..core.info import PrimitiveInfo
 from ..core.keys import DEFAULT_PREFIX
-from ..core.lock_scripts import (
-    ACQUIRE,
-    RENEW,
-    LockScripts,
-    acquire_reply,
-    refusal_holder,
-    refusal_wait_ms,
-)
+from ..core.lock_scripts import RENEW, LockScripts, acquire_reply, refused_holder
 from ..core.primitive import fresh_token
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
 from ..core.scripts import reply_deadline, sees_resends
 from ..core.validate import acquire_deadline
 from ..core.waiting import Grant, poll_slice
 from ..errors import ConfigurationError
-from .calls import call, run
+from .calls import run
 from .lease import AsyncLease, AsyncOnLost
 from .notifier import AsyncNotifier
 from .primitive import AsyncPrimitive, cancel_check
@@ -46,8 +39,9 @@ _UNCAPPED = contextlib.nullcontext()  # no reply deadline (reusable: it has no s
 class AsyncRedisLock(AsyncPrimitive):
     """A named lock for async code, shared with every sync and async client of the
     same Redis. Takes the arguments of :class:`~celery_redislock.core.lock.RedisLock`
-    (``client`` a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster``);
-    ``min_replicas`` / ``wait_aof`` are not supported yet."""
+    (``client`` a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster``),
+    ``restart_grace`` included; ``min_replicas`` / ``wait_aof`` are not supported
+    yet."""
 
     kind = "lock"
     _scripts: LockScripts
@@ -64,6 +58,7 @@ class AsyncRedisLock(AsyncPrimitive):
         min_replicas: int = 0,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
         wait_aof: bool = False,
+        restart_grace: float | bool | None = None,
     ) -> None:
         super().__init__(
             client,
@@ -76,7 +71,7 @@ class AsyncRedisLock(AsyncPrimitive):
             replica_timeout=replica_timeout,
             wait_aof=wait_aof,
         )
-        self._scripts = scripts = LockScripts(self._client, self._keys)
+        self._scripts = scripts = LockScripts(self._client, self._keys, restart_grace, self._ttl_ms)
         self._acquire_keys = scripts.acquire_keys
         self._channel = scripts.channel
 
@@ -144,9 +139,8 @@ class AsyncRedisLock(AsyncPrimitive):
                 ):
                     grant = await self._wait(token, owner, ttl_ms, channel, reply, deadline, check)
                 else:
-                    args = [token, ttl_ms, owner] if owner else [token, ttl_ms]  # acquire_args
-                    sent_at = time.monotonic()
-                    answer = await call(ACQUIRE, self._client, self._acquire_keys, args)
+                    operation = self._scripts.attempt(token, ttl_ms, owner)
+                    answer, sent_at = await run(self._client, operation)
                     check()
                     grant = acquire_reply(answer, sent_at, ttl_ms)
                     if grant is None:
@@ -160,7 +154,7 @@ class AsyncRedisLock(AsyncPrimitive):
             await self._give_up(token)
             raise
         if grant is None:
-            return None, refusal_holder(reply)
+            return None, refused_holder(reply)
         lease = self._new_lease(token, grant[0], ttl_ms, owner, grant[1], renew, on_lost, max_hold)
         return lease, None
 
@@ -174,18 +168,12 @@ class AsyncRedisLock(AsyncPrimitive):
         deadline: float,
         check: Callable[[], None],
     ) -> Grant | None:
-        client, keys = self._client, self._acquire_keys
-        args = self._scripts.wait_args(token, ttl_ms, owner)
+        client, scripts = self._client, self._scripts
 
         async def attempt() -> Grant | int:
-            sent_at = time.monotonic()
-            answer = await call(ACQUIRE, client, keys, args)
+            outcome = await run(client, scripts.queued_attempt(token, ttl_ms, owner, reply))
             check()
-            grant = acquire_reply(answer, sent_at, ttl_ms)
-            if grant is not None:
-                return grant
-            reply[:] = answer
-            return refusal_wait_ms(answer)
+            return outcome
 
         return await wait_until_granted(
             AsyncNotifier.for_client(client),
@@ -229,6 +217,19 @@ class AsyncRedisLock(AsyncPrimitive):
     async def info(self) -> PrimitiveInfo:
         """The lock's holders, owner, fence and number of waiters, read-only."""
         return await run(self._client, self._scripts.info(self.name))
+
+    async def _hold_attempt(
+        self,
+        blocking: bool,
+        timeout: float | None,
+        owner: str | None,
+        ttl: float | None,
+        renew: bool | None,
+        on_lost: AsyncOnLost | None,
+        max_hold: float | None,
+    ) -> tuple[AsyncLease | None, str | None]:
+        deadline = acquire_deadline(blocking, timeout)
+        return await self._acquire(deadline, owner, ttl, renew, on_lost, max_hold)
 
     def __repr__(self) -> str:
         return f"<AsyncRedisLock {self.name!r} ttl={self.ttl}>"

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from types import TracebackType
 from typing import Any
 
@@ -30,7 +30,7 @@ from ..core.operations import PrimitiveOperations
 from ..core.primitive import PrimitiveBase, check_owner
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
 from ..core.scripts import reply_deadline
-from ..core.validate import check_async_client
+from ..core.validate import check_async_client, check_bool
 from ..errors import ConfigurationError
 from .calls import run
 from .lease import AsyncLease, AsyncOnLost
@@ -109,10 +109,60 @@ class AsyncPrimitive(PrimitiveBase):
         return client
 
     async def acquire(
-        self, blocking: bool = True, timeout: float | None = None, owner: str | None = None
+        self,
+        blocking: bool = True,
+        timeout: float | None = None,
+        owner: str | None = None,
+        *,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: AsyncOnLost | None = None,
+        max_hold: float | None = None,
     ) -> AsyncLease | None:
         """Take a lease (see the subclass)."""
         raise NotImplementedError
+
+    @contextlib.asynccontextmanager
+    async def hold(
+        self,
+        *,
+        timeout: float | None = None,
+        blocking: bool = True,
+        owner: str | None = None,
+        ttl: float | None = None,
+        renew: bool | None = None,
+        on_lost: AsyncOnLost | None = None,
+        max_hold: float | None = None,
+    ) -> AsyncIterator[AsyncLease]:
+        """``async with lock.hold(timeout=5) as lease:`` -- acquire with options,
+        release on exit; as the sync ``hold()``: raises
+        :class:`~celery_redislock.errors.LockTimeout` when not granted (the block never
+        runs without the lease), and :class:`~celery_redislock.errors.LockNotOwned` on
+        leaving a block whose lease was lost."""
+        check_bool(blocking, "blocking")
+        lease, holder = await self._hold_attempt(
+            blocking, timeout, owner, ttl, renew, on_lost, max_hold
+        )
+        if lease is None:
+            raise self._not_granted(blocking, timeout, holder)
+        async with lease:
+            yield lease
+
+    async def _hold_attempt(
+        self,
+        blocking: bool,
+        timeout: float | None,
+        owner: str | None,
+        ttl: float | None,
+        renew: bool | None,
+        on_lost: AsyncOnLost | None,
+        max_hold: float | None,
+    ) -> tuple[AsyncLease | None, str | None]:
+        """``hold``'s acquire: the lease (or None) and the holder's owner id if known."""
+        lease = await self.acquire(
+            blocking, timeout, owner, ttl=ttl, renew=renew, on_lost=on_lost, max_hold=max_hold
+        )
+        return lease, None
 
     async def __aenter__(self) -> AsyncLease:
         lease = await self.acquire()

@@ -18,6 +18,7 @@ from ..core.info import PrimitiveInfo
 from ..core.keys import DEFAULT_PREFIX
 from ..core.primitive import fresh_token
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
+from ..core.restart import grace_ms
 from ..core.scripts import reply_deadline
 from ..core.semaphore_scripts import (
     RENEW,
@@ -41,8 +42,8 @@ class AsyncRedisSemaphore(AsyncPrimitive):
     """A named counting semaphore for async code, shared with every sync and async
     client of the same Redis. Takes the arguments of :class:`~celery_redislock.core.
     semaphore.RedisSemaphore` (``client`` a ``redis.asyncio.Redis`` or
-    ``redis.asyncio.RedisCluster``); ``min_replicas`` / ``wait_aof`` are not
-    supported yet."""
+    ``redis.asyncio.RedisCluster``), ``restart_grace`` included; ``min_replicas`` /
+    ``wait_aof`` are not supported yet."""
 
     kind = "semaphore"
     _scripts: SemaphoreScripts
@@ -61,6 +62,7 @@ class AsyncRedisSemaphore(AsyncPrimitive):
         min_replicas: int = 0,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
         wait_aof: bool = False,
+        restart_grace: float | bool | None = None,
     ) -> None:
         super().__init__(
             client,
@@ -75,8 +77,10 @@ class AsyncRedisSemaphore(AsyncPrimitive):
         )
         self._limit = check_positive_int(limit, "limit")
         self._fair = check_bool(fair, "fair")
-        self._scripts = SemaphoreScripts(self._client, self._keys, self._limit, self._fair)
-        self._warned_limit = False
+        self._restart_grace_ms = grace_ms(restart_grace, self._ttl_ms, self._client)
+        self._scripts = SemaphoreScripts(
+            self._client, self._keys, self._limit, self._fair, self._restart_grace_ms
+        )
 
     @property
     def limit(self) -> int:
@@ -168,16 +172,7 @@ class AsyncRedisSemaphore(AsyncPrimitive):
     async def _attempt(
         self, token: str, owner: str, ttl_ms: int, wait: bool
     ) -> tuple[int, int, int, int]:
-        reply, _sent_at = await run(self._client, self._scripts.attempt(token, owner, ttl_ms, wait))
-        if reply[2] and not self._warned_limit:
-            self._warned_limit = True
-            log.warning(
-                "celery_redislock: semaphore %r was limited to %s; now enforcing limit=%s",
-                self.name,
-                reply[2],
-                self._limit,
-            )
-        return reply
+        return (await run(self._client, self._scripts.attempt(token, owner, ttl_ms, wait)))[0]
 
     async def _release_lease(self, token: str, deadline: float) -> bool:
         return await self._release_token(token)

@@ -1,5 +1,5 @@
-"""The async blocking acquire: the sync wait's decisions (:class:`~celery_redislock.
-core.waiting.WaitClock`) driven with ``await``.
+"""The async blocking acquire: the wait's rounds (:meth:`~celery_redislock.core.
+waiting.WaitClock.rounds`, the sync wait's own) driven with ``await``.
 
 A waiter joins its loop's subscriber (:mod:`.notifier`), then alternates attempts
 and waits for its wake-up message exactly as the sync waiter does: a message that
@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
 
-from ..core.waiting import MAX_POLL, OUTAGE_ERRORS, Grant, WaitClock
+from ..core.waiting import ATTEMPT, MAX_POLL, OUTAGE_ERRORS, Grant, WaitClock
 from ..core.waiting import _grace as grace
 from .notifier import AsyncNotifier, AsyncWaiter
 
@@ -38,29 +38,30 @@ async def wait_until_granted(
     ``attempt`` and ``leave``); None when the deadline passed ungranted."""
     clock = WaitClock(deadline, max_poll)
     waiter: AsyncWaiter | None = None
+    grant: Grant | None = None
     try:
         waiter = await notifier.join(channel, token, deadline)
+        steps = clock.rounds(waiter)
+        outcome: Grant | int | None = None
+        error: Exception | None = None
         while True:
-            waiter.notified = False
-            grant = clock.granted(waiter.fence)
-            if grant is not None:
-                return grant
-            clock.asking()
             try:
-                outcome = await attempt()
-                clock.answered()
-            except OUTAGE_ERRORS:
-                if clock.failed():
-                    raise
-                outcome = 0
-            if isinstance(outcome, tuple):
-                return outcome
-            sleep = clock.sleep_after(outcome)
-            if sleep is None:
+                step = steps.send(outcome) if error is None else steps.throw(error)
+            except StopIteration as stop:
+                grant = stop.value
                 break
-            await notifier.wait(waiter, sleep, deadline)
+            outcome = error = None
+            if step is ATTEMPT:
+                try:
+                    outcome = await attempt()
+                except OUTAGE_ERRORS as exc:
+                    error = exc
+            else:
+                await notifier.wait(waiter, step, deadline)
     finally:
         notifier.leave(channel, token)
+    if grant is not None:
+        return grant
     try:
         with grace(deadline):  # leaving may take LEAVE_GRACE past the deadline, no more
             fence = await leave()

@@ -28,7 +28,6 @@ from .lock_scripts import (
     SCRIPT_CONSTANTS,
     LockScripts,
     acquire_reply,
-    refusal_wait_ms,
     refused_holder,
 )
 from .operations import run
@@ -187,15 +186,12 @@ class RedisLock(ServerPrimitive):
             # attempt may queue at once (one round trip per wait saved).
             grant = self._wait(token, owner, ttl_ms, channel, reply, deadline)
         else:
-            # The first attempt is inline: the uncontended path makes no closure. The
-            # script's trailing defaults (no owner, no wait) are left out.
-            args: list[Any] = [token, ttl_ms, owner] if owner else [token, ttl_ms]
-            if self._scripts.grace is not None:  # a restart grace (see .restart)
-                args = self._scripts.graced_args(token, ttl_ms, owner)
-            sent_at = time.monotonic()
             if self._ack is None:
-                answer = ACQUIRE(self._client, self._acquire_keys, args)
+                answer, sent_at = run(self._client, self._scripts.attempt(token, ttl_ms, owner))
             else:  # the grant and its WAIT in one round trip (see .replicas)
+                run(self._client, self._scripts.marking())
+                args = self._scripts.acquire_args(token, ttl_ms, owner)
+                sent_at = time.monotonic()
                 answer, acked = self._ack.run(self._client, ACQUIRE, self._acquire_keys, args)
                 if not isinstance(answer, int):
                     acked = None  # no new lease written by this call: confirmed apart
@@ -224,22 +220,11 @@ class RedisLock(ServerPrimitive):
         ``reply`` keeps the last refusal (its holder's owner id)."""
         client = self._client
         scripts = self._scripts
-        args = scripts.wait_args(token, ttl_ms, owner)  # each attempt joins (or stays in) the queue
-
-        def attempt() -> Grant | int:
-            sent_at = time.monotonic()
-            answer = ACQUIRE(client, self._acquire_keys, args)
-            grant = acquire_reply(answer, sent_at, ttl_ms)
-            if grant is not None:
-                return grant
-            reply[:] = answer
-            return refusal_wait_ms(answer)
-
         return wait_until_granted(
             client,
             channel,
             token,
-            attempt,
+            lambda: run(client, scripts.queued_attempt(token, ttl_ms, owner, reply)),
             lambda: self._leave(token),
             lambda: self._release_token(token),
             None if deadline == math.inf else deadline,

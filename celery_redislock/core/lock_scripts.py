@@ -18,7 +18,7 @@ from ..errors import RedisRestarting
 from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
 from .operations import Call, Operation
-from .restart import grace_ms, mark
+from .restart import grace_ms, marking
 from .scripts import LuaScript, as_text, key_encoder
 from .waiting import WAITER_HEARTBEAT_MS, Grant, granted_lease
 
@@ -151,19 +151,46 @@ class LockScripts:
         """The wake-up channel (the scripts derive it from the holders key)."""
         return self._keys.channel
 
-    def wait_args(self, token: str, ttl_ms: int, owner: str | None) -> list[Any]:
-        """An attempt that joins (or stays in) the wait queue when refused."""
-        if self.grace is not None:
-            return self.graced_args(token, ttl_ms, owner, _WAIT)
-        return [token, ttl_ms, owner or "", _WAIT]
-
-    def graced_args(
-        self, token: str, ttl_ms: int, owner: str | None, wait: bytes = b"0"
+    def acquire_args(
+        self, token: str, ttl_ms: int, owner: str | None, wait: bool = False
     ) -> list[Any]:
-        """An attempt with the restart grace, the server marked first (sync clients
-        only: see :func:`.restart.mark`)."""
-        mark(self._client, self._keys.prefix)
-        return [token, ttl_ms, owner or "", wait, b"", self.grace]
+        """``lock_acquire.lua``'s ARGV: one that joins (or stays in) the wait queue
+        when refused if ``wait``; the script's trailing defaults (no owner, no wait)
+        left out of an attempt that does not (each argument costs client CPU)."""
+        if self.grace is not None:  # a restart grace (see .restart)
+            return [token, ttl_ms, owner or "", _WAIT if wait else b"0", b"", self.grace]
+        if wait:
+            return [token, ttl_ms, owner or "", _WAIT]
+        return [token, ttl_ms, owner] if owner else [token, ttl_ms]
+
+    def marking(self) -> Operation[None]:
+        """The server's boot marker set first when acquires send a restart grace
+        (once per client and prefix, see :func:`.restart.mark`)."""
+        if self.grace is not None:
+            yield from marking(self._client, self._keys.prefix)
+
+    def attempt(
+        self, token: str, ttl_ms: int, owner: str | None, wait: bool = False
+    ) -> Operation[tuple[Any, float]]:
+        """One acquire attempt (see :meth:`acquire_args`): its reply (read it with
+        :func:`acquire_reply`) and when it was sent."""
+        yield from self.marking()
+        args = self.acquire_args(token, ttl_ms, owner, wait)
+        sent_at = time.monotonic()
+        return (yield Call(ACQUIRE, self.acquire_keys, args)), sent_at
+
+    def queued_attempt(
+        self, token: str, ttl_ms: int, owner: str | None, refusal: list[Any]
+    ) -> Operation[Grant | int]:
+        """A waiter's attempt (it joins, or stays in, the queue when refused): the
+        grant, else the ms the holder has left (0: unknown); ``refusal`` keeps the
+        refusal (its holder's owner id, see :func:`refused_holder`)."""
+        answer, sent_at = yield from self.attempt(token, ttl_ms, owner, wait=True)
+        grant = acquire_reply(answer, sent_at, ttl_ms)
+        if grant is not None:
+            return grant
+        refusal[:] = answer
+        return refusal_wait_ms(answer)
 
     @staticmethod
     def extend_args(token: str, ttl_ms: int, gen: int = 0) -> list[Any]:

@@ -79,6 +79,17 @@ class PrimitiveBase:
         """Default lease time in seconds."""
         return self._ttl_ms / 1000.0
 
+    def _not_granted(
+        self, blocking: bool, timeout: float | None, holder: str | None
+    ) -> LockTimeout:
+        """What ``hold()`` raises when its acquire was not granted."""
+        waited = timeout if blocking and timeout else None
+        by = f" (held by owner {holder!r})" if holder else ""
+        how = f"within {timeout:g} s" if waited is not None else "without waiting"
+        return LockTimeout(
+            f"{self.kind} {self.name!r} was not granted {how}{by}", self.name, waited, holder
+        )
+
     def _lease_terms(
         self, ttl: float | None, max_hold: float | None, owner: str | None
     ) -> tuple[int, float | None]:
@@ -165,12 +176,7 @@ class Primitive(PrimitiveBase):
         check_bool(blocking, "blocking")
         lease, holder = self._hold_attempt(blocking, timeout, owner, ttl, renew, on_lost, max_hold)
         if lease is None:
-            waited = timeout if blocking and timeout else None
-            by = f" (held by owner {holder!r})" if holder else ""
-            how = f"within {timeout:g} s" if waited is not None else "without waiting"
-            raise LockTimeout(
-                f"{self.kind} {self.name!r} was not granted {how}{by}", self.name, waited, holder
-            )
+            raise self._not_granted(blocking, timeout, holder)
         with lease:
             yield lease
 

@@ -39,13 +39,15 @@ import threading
 import weakref
 from typing import Any
 
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from ..errors import ConfigurationError
+from .operations import Call, Operation, run
 from .scripts import LuaScript
 from .validate import ttl_to_ms
 
-__all__ = ["grace_args", "grace_ms", "mark"]
+__all__ = ["grace_args", "grace_ms", "mark", "marking"]
 
 _MARK = LuaScript("boot_mark.lua")
 _marked: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
@@ -64,17 +66,23 @@ def grace_ms(value: object, ttl_ms: int, client: Any, name: str = "restart_grace
         ms = ttl_to_ms(value, name)
     else:
         raise ConfigurationError(f"{name} must be None, a bool or seconds > 0, got {value!r}")
-    return 0 if isinstance(client, RedisCluster) else ms
+    return 0 if isinstance(client, (RedisCluster, AsyncRedisCluster)) else ms
 
 
 def mark(client: Any, prefix: str) -> None:
     """Set ``prefix``'s boot marker on ``client``'s server unless this client did so
     before (one round trip, once per client and prefix)."""
+    run(client, marking(client, prefix))
+
+
+def marking(client: Any, prefix: str) -> Operation[None]:
+    """:func:`mark` as an operation (see :mod:`.operations`), for any driver (an
+    asyncio client's too)."""
     with _guard:
         done = _marked.get(client)
         if done is not None and prefix in done:
             return
-    _MARK(client, [f"{prefix}:boot"], [])
+    yield Call(_MARK, [f"{prefix}:boot"], [])
     with _guard:
         _marked.setdefault(client, set()).add(prefix)
 

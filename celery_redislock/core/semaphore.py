@@ -21,7 +21,7 @@ from .lease import Lease, OnLost
 from .operations import run
 from .primitive import ServerPrimitive, fresh_token
 from .replicas import DEFAULT_REPLICA_TIMEOUT
-from .restart import grace_ms, mark
+from .restart import grace_ms
 from .scripts import LuaScript, reply_deadline
 from .semaphore_scripts import (
     ACQUIRE,
@@ -109,11 +109,10 @@ class RedisSemaphore(ServerPrimitive):
         )
         self._limit = check_positive_int(limit, "limit")
         self._fair = check_bool(fair, "fair")
-        self._scripts = SemaphoreScripts(self._client, self._keys, self._limit, self._fair)
         self._restart_grace_ms = grace_ms(restart_grace, self._ttl_ms, self._client)
-        if self._restart_grace_ms:
-            self._scripts.grace = b"%d" % self._restart_grace_ms
-        self._warned_limit = False
+        self._scripts = SemaphoreScripts(
+            self._client, self._keys, self._limit, self._fair, self._restart_grace_ms
+        )
 
     @property
     def limit(self) -> int:
@@ -229,30 +228,15 @@ class RedisSemaphore(ServerPrimitive):
         ``acked`` (a first attempt) and ``min_replicas``, the WAIT goes in the same
         round trip; its answer is appended when this call wrote a new lease."""
         scripts = self._scripts
-        if self._restart_grace_ms:
-            mark(self._client, self._keys.prefix)
-        keys, args = scripts.acquire_keys, scripts.acquire_args(token, owner, ttl_ms, wait)
         if acked is None or self._ack is None:
-            reply = acquire_reply(ACQUIRE(self._client, keys, args))
-        else:  # see .replicas
-            raw, answer = self._ack.run(self._client, ACQUIRE, keys, args)
-            reply = acquire_reply(raw)
-            if reply[0] and reply[3] == ttl_ms:  # a new lease, written by this call
-                acked.append(answer)
-        if reply[2]:
-            self._limit_changed(reply[2])
+            return run(self._client, scripts.attempt(token, owner, ttl_ms, wait))[0]
+        run(self._client, scripts.marking())  # see .replicas
+        keys, args = scripts.acquire_keys, scripts.acquire_args(token, owner, ttl_ms, wait)
+        raw, answer = self._ack.run(self._client, ACQUIRE, keys, args)
+        reply = scripts.limit_checked(acquire_reply(raw))
+        if reply[0] and reply[3] == ttl_ms:  # a new lease, written by this call
+            acked.append(answer)
         return reply
-
-    def _limit_changed(self, previous: int) -> None:
-        """Log, once per object, that an acquire replaced the stored limit."""
-        if not self._warned_limit:
-            self._warned_limit = True
-            log.warning(
-                "celery_redislock: semaphore %r was limited to %s; now enforcing limit=%s",
-                self.name,
-                previous,
-                self._limit,
-            )
 
     def _extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
         return self._scripts.extend_call(token, ttl_ms)

@@ -15,6 +15,7 @@ A release grants the permits it frees to the first waiters itself and tells them
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from typing import Any
@@ -23,6 +24,7 @@ from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
 from .lock_scripts import FORCED, LEAVE, SCRIPT_CONSTANTS, LockScripts, leave_reply
 from .operations import Call, Operation
+from .restart import marking
 from .scripts import LuaScript, as_text, key_encoder
 from .waiting import Grant, granted_lease
 
@@ -43,6 +45,8 @@ __all__ = [
     "info_reply",
     "release_reply",
 ]
+
+log = logging.getLogger("celery_redislock.core.semaphore")
 
 PATIENCE_MS = 2.0
 """Not fair: once the longest waiter has waited this long (ms), newcomers no longer
@@ -66,6 +70,7 @@ class SemaphoreScripts:
 
     __slots__ = (
         "_acquire_args",
+        "_client",
         "_encode",
         "_flags",
         "_keys",
@@ -77,10 +82,14 @@ class SemaphoreScripts:
         "leave_keys",
         "release_keys",
         "state_keys",
+        "warned_limit",
     )
 
-    def __init__(self, client: Any, keys: KeySpace, limit: int, fair: bool) -> None:
+    def __init__(
+        self, client: Any, keys: KeySpace, limit: int, fair: bool, grace_ms: int = 0
+    ) -> None:
         self.channel = keys.channel
+        self._client = client
         encode = self._encode = key_encoder(client)
         self._keys = keys
         base = encode(keys.base)  # the parts appended as bytes (see LockScripts)
@@ -104,7 +113,9 @@ class SemaphoreScripts:
         self.leave_keys: list[Any] = [holders, queue, alive, asks, leases]
         self.info_keys: list[Any] = [holders, leases, queue, meta, alive]
         self.add_keys: list[Any] = [holders, leases, base + b":added"]
-        self.grace: bytes | None = None  # the restart grace (ms) sent, if any (restart.py)
+        # The restart grace (ms) sent, if any (see restart.py).
+        self.grace: bytes | None = b"%d" % grace_ms if grace_ms else None
+        self.warned_limit = False  # an acquire replaced the stored limit: logged once
 
     def acquire_args(self, token: str, owner: str, ttl_ms: int, wait: bool) -> list[Any]:
         """``semaphore_acquire.lua``'s ARGV (owner left out when none: its default)."""
@@ -160,9 +171,30 @@ class SemaphoreScripts:
     ) -> Operation[tuple[tuple[int, int, int, int], float]]:
         """One acquire attempt (queued when refused if ``wait``): its
         :func:`acquire_reply` and when it was sent."""
+        yield from self.marking()
         args = self.acquire_args(token, owner, ttl_ms, wait)
         sent_at = time.monotonic()
-        return acquire_reply((yield Call(ACQUIRE, self.acquire_keys, args))), sent_at
+        reply = self.limit_checked(acquire_reply((yield Call(ACQUIRE, self.acquire_keys, args))))
+        return reply, sent_at
+
+    def marking(self) -> Operation[None]:
+        """The server's boot marker set first when acquires send a restart grace
+        (once per client and prefix, see :func:`.restart.mark`)."""
+        if self.grace is not None:
+            yield from marking(self._client, self._keys.prefix)
+
+    def limit_checked(self, reply: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        """An :func:`acquire_reply`, logged (once per semaphore object) when the
+        acquire replaced the stored limit."""
+        if reply[2] and not self.warned_limit:
+            self.warned_limit = True
+            log.warning(
+                "celery_redislock: semaphore %r was limited to %s; now enforcing limit=%s",
+                self._keys.name,
+                reply[2],
+                self._flags[0].decode(),
+            )
+        return reply
 
     def release(self, token: str, deadline: float | None = None) -> Operation[bool]:
         """Give up lease ``token``: True when it was live and is now released (also to

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import Any, Protocol
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
@@ -28,12 +28,14 @@ from .notifier import WAKE_ALL, Notifier, Waiter
 from .scripts import reply_deadline
 
 __all__ = [
+    "ATTEMPT",
     "MAX_POLL",
     "OUTAGE_ERRORS",
     "OUTAGE_GRACE",
     "WAITER_HEARTBEAT_MS",
     "WAKE_ALL",
     "Grant",
+    "Heard",
     "Notifier",
     "WaitClock",
     "Waiter",
@@ -41,6 +43,19 @@ __all__ = [
     "poll_slice",
     "wait_until_granted",
 ]
+
+ATTEMPT = -1.0
+"""What :meth:`WaitClock.rounds` yields for an attempt (any other value: a sleep)."""
+
+
+class Heard(Protocol):
+    """What a waiter's wake-up messages told it (the sync and the async waiter)."""
+
+    notified: bool
+    """A message named it (or all) since it was last cleared."""
+    fence: int
+    """> 0 once a release granted it its lease."""
+
 
 Grant = tuple[int, float]
 """A lease granted to a waiter: its fence, and a ``time.monotonic()`` no later than
@@ -124,6 +139,32 @@ class WaitClock:
         limit = self.failing_since + OUTAGE_GRACE if self.deadline is None else self.deadline
         return now + self.max_poll >= limit
 
+    def rounds(self, waiter: Heard) -> Generator[float, Grant | int | None, Grant | None]:
+        """The wait's rounds, once for the sync driver and the async one: yields
+        :data:`ATTEMPT` for an attempt (send its outcome: the :data:`Grant`, or the ms
+        the holder has left; throw one of :data:`OUTAGE_ERRORS` into it), or the
+        seconds to wait for a message naming ``waiter`` (send None). Returns the grant,
+        or None once the deadline passed (the driver then leaves the queue)."""
+        while True:
+            waiter.notified = False
+            grant = self.granted(waiter.fence)
+            if grant is not None:
+                return grant
+            self.asking()
+            try:
+                outcome = yield ATTEMPT
+                self.answered()
+            except OUTAGE_ERRORS:
+                if self.failed():
+                    raise
+                outcome = 0
+            if isinstance(outcome, tuple):
+                return outcome
+            sleep = self.sleep_after(outcome or 0)
+            if sleep is None:
+                return None
+            yield sleep
+
     def sleep_after(self, wait_ms: int) -> float | None:
         """Seconds to wait for a message after a refusal whose holder has ``wait_ms``
         left (0: unknown): until that TTL, ``max_poll`` or the deadline, whichever
@@ -171,25 +212,25 @@ def wait_until_granted(
     try:
         with notifier.listen(channel, token, deadline) as waiter:
             heard.append(waiter)
+            steps = clock.rounds(waiter)
+            outcome: Grant | int | None = None
+            error: Exception | None = None
             while True:
-                waiter.notified = False
-                grant = clock.granted(waiter.fence)
-                if grant is not None:
-                    return grant
-                clock.asking()
                 try:
-                    outcome = attempt()
-                    clock.answered()
-                except OUTAGE_ERRORS:
-                    if clock.failed():
-                        raise
-                    outcome = 0
-                if isinstance(outcome, tuple):
-                    return outcome
-                sleep = clock.sleep_after(outcome)
-                if sleep is None:
+                    step = steps.send(outcome) if error is None else steps.throw(error)
+                except StopIteration as stop:
+                    grant: Grant | None = stop.value
+                    if grant is not None:
+                        return grant
                     break
-                notifier.wait(waiter, sleep)
+                outcome = error = None
+                if step is ATTEMPT:
+                    try:
+                        outcome = attempt()
+                    except OUTAGE_ERRORS as exc:
+                        error = exc
+                else:
+                    notifier.wait(waiter, step)
     except BaseException:
         # A grant that reached the waiter (by message, or found by leave()) is given
         # back, never left to sit for a whole TTL: leave() failing does not hide one.

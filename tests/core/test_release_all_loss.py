@@ -22,7 +22,9 @@ def _queue_waiter(primitive: RedisLock | RedisSemaphore, token: str) -> None:
         scripts = primitive._scripts
         from celery_redislock.core.lock_scripts import ACQUIRE
 
-        ACQUIRE(primitive.client, scripts.acquire_keys, scripts.wait_args(token, 5000, None))
+        ACQUIRE(
+            primitive.client, scripts.acquire_keys, scripts.acquire_args(token, 5000, None, True)
+        )
     else:
         assert run(primitive.client, primitive._scripts.attempt(token, "", 5000, True))[0][0] == 0
 
