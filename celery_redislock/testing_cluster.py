@@ -243,7 +243,7 @@ class LocalCluster:
         # One running node is enough: the client reads the slot map from it.
         return RedisCluster(host="127.0.0.1", port=self.running()[0].port, **options)
 
-    def node_client(self, node: RedisServer, **options: Any) -> Any:
+    def node_client(self, node: RedisServer, **options: Any) -> redis.Redis:
         """A plain ``redis.Redis`` on one node (``CLUSTER`` commands, per-node counters)."""
         return redis.Redis(port=node.port, socket_timeout=5, **options)
 
