@@ -62,14 +62,14 @@ def _port_with_bus() -> int:
         return port
 
 
-def _node_table(client: Any) -> dict[int, dict[str, Any]]:
+def _node_table(client: redis.Redis) -> dict[int, dict[str, Any]]:
     """``CLUSTER NODES`` as redis-py parses it (``node_id``, ``flags``, ``master_id``,
     ``slots``: [[first, last]], ...), by port."""
-    table = client.execute_command("CLUSTER NODES")
+    table = client.cluster("NODES")
     return {int(address.rsplit(":", 1)[1]): row for address, row in table.items()}
 
 
-def _knows_all(client: Any, count: int) -> bool:
+def _knows_all(client: redis.Redis, count: int) -> bool:
     """True when the node of ``client`` knows ``count`` nodes, none still joining."""
     table = _node_table(client)
     return len(table) == count and not any(
@@ -78,14 +78,14 @@ def _knows_all(client: Any, count: int) -> bool:
 
 
 def _slot_view(
-    client: Any, port: int, running: Set[int], primaries: int
+    client: redis.Redis, port: int, running: Set[int], primaries: int
 ) -> tuple[tuple[int, str], ...] | None:
     """The slot map (each primary's port and slot ranges) of the node on ``port``, as
     its ``client`` (``decode_responses=True``) reads it, or None while it is not ok,
     sees a ``running`` node failed or joining, has not ``primaries`` primaries, or is a
     replica not yet in sync. Nodes that do not run (killed) are left out."""
     try:
-        if "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
+        if client.cluster("INFO").get("cluster_state") != "ok":
             return None
         rows = {p: row for p, row in _node_table(client).items() if p in running}
         if len(rows) != len(running) or any(

@@ -1,35 +1,14 @@
 """Constructing a lock is cheap (issue 13, item 11): what does not depend on the name
-is made once per client (its encoder) or per prefix (its check), and only the
-uncontended path's key lists are built; benchmarks/bench_lock.py measures the cycle
+is made once per prefix (its check), and only the uncontended path's key lists are
+built; benchmarks/bench_lock.py measures the cycle
 with an object built per acquire."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import redis
 
-from celery_redislock import ConfigurationError, RedisLock, RedisSemaphore
-
-
-def test_the_client_encoder_is_made_once_per_client(
-    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    client = redis.Redis(connection_pool=r.connection_pool)
-    calls: list[Any] = []
-    original = client.get_encoder
-
-    def counting() -> Any:
-        calls.append(1)
-        return original()
-
-    monkeypatch.setattr(client, "get_encoder", counting)
-    for uid in range(50):
-        with RedisLock(client, f"user:{uid}") as lease:
-            assert lease.fence > 0
-        RedisSemaphore(client, f"pool:{uid}", limit=2)
-    assert len(calls) == 1
+from celery_redislock import ConfigurationError, RedisLock
 
 
 @pytest.mark.parametrize("name", ["user:42", "a{b}c%d", "ünïcode"])
