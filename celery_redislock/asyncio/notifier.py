@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import math
 import secrets
 import time
 import weakref
@@ -35,16 +34,99 @@ from ..core.notifier import (
 )
 from ..core.primitive import fresh_token
 from ..core.scripts import as_text
-from .waiters import AsyncWaiter, Signal, Tries, _Channel
 
-__all__ = ["POLL_GRID", "AsyncNotifier", "AsyncWaiter", "Signal"]
+__all__ = ["AsyncNotifier", "AsyncWaiter", "Signal"]
 
 log = logging.getLogger(__name__)
 
 _READ_SLICE = 1.0  # longest single read, so idle channels are unsubscribed on time
 
-POLL_GRID = 0.05
-"""Seconds: a waiter's poll is due at a multiple of this on the loop's clock."""
+
+class Signal:
+    """A flag tasks can await with a timeout: an ``asyncio.Event`` that holds no
+    reference to its loop while nobody waits (the per-loop registries are weak on
+    the loop; an Event bound to it would keep it alive)."""
+
+    __slots__ = ("_futures", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._futures: list[asyncio.Future[bool]] = []
+
+    def is_set(self) -> bool:
+        """True between :meth:`set` and :meth:`clear`."""
+        return self._set
+
+    def set(self) -> None:
+        """Set the flag and wake every waiting task."""
+        self._set = True
+        for future in self._futures:
+            _resolve(future, True)
+
+    def clear(self) -> None:
+        """Clear the flag."""
+        self._set = False
+
+    async def wait(self, timeout: float) -> bool:
+        """Until set or ``timeout`` seconds pass; True when set."""
+        if self._set:
+            return True
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        timer = loop.call_later(timeout, _resolve, future, False)
+        self._futures.append(future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            self._futures.remove(future)
+
+
+def _resolve(future: asyncio.Future[bool], value: bool) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+class AsyncWaiter:
+    """One awaiting acquirer: what the messages told it, and the future that wakes it
+    (a bare future and a timer: cheaper than an Event under ``wait_for``, which costs
+    a task per wait)."""
+
+    __slots__ = ("fence", "future", "notified")
+
+    def __init__(self) -> None:
+        self.future: asyncio.Future[None] | None = None  # set while it waits
+        self.notified = False  # a message named it (or all) since the owner cleared it
+        self.fence = 0  # > 0 once a release granted it its lease
+
+    def wake(self) -> None:
+        """End the current wait, if any."""
+        future = self.future
+        if future is not None and not future.done():
+            future.set_result(None)
+
+
+class Tries:
+    """The acquires of one loop trying a channel before subscribing to it: how many,
+    and a flag set once the last of them is answered."""
+
+    __slots__ = ("count", "done")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.done = Signal()
+
+
+class _Channel:
+    __slots__ = ("confirmed", "idle_since", "sent", "starting", "waiters")
+
+    def __init__(self) -> None:
+        self.waiters: dict[str, AsyncWaiter] = {}
+        self.confirmed = Signal()
+        self.idle_since: float | None = None
+        self.sent = False
+        self.starting: object = None  # the task subscribing it, while it runs
+
 
 _numbers = itertools.count(1)  # tags the notifiers of a process apart
 
@@ -187,20 +269,13 @@ class AsyncNotifier:
                 entry.idle_since = time.monotonic()
 
     @staticmethod
-    async def wait(waiter: AsyncWaiter, timeout: float, deadline: float | None = None) -> None:
-        """Until a message names ``waiter`` or ``timeout`` seconds pass: rounded up to
-        the loop's next multiple of :data:`POLL_GRID` when that is not past
-        ``deadline`` (monotonic), so the waiters' polls of one loop fall in the same
-        turn and go out in one write (see :mod:`.batch`)."""
+    async def wait(waiter: AsyncWaiter, timeout: float) -> None:
+        """Until a message names ``waiter`` or ``timeout`` seconds pass."""
         if waiter.notified or timeout <= 0:
             return
         loop = asyncio.get_running_loop()
         future = waiter.future = loop.create_future()
-        now = loop.time()
-        at = math.ceil((now + timeout) / POLL_GRID) * POLL_GRID
-        if deadline is not None and at - now > deadline - time.monotonic():
-            at = now + timeout
-        timer = loop.call_at(at, waiter.wake)
+        timer = loop.call_later(timeout, waiter.wake)
         try:
             await future
         finally:

@@ -57,7 +57,7 @@ async def wait_until_granted(
                 except OUTAGE_ERRORS as exc:
                     error = exc
             else:
-                await notifier.wait(waiter, step, deadline)
+                await notifier.wait(waiter, step)
     finally:
         notifier.leave(channel, token)
     if grant is not None:

@@ -12,6 +12,10 @@ without any thread hand-off, which is most of them when a process has one waiter
 a time (a Celery prefork child); that saves a context switch and a GIL hand-over
 per wake-up.
 
+A message names the token of the waiter that may now proceed (:data:`WAKE_ALL`: all
+of them), or ``<token> <fence>`` when a release already granted that waiter its
+lease (:func:`read_wake`); the async notifier reads the same messages.
+
 Channels stay subscribed for :data:`IDLE_UNSUBSCRIBE` seconds after their last waiter
 left (a busy lock does not pay SUBSCRIBE/UNSUBSCRIBE per wait); the next reader
 unsubscribes them. The connection lasts as long as its client: the notifier holds
@@ -27,13 +31,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from redis.exceptions import RedisError, ResponseError
 
-from .pubsub import pubsub_mode
-from .wake import WAKE_ALL, Waiter, dispatch, named_waiters, read_wake
-from .wake import Channel as _Channel
+from .pubsub import PubSubMode, pubsub_mode
+from .scripts import as_text
 
 __all__ = [
     "IDLE_UNSUBSCRIBE",
@@ -54,6 +57,95 @@ SUBSCRIBE_CONFIRM_TIMEOUT = 1.0
 """Longest a waiter waits for its SUBSCRIBE to be confirmed before relying on polls."""
 
 _READ_SLICE = 1.0  # longest single read, so idle channels are unsubscribed on time
+
+# -- the wake-up messages and the waiters they wake (the async notifier reads them too)
+
+W = TypeVar("W")
+
+WAKE_ALL = "*"
+"""Message payload that wakes every waiter on the channel."""
+
+
+def read_wake(data: Any) -> tuple[str, int]:
+    """A wake-up message: the token it names (or :data:`WAKE_ALL`) and the fence of the
+    lease a release granted that waiter (0: only woken, it asks again). Shared by the
+    sync notifier and the async one."""
+    token, _, fence = as_text(data).partition(" ")
+    return token, int(fence) if fence else 0
+
+
+def named_waiters(waiters: dict[str, W], token: str) -> list[W]:
+    """The waiters of a channel that a message naming ``token`` wakes."""
+    if token == WAKE_ALL:
+        return list(waiters.values())
+    waiter = waiters.get(token)
+    return [] if waiter is None else [waiter]
+
+
+class Waiter:
+    """One blocked acquirer: what the messages told it, and the event that wakes it."""
+
+    __slots__ = ("event", "fence", "notified")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()  # set on a message for it, or on its turn to read
+        self.notified = False  # a message named it (or all) since the owner last cleared it
+        self.fence = 0  # > 0 once a release granted it its lease
+
+    def is_notified(self) -> bool:
+        """True once a message named this waiter (see :attr:`notified`)."""
+        return self.notified
+
+
+class _Channel:
+    """One subscribed channel of the sync notifier: its waiters by token, and the
+    state of its subscription."""
+
+    __slots__ = ("confirmed", "deaf", "idle_since", "sent", "waiters")
+
+    def __init__(self) -> None:
+        self.waiters: dict[str, Waiter] = {}
+        self.confirmed = threading.Event()
+        self.idle_since: float | None = None
+        self.sent = False  # SUBSCRIBE reached redis-py (which re-sends it on reconnect)
+        self.deaf = False  # lost after it was confirmed: messages may have been missed
+
+
+def dispatch(channels: dict[str, _Channel], mode: PubSubMode, message: dict[str, Any]) -> None:
+    """Act on one pub/sub ``message`` for the sync notifier's ``channels``: a confirmed
+    subscription, a lost one, or a wake-up for the waiters it names."""
+    entry = channels.get(as_text(message.get("channel")))
+    if entry is None:
+        return
+    kind = as_text(message.get("type"))
+    if kind == mode.confirmed:
+        entry.confirmed.set()
+        # Subscribed again after a loss: a release meanwhile was not heard, so the
+        # waiters ask again (else they would wait for their next poll).
+        deaf, entry.deaf = entry.deaf, False
+        for waiter in list(entry.waiters.values()):
+            waiter.notified = waiter.notified or deaf
+            waiter.event.set()
+    elif kind == mode.ended and entry.waiters:
+        # Not asked for (idle channels are dropped before UNSUBSCRIBE): the node
+        # gave the slot away. Every waiter asks again at once; the MOVED that
+        # answers refreshes the client's slot map, and redis-py then subscribes
+        # again on the slot's new owner (see .pubsub), which wakes them once more.
+        entry.confirmed.clear()
+        entry.deaf = True
+        for waiter in list(entry.waiters.values()):
+            waiter.notified = True
+            waiter.event.set()
+    elif kind == mode.message:
+        token, fence = read_wake(message.get("data"))
+        for waiter in named_waiters(entry.waiters, token):
+            if fence:
+                waiter.fence = int(fence)
+            waiter.notified = True
+            waiter.event.set()
+
+
+# -- the subscriber -----------------------------------------------------------------
 
 
 class Notifier:
@@ -89,12 +181,12 @@ class Notifier:
         cls._registry_lock = threading.Lock()
 
     def _close_inherited(self) -> None:
+        # redis-py's disconnect() in a process other than the connection's maker only
+        # closes the socket (no shutdown): the parent's connection is not cut.
         connection: Any = getattr(self._pubsub, "connection", None)
-        sock = getattr(connection, "_sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.close()
-            connection._sock = None  # redis-py must not shut it down later either
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                connection.disconnect()
 
     def __init__(self, client: Any) -> None:
         self._client = weakref.ref(client)  # a closed, dropped client must not be kept
