@@ -375,7 +375,8 @@ def test_every_script_compiles_as_expanded(r: redis.Redis, filename: str) -> Non
     defined = set(re.findall(r"^local function (\w+)\(", script.text, re.MULTILINE))
     code = re.sub(r"--[^\n]*|'[^'\n]*'", "", script.text)
     called = set(re.findall(r"(?<![.:\w])([a-z_]+)\(", code))
-    assert called - defined <= {"tonumber", "ipairs", "unpack", "function", "type"}, filename
+    builtins = {"tonumber", "ipairs", "pairs", "unpack", "function", "type"}
+    assert called - defined <= builtins, filename
 
 
 def test_noscript_falls_back_to_eval_once(r: redis.Redis) -> None:

@@ -55,3 +55,20 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[tuple[int, str
 
     monkeypatch.setattr(LuaScript, "__call__", counting)
     return counter
+
+
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """The names of the scripts that ran on a cluster client during the test."""
+    names: set[str] = set()
+    call = LuaScript.__call__
+
+    def recording(
+        self: LuaScript, client: Any, keys: list[Any], args: list[Any], **options: Any
+    ) -> Any:
+        if isinstance(client, RedisCluster):
+            names.add(self.name)
+        return call(self, client, keys, args, **options)
+
+    monkeypatch.setattr(LuaScript, "__call__", recording)
+    return names

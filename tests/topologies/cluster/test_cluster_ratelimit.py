@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from importlib import resources
 
 import pytest
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -15,7 +16,9 @@ from celery_redislock import RedisRateLimiter
 from celery_redislock.testing_cluster import LocalCluster
 
 
-def test_rate_limiter_on_a_cluster(cluster: LocalCluster, rc: RedisCluster, name: str) -> None:
+def test_rate_limiter_on_a_cluster(
+    cluster: LocalCluster, rc: RedisCluster, name: str, ran: set[str]
+) -> None:
     limiter = RedisRateLimiter(rc, name, rate=["3/s", "5/10s"])
     assert all(limiter.acquire(blocking=False) for _ in range(3))
     assert not limiter.acquire(blocking=False)
@@ -29,6 +32,8 @@ def test_rate_limiter_on_a_cluster(cluster: LocalCluster, rc: RedisCluster, name
     limiter.reset()
     limiter.clear_override()
     assert limiter.acquire(blocking=False)
+    scripts = {entry.name for entry in resources.files("celery_redislock.core.lua").iterdir()}
+    assert ran >= {script for script in scripts if script.startswith("ratelimit_")}
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="celery_redislock.asyncio needs 3.11+")

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import time
 from importlib import resources
-from typing import Any
 
-import pytest
 from redis.cluster import RedisCluster
 
 from celery_redislock import RedisLock, RedisSemaphore
@@ -22,7 +20,6 @@ from celery_redislock.core.parking import (
     ParkingSemaphore,
     new_entry_id,
 )
-from celery_redislock.core.scripts import LuaScript
 
 from .helpers import Waiter, wait_queued
 
@@ -31,23 +28,6 @@ SCRIPTS = {
     for path in resources.files("celery_redislock.core.lua").iterdir()
     if path.name.endswith(".lua") and not path.name.startswith("lib_")
 }
-
-
-@pytest.fixture
-def ran(monkeypatch: pytest.MonkeyPatch) -> set[str]:
-    """The names of the scripts that ran on a cluster client during the test."""
-    names: set[str] = set()
-    call = LuaScript.__call__
-
-    def recording(
-        self: LuaScript, client: Any, keys: list[Any], args: list[Any], **options: Any
-    ) -> Any:
-        if isinstance(client, RedisCluster):
-            names.add(self.name)
-        return call(self, client, keys, args, **options)
-
-    monkeypatch.setattr(LuaScript, "__call__", recording)
-    return names
 
 
 def test_lock_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
@@ -160,8 +140,9 @@ def test_every_script_is_covered() -> None:
     must be added to one of them. Redlock's scripts run on independent masters, not
     on a cluster (tests/topologies/redlock); ``boot_mark.lua`` is never sent to a
     cluster, whose restart grace is off (see core/restart.py: its keys are in another
-    slot; tests/core covers it)."""
-    prefixes = ("lock_", "semaphore_", "park", "redlock_", "journal_")
+    slot; tests/core covers it). The rate limiter's run on a cluster in
+    test_cluster_ratelimit.py."""
+    prefixes = ("lock_", "semaphore_", "park", "redlock_", "journal_", "ratelimit_")
     others = {name for name in SCRIPTS if not name.startswith(prefixes)}
     assert others == {"queue_leave.lua", "boot_mark.lua"}
     assert len(SCRIPTS) >= 14
