@@ -20,6 +20,9 @@ from . import _ratelimit_workers as workers
 
 spawn = multiprocessing.get_context("spawn")
 
+# Four spawned processes measured against the rate over seconds: alone, after the rest.
+pytestmark = pytest.mark.serial
+
 
 def most_in_a_window(times: list[float], period: float) -> int:
     """Interval sweep: the most admissions in any half-open window [t, t + period)
