@@ -1,25 +1,21 @@
 """The process's subscriber for wake-ups: one pub/sub connection per client, read
-by the waiters themselves.
+by one thread.
 
 A release publishes, on ``<wake channel>:<process tag>``, the token of the waiter that
 may now proceed (``*``: all of them), or ``<token> <fence>`` when it already granted
-that waiter its lease. Every waiter of a process shares one subscriber connection.
-There is no reader thread: one of the blocked waiters at a time is the *reader* (it
-holds :attr:`Notifier._reading`); it reads the connection, marks the waiters the
-messages name and wakes them, and when its own wait ends it wakes another blocked
-waiter to take over. A waiter whose message arrives while it reads itself goes on
-without any thread hand-off, which is most of them when a process has one waiter at
-a time (a Celery prefork child); that saves a context switch and a GIL hand-over
-per wake-up.
+that waiter its lease. Every waiter of a process shares one subscriber connection,
+read by the notifier's reader thread (started by the first waiter, ending once no
+channel is left): it marks the waiters the messages name and wakes them; a waiter
+only sleeps on its own event.
 
 A message names the token of the waiter that may now proceed (:data:`WAKE_ALL`: all
 of them), or ``<token> <fence>`` when a release already granted that waiter its
 lease (:func:`read_wake`); the async notifier reads the same messages.
 
 Channels stay subscribed for :data:`IDLE_UNSUBSCRIBE` seconds after their last waiter
-left (a busy lock does not pay SUBSCRIBE/UNSUBSCRIBE per wait); the next reader
-unsubscribes them. The connection lasts as long as its client: the notifier holds
-the client weakly and is dropped with it.
+left (a busy lock does not pay SUBSCRIBE/UNSUBSCRIBE per wait); the reader then
+unsubscribes them, and ends when none is left. The connection lasts as long as its
+client: the notifier holds the client weakly and is dropped with it.
 """
 
 from __future__ import annotations
@@ -88,7 +84,7 @@ class Waiter:
     __slots__ = ("event", "fence", "notified")
 
     def __init__(self) -> None:
-        self.event = threading.Event()  # set on a message for it, or on its turn to read
+        self.event = threading.Event()  # set by the reader on a message for it
         self.notified = False  # a message named it (or all) since the owner last cleared it
         self.fence = 0  # > 0 once a release granted it its lease
 
@@ -193,9 +189,8 @@ class Notifier:
         self._mode = pubsub_mode(client)  # classic or sharded, as the tokens say
         self._pubsub: Any = None
         self._channels: dict[str, _Channel] = {}
-        self._lock = threading.Lock()  # guards _channels, _blocked and (un)subscribing
-        self._reading = threading.Lock()  # held by the waiter reading the connection
-        self._blocked: dict[Waiter, None] = {}  # waiters asleep while another reads
+        self._lock = threading.Lock()  # guards _channels, _reader and (un)subscribing
+        self._reader: threading.Thread | None = None
         self._next_sweep = 0.0
 
     def subscribed(self, channel: str) -> bool:
@@ -244,6 +239,11 @@ class Notifier:
                 self._pubsub = client.pubsub()
             if not entry.sent:
                 self._subscribe(channel, entry)
+            if self._reader is None:
+                self._reader = threading.Thread(
+                    target=self._read, name="celery-redislock-notifier", daemon=True
+                )
+                self._reader.start()
         return entry
 
     def _subscribe(self, channel: str, entry: _Channel) -> None:
@@ -269,52 +269,28 @@ class Notifier:
 
     # -- waiting and reading ----------------------------------------------------------
 
-    def _await(self, waiter: Waiter, done: Callable[[], bool], timeout: float) -> None:
-        """Until ``done()`` or the timeout: read the connection if nobody else does,
-        else sleep until the reader wakes this waiter (a message, or its turn)."""
+    @staticmethod
+    def _await(waiter: Waiter, done: Callable[[], bool], timeout: float) -> None:
+        """Until ``done()`` or the timeout: the reader wakes the waiter on a message."""
         deadline = time.monotonic() + timeout
-        try:
-            while not done():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                # Listed as blocked *before* trying to read: a reader that stops right
-                # after our failed try then finds us and hands us its turn.
-                with self._lock:
-                    self._blocked[waiter] = None
-                try:
-                    if self._reading.acquire(blocking=False):
-                        try:
-                            self._read(done, deadline)
-                        finally:
-                            self._reading.release()
-                    else:
-                        waiter.event.wait(left)
-                finally:
-                    with self._lock:
-                        self._blocked.pop(waiter, None)
-                waiter.event.clear()  # done() and the reading lock are checked again
-        finally:
-            self._pass_turn(waiter)
-
-    def _pass_turn(self, leaving: Waiter) -> None:
-        """Wake a blocked waiter to read, unless someone reads already."""
-        if self._reading.locked():
-            return
-        with self._lock:
-            for other in self._blocked:
-                if other is not leaving:
-                    other.event.set()
-                    return
-
-    def _read(self, done: Callable[[], bool], deadline: float) -> None:
         while not done():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
+            waiter.event.wait(left)
+            waiter.event.clear()  # done() is checked again: a wake-up is never lost
+
+    def _read(self) -> None:
+        """The reader thread: read and dispatch until no channel is left (or the
+        client is gone)."""
+        while True:
+            with self._lock:
+                if not self._channels or self._client() is None:
+                    self._reader = None
+                    return
             pubsub = self._pubsub  # replaced when pinned to a node that failed
             try:
-                message = self._mode.read(pubsub, min(left, _READ_SLICE))
+                message = self._mode.read(pubsub, _READ_SLICE)
             except ResponseError as exc:
                 # An error reply in the stream, the connection is fine: e.g. MOVED for
                 # redis-py's SUNSUBSCRIBE sent to a node a slot left (see .pubsub).
@@ -332,10 +308,10 @@ class Notifier:
                     with self._lock:
                         if self._pubsub is pubsub:
                             self._new_pubsub()
-                time.sleep(min(0.2, max(0.0, left)))
+                time.sleep(0.2)
                 continue
             if message is not None:
-                self._dispatch(message)
+                dispatch(self._channels, self._mode, message)
             if time.monotonic() >= self._next_sweep:
                 self._sweep()
 
@@ -355,9 +331,6 @@ class Notifier:
                 self._subscribe(channel, entry)
         with contextlib.suppress(Exception):  # a dead node's connection: just drop it
             old.reset()
-
-    def _dispatch(self, message: dict[str, Any]) -> None:
-        dispatch(self._channels, self._mode, message)
 
     def _sweep(self) -> None:
         """Unsubscribe idle channels; subscribe again those whose SUBSCRIBE failed."""

@@ -1,4 +1,5 @@
-"""The shared subscriber: read by the waiters themselves, one reader at a time."""
+"""The shared subscriber: one connection per client, read by one thread that ends
+once its channels are idle."""
 
 from __future__ import annotations
 
@@ -26,14 +27,25 @@ def _wait_once(client: redis.Redis, name: str) -> None:
     timer.join()
 
 
-def test_waiters_read_the_connection_themselves(redis_url: str) -> None:
+def _readers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "celery-redislock-notifier"]
+
+
+def test_one_reader_thread_per_client_ending_once_its_channels_are_idle(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notifier_module, "IDLE_UNSUBSCRIBE", 0.1)
     client = redis.Redis.from_url(redis_url)
-    before = set(threading.enumerate())
+    before = len(_readers())
     _wait_once(client, "notifier-a")
-    _wait_once(client, "notifier-a")  # the subscription is reused
-    assert set(threading.enumerate()) <= before  # no reader thread left behind
-    notifier = Notifier.for_client(client)
-    assert not notifier._reading.locked() and not notifier._blocked
+    _wait_once(client, "notifier-a")  # the subscription (and its reader) reused
+    _wait_once(client, "notifier-b")
+    assert len(_readers()) == before + 1
+    deadline = time.monotonic() + 5  # idle past IDLE_UNSUBSCRIBE and a read slice
+    while len(_readers()) > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_readers()) == before  # no reader thread left behind
+    _wait_once(client, "notifier-a")  # a new one when waiters come back
     client.close()
 
 
@@ -55,9 +67,8 @@ def test_idle_channels_are_unsubscribed_by_a_later_reader(
 
 
 def test_reading_passes_from_waiter_to_waiter(redis_url: str) -> None:
-    # Six threads wait at once; each release wakes the next in order. The reader's
-    # turn must pass on when its own wait ends, or the rest would sleep to their
-    # 1 s poll each.
+    # Six threads wait at once; each release wakes the next in order, each promptly
+    # (not at its 1 s poll).
     client = redis.Redis.from_url(redis_url)
     lock = RedisLock(client, "notifier-turns", ttl=10)
     holder = lock.acquire()
