@@ -62,7 +62,7 @@ def test_a_message_redelivered_after_its_main_died_past_the_intake_park_runs_onc
     tasks = module.load()
     broker = redis.Redis.from_url(db_url(redis_url, BROKER_DB))
     sem = parking_for(tasks.app, "kill", 1, 2.0, DEFAULT_PREFIX)
-    held = None if handed_over else sem.acquire(blocking=False)  # the run before it
+    held = None if handed_over else sem.acquire(blocking=False, ttl=60)  # the run before
     locks.set("die-after-park", "1")
     with WorkerProcess(module, concurrency=1, name="a") as a:
         tasks.call.delay(1)

@@ -86,7 +86,7 @@ def test_a_republished_run_lost_with_a_killed_main_is_published_again_and_runs_o
     assert (journal_for(app) is not None) is restart  # the broker is another server
     broker = redis.Redis.from_url(db_url(redis_url, BROKER_DB))
     sem = parking_for(app, "kill", 1, 2.0, DEFAULT_PREFIX)  # publishes through the app
-    held = sem.acquire(blocking=False)  # the run before it: holds the only permit
+    held = sem.acquire(blocking=False, ttl=60)  # the run before: the only permit
     assert held is not None
     # Park run 1 as park_run does (journal first, then the lock Redis).
     entry_id, task_id = new_entry_id(), f"run-{time.time_ns()}"
@@ -154,7 +154,7 @@ def test_a_standby_killed_while_it_waits_in_place_is_published_again_and_runs_on
     tasks = module.load()
     app = tasks.app
     sem = parking_for(app, "kill", 1, 2.0, DEFAULT_PREFIX, standby=1)
-    held = sem.acquire(blocking=False)  # the run before it: holds the only permit
+    held = sem.acquire(blocking=False, ttl=60)  # the run before: the only permit
     assert held is not None
     with WorkerProcess(module, concurrency=1, name="a") as a:
         entry_id, task_id = new_entry_id(), f"run-{time.time_ns()}"
