@@ -51,14 +51,14 @@ import weakref
 from typing import Any, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.operations import Operation
 from ..core.scripts import _DEADLINE, _LAST_LOOK, DeadlinePassed, LuaScript, StaleReply
 from ..core.scripts import reply_deadline as reply_deadline
 
-__all__ = ["SPARE_MIN_POOL", "call", "run"]
+__all__ = ["MAX_BATCH", "SPARE_MIN_POOL", "batched_call", "call", "run"]
 
 T = TypeVar("T")
 
@@ -66,10 +66,13 @@ SPARE_MIN_POOL = 10
 """A pool allowing fewer connections than this keeps none for a loop (its user's)."""
 
 
-async def run(client: Any, operation: Operation[T]) -> T:
+async def run(client: Any, operation: Operation[T], batched: bool = False) -> T:
     """Run ``operation`` on a ``redis.asyncio`` ``client``: the twin of the sync
     :func:`~celery_redislock.core.operations.run`, each call awaited, its reply (or
-    its exception) given back to the operation."""
+    its exception) given back to the operation. ``batched``: its calls go out with
+    the other batched calls of the loop's turn (see :func:`batched_call`; only for
+    calls that may be sent twice)."""
+    send = batched_call if batched else call
     reply: Any = None
     error: BaseException | None = None
     while True:
@@ -81,12 +84,12 @@ async def run(client: Any, operation: Operation[T]) -> T:
         error = None
         try:
             if request.deadline is None:
-                reply = await call(
+                reply = await send(
                     request.script, client, request.keys, request.args, request.sends
                 )
             else:
                 with reply_deadline(request.deadline):
-                    reply = await call(
+                    reply = await send(
                         request.script, client, request.keys, request.args, request.sends
                     )
         except Exception as exc:  # the operation decides (e.g. a waiter rides it out)
@@ -224,6 +227,144 @@ async def _via_client(script: LuaScript, client: Any, keys: list[Any], args: lis
             if attempt == 2:
                 raise
     raise AssertionError("unreachable: every attempt returns or raises")
+
+
+MAX_BATCH = 100
+"""Most calls sent in one write by :func:`batched_call`."""
+
+_ALONE: Any = object()  # a batched call's answer: send the call yourself, with call()
+
+
+async def batched_call(
+    script: LuaScript,
+    client: Any,
+    keys: list[Any],
+    args: list[Any],
+    sends: list[None] | None = None,
+) -> Any:
+    """:func:`call`, sent with the other batched calls of this loop's turn on a plain
+    client: a burst (1,000 tasks acquiring at once, the releases of sections that end
+    together) goes out in writes of up to :data:`MAX_BATCH` calls on one connection,
+    their replies read in order, where each call alone would take a connection and
+    wake Redis once. Only for calls that may be sent twice (an acquire attempt finds
+    its own queue place or lease; a semaphore release answers a re-send as the
+    first): a call alone in its turn, and one its batch could not answer (an error
+    reply, NOSCRIPT, a failed connection, another command's reply), is sent by its
+    caller with :func:`call`. A caller cancelled before its write is left out; after
+    it, its reply is dropped, as a cancelled call's would be."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or getattr(client, "connection", None) is not None:
+        return await call(script, client, keys, args, sends)
+    loop = asyncio.get_running_loop()
+    per_loop = _batches.get(loop)
+    if per_loop is None:
+        per_loop = _batches[loop] = weakref.WeakKeyDictionary()
+    batch = per_loop.get(pool)
+    if batch is None:
+        batch = per_loop[pool] = _Batch()
+    if not batch.items:
+        loop.call_soon(batch.flush, pool)
+    future: asyncio.Future[Any] = loop.create_future()
+    batch.items.append((script, keys, args, future))
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        reply = await future
+    else:
+        reply = await _by_deadline(future, deadline, script)
+    if reply is _ALONE:
+        return await call(script, client, keys, args, sends)
+    if sends is not None:
+        sends.append(None)
+    return reply
+
+
+async def _by_deadline(future: asyncio.Future[Any], deadline: float, script: LuaScript) -> Any:
+    if sys.version_info < (3, 11):  # for mypy's 3.10: this package refuses to import there
+        raise RuntimeError("celery_redislock.asyncio needs Python 3.11+")
+    try:
+        async with asyncio.timeout(max(_LAST_LOOK, deadline - time.monotonic()) + _LAST_LOOK):
+            return await future
+    except TimeoutError as exc:
+        raise DeadlinePassed(f"{script.name}: no answer before the deadline") from exc
+
+
+_Item = tuple[LuaScript, list[Any], list[Any], "asyncio.Future[Any]"]
+
+
+class _Batch:
+    """The batched calls of one loop and pool waiting for this turn's write."""
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items: list[_Item] = []
+
+    def flush(self, pool: Any) -> None:
+        items = [item for item in self.items if not item[3].done()]  # cancelled meanwhile
+        self.items = []
+        if len(items) == 1:
+            items[0][3].set_result(_ALONE)  # alone in its turn: its caller sends it
+            return
+        for start in range(0, len(items), MAX_BATCH):
+            task = asyncio.get_running_loop().create_task(
+                _send_batch(pool, items[start : start + MAX_BATCH])
+            )
+            _tasks.add(task)
+            task.add_done_callback(_tasks.discard)
+
+
+_tasks: set[asyncio.Task[None]] = set()  # batches in flight (kept referenced)
+_batches: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, weakref.WeakKeyDictionary[Any, _Batch]
+] = weakref.WeakKeyDictionary()
+
+
+async def _send_batch(pool: Any, items: list[_Item]) -> None:
+    """Write ``items`` at once on one connection and hand each its reply; any left
+    unanswered is sent by its caller (see :func:`batched_call`)."""
+    loop = asyncio.get_running_loop()
+    gate = _gate(pool)
+    if gate.free > 0 and not gate.waiting:
+        gate.free -= 1
+    else:
+        await gate.turn()
+    kept = _KEPT.get(pool)
+    conn = None if kept is None else kept.take(loop)
+    clean = False
+    try:
+        if conn is None:
+            conn = await pool.get_connection()
+        commands = [
+            ("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args, _ in items
+        ]
+        await conn.send_packed_command(
+            conn.pack_commands(commands), check_health=bool(conn.health_check_interval)
+        )
+        for script, _keys, args, future in items:
+            try:
+                reply = await conn.read_response()
+            except ResponseError:  # an error reply to this call alone (NOSCRIPT too)
+                reply = _ALONE
+            if reply is not _ALONE:
+                try:
+                    reply = script.checked(reply, args)
+                except StaleReply:
+                    await conn.disconnect()  # out of step: the rest sent alone
+                    break
+            if not future.done():
+                future.set_result(reply)
+        else:
+            clean = True
+    except Exception:
+        if conn is not None:
+            await conn.disconnect()  # replies may be left unread
+    finally:
+        for *_call, future in items:
+            if not future.done():
+                future.set_result(_ALONE)
+        gate.pass_on()
+        if conn is not None:
+            await _put_back(pool, conn, loop, kept, clean)
 
 
 class _Kept:

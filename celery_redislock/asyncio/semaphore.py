@@ -172,7 +172,8 @@ class AsyncRedisSemaphore(AsyncPrimitive):
     async def _attempt(
         self, token: str, owner: str, ttl_ms: int, wait: bool
     ) -> tuple[int, int, int, int]:
-        return (await run(self._client, self._scripts.attempt(token, owner, ttl_ms, wait)))[0]
+        operation = self._scripts.attempt(token, owner, ttl_ms, wait)
+        return (await run(self._client, operation, batched=True))[0]
 
     async def _release_lease(self, token: str, deadline: float) -> bool:
         return await self._release_token(token)
@@ -187,7 +188,7 @@ class AsyncRedisSemaphore(AsyncPrimitive):
         if notifier is None:
             return await run(self._client, self._scripts.release(token))
         operation = self._scripts.release_granting(token, notifier.tag)
-        released, grants = await run(self._client, operation)
+        released, grants = await run(self._client, operation, batched=True)
         if grants:
             notifier.hand_over(f"{self._scripts.channel}:{notifier.tag}", grants)
         return released
