@@ -134,8 +134,9 @@ def check_ttl(value: object, argument: str) -> float:
 
 
 def restart_grace(app: Celery) -> float | bool:
-    """``redislock_restart_grace``, checked: True (default) -- the lease TTL of each
-    lock or pool; False or None -- none; seconds > 0. After the lock Redis lost its
+    """``redislock_restart_grace``, checked: True (default) -- one renewal period of
+    each lock or pool plus 2 s, ``min(lock_ttl, lock_ttl / 3 + 2)`` (see
+    ``core/restart.py``); False or None -- none; seconds > 0. After the lock Redis lost its
     data, singleton locks and permits are held this long for the runs that held them,
     which their renewal puts back (see ``core/restart.py``)."""
     value = app.conf.get("redislock_restart_grace", True)

@@ -11,20 +11,45 @@ before it are kept (renewed, or reported lost), up to ``redislock_outage_attempt
 attempts (60: over two minutes with redis-py's own retries); ``max_retries`` is not
 spent. After the last attempt the run fails with :class:`~..errors.RedisUnavailable`
 naming the setting. One WARNING when a run starts waiting, one INFO when it goes on.
+
+That is for a Redis that answered before. A ``redislock_url`` that has **never**
+answered since the worker started (a wrong host or port) is a configuration error,
+not an outage: the run fails at once with :class:`~..errors.ConfigurationError`
+naming ``redislock_url`` and its (masked) value, instead of holding its worker process
+for minutes (#29 item 5). The worker says so when it starts (:func:`connect`: it
+pings the lock Redis on ``worker_init``, before the pool forks, so its children know
+too). On the client, :func:`client_error` makes an error of the lock Redis in
+``apply_async`` say it is the lock Redis (``redislock_url``), not the broker, and a
+``RedisRestarting`` name the setting of its grace (``redislock_restart_grace``).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import weakref
 from typing import Any, Final
 
 import redis
+from celery import signals
 
-from ..errors import ConfigurationError, RedisUnavailable
+from ..errors import ConfigurationError, RedisLockError, RedisRestarting, RedisUnavailable
+from .cleanup import guards_of
+from .client import get_redis, redis_url
+from .config import restart_grace
 from .execution import AnyTask, Guard, Hold, RunState
+from .sentinel import masked_url
 
-__all__ = ["DEFAULT_ATTEMPTS", "OUTAGE_ERRORS", "enter_guard", "outage_attempts"]
+__all__ = [
+    "DEFAULT_ATTEMPTS",
+    "OUTAGE_ERRORS",
+    "client_error",
+    "connect",
+    "enter_guard",
+    "lock_redis",
+    "outage_attempts",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +62,29 @@ loads its data is a ``ConnectionError``)."""
 
 _FIRST_DELAY: Final = 0.25
 _MAX_DELAY: Final = 2.0
+_START_PING: Final = 3.0  # seconds the worker's start waits for the lock Redis's PONG
+
+# Outage errors that are replies of the lock Redis: its URL is right.
+_ANSWERS: Final = (RedisRestarting, redis.BusyLoadingError)
+
+# Apps whose lock Redis answered this process (or the worker's main before the fork).
+_answered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def lock_redis(app: Any) -> str:
+    """``redislock_url='<masked>'`` of ``app``, or what it defaults to, for messages."""
+    try:
+        url = masked_url(redis_url(app))
+    except RedisLockError:
+        return "redislock_url (unset)"
+    if app.conf.get("redislock_url") is None:
+        return f"redislock_url (unset: the broker's or result backend's {url!r})"
+    return f"redislock_url={url!r}"
+
+
+def _answer(app: Any) -> None:
+    if app not in _answered:
+        _answered[app] = True
 
 
 def outage_attempts(app: Any) -> int:
@@ -52,9 +100,22 @@ def enter_guard(
 ) -> Hold | None:
     """``guard.enter(...)``, tried again while Redis is unreachable (see the module)."""
     try:
-        return guard.enter(task, run, args, kwargs)
+        hold = guard.enter(task, run, args, kwargs)
     except OUTAGE_ERRORS as first:
         error: BaseException = first
+    else:
+        if hold is not None:  # it took something: Redis answered
+            _answer(task.app)
+        return hold
+    if isinstance(error, _ANSWERS):
+        _answer(task.app)  # it answered: restarted (within its grace) or loading
+    elif task.app not in _answered:
+        raise ConfigurationError(
+            f"task {task.name}[{run.task_id}]: the lock Redis, {lock_redis(task.app)}, has "
+            f"not answered since this worker started ({type(error).__name__}: {error}); "
+            "check redislock_url (an outage of a Redis that answered before is waited "
+            "for, up to redislock_outage_attempts)"
+        ) from error
     attempts, started = outage_attempts(task.app), time.monotonic()
     logger.warning(
         "celery_redislock: %s[%s] cannot reach the lock Redis (%s); waiting for "
@@ -82,7 +143,72 @@ def enter_guard(
         )
         return hold
     raise RedisUnavailable(
-        f"task {task.name}[{run.task_id}]: the lock Redis was unreachable for {attempts} "
-        f"attempts over {time.monotonic() - started:.0f}s ({type(error).__name__}: "
-        f"{error}); raise redislock_outage_attempts to wait longer"
+        f"task {task.name}[{run.task_id}]: the lock Redis, {lock_redis(task.app)}, was "
+        f"unreachable for {attempts} attempts over {time.monotonic() - started:.0f}s "
+        f"({type(error).__name__}: {error}); it answered before, so this is an outage: "
+        "raise redislock_outage_attempts to wait longer"
     ) from error
+
+
+def client_error(app: Any, error: BaseException) -> BaseException:
+    """An error of the lock Redis met by ``apply_async``, saying so: a connection error
+    names the lock Redis (``redislock_url``, masked; the broker may be the same
+    server, but this call failed on the locks), a ``RedisRestarting`` the setting its
+    grace comes from. Same class (a ``redis.ConnectionError`` stays one)."""
+    if isinstance(error, RedisRestarting):
+        grace = restart_grace(app)
+        value = "lock_ttl/3 + 2 s, at most lock_ttl" if grace is True else f"{grace!r}"
+        return RedisRestarting(f"{error} (redislock_restart_grace: {value})")
+    message = f"the lock Redis, {lock_redis(app)}, is unreachable: {error}"
+    try:
+        return type(error)(message)
+    except Exception:  # an error class with another signature
+        return redis.ConnectionError(message)
+
+
+def connect() -> None:
+    """Ping the lock Redis when a worker starts (see the module); once per process."""
+    signals.worker_init.connect(_on_worker_init, dispatch_uid="celery_redislock.outage")
+
+
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    app = getattr(sender, "app", None)
+    if app is None:
+        return
+    try:
+        if not any(guards_of(task) for task in app.tasks.values()):
+            return  # no task of ours: nothing to check
+        client, name = get_redis(app), lock_redis(app)
+    except RedisLockError:  # no lock Redis configured: the first run says so
+        return
+    outcome: list[BaseException | None] = []
+
+    def ping() -> None:
+        try:
+            client.ping()
+        except _ANSWERS:
+            pass  # a reply all the same: the URL is right
+        except Exception as exc:
+            outcome.append(exc)
+            return
+        _answer(app)
+        outcome.append(None)
+
+    # In a thread: a black-holed address must not hold the worker's start for the
+    # client's whole timeout and retries.
+    thread = threading.Thread(target=ping, name="celery-redislock-ping", daemon=True)
+    thread.start()
+    thread.join(_START_PING)
+    if outcome and outcome[0] is None:
+        logger.info("celery_redislock: the lock Redis, %s, answers", name)
+        return
+    why = (
+        f"{type(outcome[0]).__name__}: {outcome[0]}" if outcome else f"no reply in {_START_PING:g}s"
+    )
+    logger.error(
+        "celery_redislock: the lock Redis, %s, does not answer (%s): runs of tasks "
+        "with singleton locks or concurrency limits fail at once until it has answered "
+        "(check redislock_url)",
+        name,
+        why,
+    )

@@ -23,14 +23,14 @@ from typing import Any, ClassVar, ParamSpec, TypeVar
 from celery import Celery, Task
 from celery.result import AsyncResult
 
-from . import cleanup, logs, upstream
+from . import cleanup, logs, outage, upstream
 from .bounded import buckets, intake, sweeper
 from .bounded.guard import CONCURRENCY
 from .bounded.options import PoolKey
 from .execution import Guard, current_run, outcome_of, start_run
 from .literals import OnDuplicate, OnRunningDuplicate, SingletonMode
 from .options import check_class_options
-from .outage import enter_guard
+from .outage import OUTAGE_ERRORS, client_error, enter_guard
 from .redlock import check_not_bounded
 from .singleton import enqueue, lookup
 from .singleton.guard import SINGLETON
@@ -169,8 +169,10 @@ class RedisLockTask(Task[_P, _R]):
         ``concurrency_*``, ``on_*duplicate*``, ``once``) raises ``ConfigurationError``.
         """
         call = call_options(self, options, on_duplicate, singleton, lock_ttl, lock_queued_ttl)
+        published: list[bool] = []
 
         def publish(new_id: str, headers: dict[str, Any]) -> AsyncResult[_R]:
+            published.append(True)  # from here on an error may be the broker's
             return super(RedisLockTask, self).apply_async(
                 args,
                 kwargs,
@@ -182,7 +184,12 @@ class RedisLockTask(Task[_P, _R]):
                 **{**options, "headers": headers},
             )
 
-        return enqueue.apply_async(self, publish, args, kwargs, task_id, options, call)
+        try:
+            return enqueue.apply_async(self, publish, args, kwargs, task_id, options, call)
+        except OUTAGE_ERRORS as exc:
+            if published:
+                raise
+            raise client_error(self.app, exc) from exc  # says it is the lock Redis (#29)
 
     def singleton_key(self, *args: Any, **kwargs: Any) -> str:
         """The singleton lock name of a call with these arguments (what
@@ -235,6 +242,7 @@ class SingletonTask(RedisLockTask[_P, _R]):
 
 
 cleanup.connect()
+outage.connect()
 sweeper.connect()
 intake.connect()
 upstream.connect()

@@ -21,10 +21,17 @@ go on. A semaphore made with ``restart_grace`` keeps the limit across that:
   expired or was released by force (the marker older than its fence) is still
   reported lost.
 
-The grace must outlast the time every live holder takes to renew: its default is the
-lease TTL (renewal comes every TTL/3, and a lease longer than the grace is renewed
-every grace/3; a lease that did not renew within its TTL would have expired anyway,
-restart or not, so leases without renewal of at most the grace are covered too).
+The grace must outlast the time every live holder takes to renew after the server
+starts: one renewal period (renewal comes every TTL/3: ``renewal.schedule.DUE``) plus
+the lateness of a renewal whose Redis was down (``renewal.schedule.LATE``, 2 s: a
+failed call is tried again within a second, redis-py's own retries wait up to a
+second). Its default (``restart_grace=True``) is just that, at most the TTL:
+``min(TTL, TTL/3 + 2 s)`` -- 12 s for a 30 s lease, where it was the TTL before (#29
+item 4: a 10 s blip refused singleton enqueues for 30 s). Leases are renewed often
+enough for the grace they are given: a grace shorter than a TTL/3 period plus LATE
+shortens their renewal period (``renewal.schedule.period``). Leases that are not
+renewed cannot be put back; the placeholders keep their permits from newcomers for
+the grace only.
 Standalone and Sentinel servers only: on Redis Cluster the marker keys are in another
 slot, and no grace is sent. A client that never reached the
 server before it lost its data (a process started afterwards) cannot tell a restart
@@ -35,6 +42,7 @@ renewals that follow find the marker and report their leases lost).
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from typing import Any
@@ -44,24 +52,32 @@ from redis.cluster import RedisCluster
 
 from ..errors import ConfigurationError
 from .operations import Call, Operation, run
+from .renewal.schedule import DUE, LATE
 from .scripts import LuaScript
 from .validate import ttl_to_ms
 
-__all__ = ["grace_args", "grace_ms", "mark", "marking"]
+__all__ = ["default_grace_ms", "grace_args", "grace_ms", "mark", "marking"]
 
 _MARK = LuaScript("boot_mark.lua")
 _marked: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 _guard = threading.Lock()
 
 
+def default_grace_ms(ttl_ms: int) -> int:
+    """The default restart grace (ms) of leases of ``ttl_ms``: one renewal period plus
+    the lateness of a renewal after an outage, at most the TTL (see the module)."""
+    return min(ttl_ms, math.ceil(ttl_ms * DUE) + round(LATE * 1000))
+
+
 def grace_ms(value: object, ttl_ms: int, client: Any, name: str = "restart_grace") -> int:
     """The restart grace in ms for ``value``: None or False -- none (0); True -- the
-    lease TTL ``ttl_ms``; seconds > 0. 0 as well on Redis Cluster (see the module).
-    Anything else raises :class:`ConfigurationError` naming ``name``."""
+    default for leases of ``ttl_ms`` (:func:`default_grace_ms`); seconds > 0. 0 as
+    well on Redis Cluster (see the module). Anything else raises
+    :class:`ConfigurationError` naming ``name``."""
     if value is None or value is False:
         return 0
     if value is True:
-        ms = ttl_ms
+        ms = default_grace_ms(ttl_ms)
     elif isinstance(value, (int, float)):
         ms = ttl_to_ms(value, name)
     else:

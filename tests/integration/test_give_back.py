@@ -105,7 +105,9 @@ def test_holds_not_given_back_in_an_outage_are_given_back_when_redis_answers(
                 timeout=10,
                 what="the permits and the singleton lock given back",
             )
-            assert freed - answered < 3.0, (
+            # About 1 s (a try in flight waits up to 1 s between redis-py's retries);
+            # generous for a loaded machine (4.4 s seen at load 7 on 2 cores).
+            assert freed - answered < 6.0, (
                 f"given back {freed - answered:.1f}s after Redis answered"
             )
             again = tasks.single.delay(RUN)

@@ -27,7 +27,7 @@ from .entry import (
     restart_grace_ms,
 )
 
-__all__ = ["DUE", "EARLY", "Lost", "Schedule"]
+__all__ = ["DUE", "EARLY", "LATE", "Lost", "Schedule"]
 
 DUE = 1 / 3
 """Renew when this fraction of the TTL has passed since the last send ..."""
@@ -36,13 +36,23 @@ EARLY = 1 / 6
 """... and take along every lease at least this far into its TTL."""
 
 
+LATE = 2.0
+"""Seconds a renewal may come after it is due when Redis was down: a failed call is
+tried again within ``min(TTL * EARLY, 1 s)``, redis-py's own retries wait up to 1 s
+between tries, plus a loaded scheduler's delay (measured: holders put back ~1 s after
+a restarted Redis answered, benchmarks/bench_restart_grace.py; #29 item 4)."""
+
+
 def period(entry: Entry, ttl: float) -> float:
-    """The span ``ttl`` s leases are renewed on (DUE, EARLY of it): the TTL, or the
-    holder's restart grace when shorter (see ``core/restart.py``) -- after Redis lost
-    its data, a lease is put back only by a renewal within the grace, whatever its
-    own TTL."""
-    grace = restart_grace_ms(entry.holder)
-    return min(ttl, grace / 1000.0) if grace else ttl
+    """The span ``ttl`` s leases are renewed on (DUE, EARLY of it): the TTL, or shorter
+    when the holder's restart grace (see ``core/restart.py``) would not cover a
+    renewal DUE into it plus :data:`LATE` -- after Redis lost its data, a lease is put
+    back only by a renewal within the grace, whatever its own TTL. A grace shorter
+    than that margin allows renews every grace * DUE."""
+    grace = restart_grace_ms(entry.holder) / 1000.0
+    if not grace:
+        return ttl
+    return min(ttl, max(grace, (grace - LATE) / DUE))
 
 
 Lost = list[tuple[LeaseState, str]]

@@ -88,8 +88,8 @@ def test_the_sweep_reads_the_lease_time_checked(app: Celery) -> None:
 
 
 def test_restart_grace_setting(app: Celery) -> None:
-    assert restart_grace(app) is True  # default: the pool's lease TTL
-    assert _parking(app)._restart_grace_ms == 30_000  # type: ignore[attr-defined]
+    assert restart_grace(app) is True  # default: one renewal period plus 2 s (#29 item 4)
+    assert _parking(app)._restart_grace_ms == 12_000  # type: ignore[attr-defined]
     for value, expected in ((False, False), (None, False), (2.5, 2.5)):
         app.conf.redislock_restart_grace = value
         assert restart_grace(app) == expected
