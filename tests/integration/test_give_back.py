@@ -26,12 +26,18 @@ from .workers import LOCKS_DB, AppModule, WorkerProcess, db_url
 pytestmark = pytest.mark.slow
 
 TTL = 30  # far longer than the test: only a give-back frees the holds in time
-RUN = 2.0
 
 BODY = """
 from celery_redislock import bounded_task, singleton_task
 
 RECORDS = {records!r}
+GATE = {gate!r}
+
+
+def wait_for_gate():
+    deadline = time.time() + 30
+    while not os.path.exists(GATE) and time.time() < deadline:
+        time.sleep(0.02)
 
 
 def note(what, task_id):
@@ -40,16 +46,16 @@ def note(what, task_id):
 
 
 @bounded_task(app=app, bind=True, concurrency_limit=2, concurrency_key="api", lock_ttl={ttl})
-def call(self, seconds):
+def call(self):
     note("start", self.request.id)
-    time.sleep(seconds)
+    wait_for_gate()
     note("end", self.request.id)
 
 
 @singleton_task(app=app, bind=True, lock_ttl={ttl})
-def single(self, seconds):
+def single(self, n):
     note("start", self.request.id)
-    time.sleep(seconds)
+    wait_for_gate()
     note("end", self.request.id)
 """
 
@@ -80,22 +86,22 @@ def test_holds_not_given_back_in_an_outage_are_given_back_when_redis_answers(
     tmp_path: Path, redis_url: str
 ) -> None:
     with RedisServer() as lock_server:
-        records = tmp_path / "runs.txt"
-        module = AppModule(
-            tmp_path, redis_url, BODY.format(records=str(records), ttl=TTL), conf=CONF
-        )
+        records, gate = tmp_path / "runs.txt", tmp_path / "gate"
+        body = BODY.format(records=str(records), gate=str(gate), ttl=TTL)
+        module = AppModule(tmp_path, redis_url, body, conf=CONF)
         source = module.path.read_text().replace(db_url(redis_url, LOCKS_DB), lock_server.url)
         module.path.write_text(source)
         with WorkerProcess(module, concurrency=3) as worker:
             tasks = module.load()
             locks = redis.Redis.from_url(lock_server.url, socket_timeout=2)
             sem = ParkingSemaphore(locks, "api", limit=2)
-            lock = RedisLock(locks, tasks.single.singleton_key(RUN))
-            sent = [tasks.call.delay(RUN).id, tasks.call.delay(RUN).id]
-            first = tasks.single.delay(RUN)
+            lock = RedisLock(locks, tasks.single.singleton_key(1))
+            sent = [tasks.call.delay().id, tasks.call.delay().id]
+            first = tasks.single.delay(1)
             sent.append(first.id)
             wait_until(lambda: _notes(records, "start") == set(sent), 20, "all three started")
-            _stop_keeping_data(lock_server)  # while they run; they end meanwhile
+            _stop_keeping_data(lock_server)  # while they run (held at the gate)
+            gate.touch()  # they end during the outage
             wait_until(lambda: _notes(records, "end") == set(sent), 20, "all three ended")
             time.sleep(2.0)  # their releases failed (and redis-py's retries gave up)
             lock_server.start()  # with its data: the permits and the lock as they were
@@ -110,7 +116,7 @@ def test_holds_not_given_back_in_an_outage_are_given_back_when_redis_answers(
             assert freed - answered < 6.0, (
                 f"given back {freed - answered:.1f}s after Redis answered"
             )
-            again = tasks.single.delay(RUN)
+            again = tasks.single.delay(1)
             assert again.id != first.id, "a new run, not the one that finished in the outage"
             log = worker.log()
             assert "could not give back" in log and "gave back" in log, log[-3000:]
