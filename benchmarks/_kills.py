@@ -5,7 +5,9 @@ Every process of the benchmark's app appends one line per event to ``<records>.e
 <park token or ->``. Events: ``publish`` (``before_task_publish``: the sender, or the
 process that re-publishes a parked run), ``received`` (a worker's main took the message
 off the broker), ``parked`` (``permit_parked``), ``start`` (``task_prerun``, in a pool
-child: the main is its ppid). The benchmark adds ``kill`` lines (the main's pid).
+child: the main is its ppid), ``duplicate`` (``permit_duplicate``: a copy skipped as
+another message of a parked run that started already). The benchmark adds ``kill``
+lines (the main's pid).
 
 :func:`classify` says, for a task that never ran, where its last delivery went: its
 last message was the original (``orig``: a loss plain Celery has too) or a re-publish
@@ -27,6 +29,7 @@ import os as _os
 from celery import signals as _signals
 from celery_redislock.celery.signals import permit_acquired as _acquired
 from celery_redislock.celery.signals import permit_parked as _parked
+from celery_redislock.celery.signals import permit_duplicate as _duplicate
 
 _EVENTS = {records!r} + ".events"
 
@@ -65,6 +68,11 @@ def _on_parked(sender=None, task_id=None, **_):
 @_acquired.connect(weak=False)
 def _on_permit(sender=None, task_id=None, **_):
     _event("permit", task_id, "-")
+
+
+@_duplicate.connect(weak=False)
+def _on_duplicate(sender=None, task_id=None, **_):
+    _event("duplicate", task_id, "-")
 """
 
 
@@ -107,6 +115,9 @@ def classify(trace: Trace, kills: list[tuple[float, int]]) -> str:
     permit = [e for e in trace.events if e[1] == "permit" and started and e[0] >= started[-1][0]]
     received = [e for e in after if e[1] == "received"]
     parked = [e for e in trace.events if e[1] == "parked" and e[0] >= at]
+    skipped = [e for e in trace.events if e[0] >= at and e[1] == "duplicate"]
+    if started and skipped and skipped[-1][0] >= started[-1][0]:
+        return f"{kind} skipped (a copy of a started run)"
     if started:
         # A bounded run that started but holds no permit yet waits for one in place.
         waiting = any(e[1] in ("parked", "permit") for e in trace.events) and not permit
