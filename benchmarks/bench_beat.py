@@ -9,6 +9,8 @@ Everything runs on one private ``redis-server`` (broker, locks, RedBeat), with a
 ``celery worker`` (solo) recording each run: entry, slot and sending beat (from the
 message headers ``LeaderScheduler`` stamps) and when it ran.
 
+0. **Control.** Three plain ``celery beat`` (Celery's ``PersistentScheduler``) for
+   ``--control`` seconds: how many runs per scheduled second.
 1. **Scenario.** Three ``celery beat -S celery_redislock.beat:LeaderScheduler``
    (``--inner``: Celery's ``PersistentScheduler`` or django-celery-beat's
    ``DatabaseScheduler`` on one SQLite file), an interval entry every second and a
@@ -271,6 +273,31 @@ def redbeat_failover(url: str, kills: int, wait: float) -> list[float | None]:
     return out
 
 
+def control(url: str, seconds: float) -> None:
+    """Three plain ``PersistentScheduler`` beats for ``seconds``: what is sent."""
+    directory = Path(tempfile.mkdtemp(prefix="bench-plain-"))
+    module = beat_module(directory, url, schedule=SCHEDULE)
+    with WorkerProcess(module, pool="solo", concurrency=1):
+        beats = [
+            BeatProcess(module, scheduler="celery.beat:PersistentScheduler").start()
+            for _ in range(3)
+        ]
+        try:
+            wait_for(lambda: all(sending(b)() for b in beats), 60, "three plain beats")
+            time.sleep(seconds)
+        finally:
+            for beat in beats:
+                beat.stop()
+        time.sleep(2)
+    recorded = [r for r in runs(module, url) if r.entry == "every-second"]
+    span = max(r.ran_at for r in recorded) - min(r.ran_at for r in recorded)
+    print(f"\n## Control: 3 plain Celery beats, {seconds:g} s")
+    print(
+        f"  every-second: {len(recorded)} runs in {span:.0f} s (one per second would be "
+        f"{span + 1:.0f}): {len(recorded) / (span + 1):.2f} runs per scheduled second"
+    )
+
+
 def describe(name: str, times: list[float]) -> tuple[object, ...]:
     return (
         name,
@@ -286,6 +313,7 @@ def main() -> None:
     parser.add_argument("--scenario", type=float, default=180.0, help="scenario seconds")
     parser.add_argument("--inner", choices=("persistent", "database", "both"), default="both")
     parser.add_argument("--scenario-lease", type=float, default=3.0)
+    parser.add_argument("--control", type=float, default=30.0, help="plain beats, seconds")
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--lease", type=float, default=3.0, help="a short lease, beside 10 s")
     parser.add_argument("--redbeat-kills", type=int, default=1)
@@ -298,6 +326,8 @@ def main() -> None:
         for inner in inners:
             if args.scenario > 0:
                 scenario(url, args.scenario, args.scenario_lease, inner)
+        if args.control > 0:
+            control(url, args.control)
         rows = []
         if args.kills > 0:
             for lease in (None, args.lease):

@@ -186,7 +186,17 @@ class LeaderScheduler(Scheduler):
                     self._skipped(name, when, slots.as_datetime(last))
                     continue
                 stamped = _stamped(entry, when, self.owner)
-                result = super().apply_async(stamped, producer, False, **kwargs)
+                try:
+                    result = super().apply_async(stamped, producer, False, **kwargs)
+                except Exception as exc:
+                    # Claimed, so no beat sends it again: say so (at most once wins).
+                    log.error(
+                        "beat: %s at %s was claimed but not sent, and is lost: %s",
+                        name,
+                        when.isoformat(),
+                        exc,
+                    )
+                    raise
                 beat_slot_sent.send(sender=self, entry=name, slot=when)
         except (RedisError, RedisLockError) as exc:
             # Not sent; the next leader (or this one, later) sends it in its catch-up.

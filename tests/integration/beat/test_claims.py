@@ -124,7 +124,7 @@ def test_two_beats_that_both_believe_they_lead_send_each_slot_once(
     schedulers = [
         LeaderScheduler(beat_app, schedule_filename=str(tmp_path / f"s{i}")) for i in range(2)
     ]
-    stop = time.monotonic() + 3
+    stop = time.monotonic() + 2
 
     def run(scheduler: Any) -> None:
         while time.monotonic() < stop:

@@ -53,17 +53,17 @@ django.setup()
 
 
 def kill_scenario(module: AppModule) -> None:
-    """Three beats; the leader SIGKILLed once the others run; stopped 4 s after the
+    """Three beats; the leader SIGKILLed once the others run; stopped 3 s after the
     takeover. The runs are left in the module's Redis."""
     first = BeatProcess(module).start()
     beats = [first]
     try:
         wait_for(lambda: "beat: leading group" in first.log(), 30, "the first leader")
         beats += [BeatProcess(module).start(), BeatProcess(module).start()]
-        time.sleep(4)
+        time.sleep(3)
         first.kill()
         wait_new_leader(beats, first, 30)
-        time.sleep(4)
+        time.sleep(3)
     finally:
         for beat in beats:
             beat.stop()
@@ -72,7 +72,7 @@ def kill_scenario(module: AppModule) -> None:
 def check_runs(module: AppModule, redis_url: str) -> None:
     recorded = runs(module, redis_url)
     slots = check_exactly_once(recorded, "every-second")
-    assert len(slots) >= 6, recorded
+    assert len(slots) >= 5, recorded
     gap = max_gap(recorded)
     assert gap <= LEASE + INTERVAL + SLACK, "\n".join(
         [f"gap {gap:.2f}", *(f"{r.slot} {r.ran_at:.3f} {r.sender}" for r in recorded)]
