@@ -124,7 +124,7 @@ def test_two_beats_that_both_believe_they_lead_send_each_slot_once(
     schedulers = [
         LeaderScheduler(beat_app, schedule_filename=str(tmp_path / f"s{i}")) for i in range(2)
     ]
-    stop = time.monotonic() + 2
+    stop = time.monotonic() + 3
 
     def run(scheduler: Any) -> None:
         while time.monotonic() < stop:
@@ -141,6 +141,6 @@ def test_two_beats_that_both_believe_they_lead_send_each_slot_once(
         beat_slot_skipped.disconnect(on_skipped)
         for scheduler in schedulers:
             scheduler.close()
-    assert len(sent) >= 10, sent
+    assert len(sent) >= 5, sent
     assert set(sent.values()) == {1}, sent
     assert skipped, "the two beats never met on a slot"
