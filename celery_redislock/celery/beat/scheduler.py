@@ -248,9 +248,11 @@ class LeaderScheduler(Scheduler):
         yield from due
 
     def close(self) -> None:
+        # Released, so a standby takes over at once; a tick after close (Celery lets a
+        # closed scheduler resume) tries for the lease again.
         leadership, self._leadership = self._leadership, None
         if leadership is not None:
-            leadership.stop()  # released: a standby takes over at once
+            leadership.stop()
         super().close()
 
     @property
