@@ -38,6 +38,10 @@ logger = logging.getLogger("celery_redislock.metrics")
 SETTING: Final = "redislock_metrics"
 """The setting that switches counting on (default False)."""
 
+_CRASHES: Final = frozenset(("worker-lost", "time-limit"))
+"""Cleanup reasons that mean the run died: its lease given back is ``reclaimed``
+(a revoked run's is ``released``)."""
+
 _WAITED_AT_ONCE: Final = 0.001
 """Seconds: a permit granted within this was granted at once, not after a wait."""
 
@@ -120,7 +124,7 @@ def _on_singleton_duplicate(
 def _on_singleton_released(sender: Any = None, stage: str = "", **kw: Any) -> None:
     if not enabled(getattr(sender, "app", None)):
         return
-    if stage == "cleanup":
+    if stage == "cleanup" and kw.get("reason") in _CRASHES:
         _count(sender.app, "lock", sender.name, "reclaimed")
         return
     hold = _held_for("lock", kw.get("task_id")) if stage == "run" else None
@@ -171,7 +175,7 @@ def _on_permit_released(sender: Any = None, key: str = "", stage: str = "", **kw
     if not enabled(getattr(sender, "app", None)):
         return
     name = _pool_label(sender, key)
-    if stage == "cleanup":
+    if stage == "cleanup" and kw.get("reason") in _CRASHES:
         _count(sender.app, "semaphore", name, "reclaimed")
         return
     hold = _held_for("semaphore", kw.get("task_id")) if stage == "run" else None
