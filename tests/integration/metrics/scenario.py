@@ -9,7 +9,7 @@ What the scenario records, independently of the counters:
   granted its singleton lock; one that came back with another id was refused;
 * in the task bodies: ``start`` and ``end`` markers (task id and pid) pushed to Redis
   synchronously, so a run killed in its body has a start and no end;
-* the pool processes it SIGKILLed, while they slept in a body.
+* the pool processes it SIGKILLed, while they waited in a body (for nothing).
 """
 
 from __future__ import annotations
@@ -42,11 +42,21 @@ def _parked(sender=None, task_id=None, **kwargs):
 
 def _mark(kind, what, task_id):
     marks.rpush(f"marks:{kind}:{what}", f"{task_id} {os.getpid()}")
+    if what == "start":
+        marks.set(f"pid:{task_id}", os.getpid())
+
+def _pause(seconds):
+    if seconds == KILL:  # to be killed here: wait for nothing, until it comes
+        marks.blpop("never", 120)
+    else:
+        time.sleep(seconds)
+
+KILL = -1
 
 @app.task(base=SingletonTask, bind=True, unique_on=("n",))
 def single(self, n, pause):
     _mark("single", "start", self.request.id)
-    time.sleep(pause)
+    _pause(pause)
     _mark("single", "end", self.request.id)
     return n
 
@@ -54,13 +64,14 @@ def single(self, n, pause):
               concurrency_wait=0)
 def bounded(self, n, pause):
     _mark("bounded", "start", self.request.id)
-    time.sleep(pause)
+    _pause(pause)
     _mark("bounded", "end", self.request.id)
     return n
 """
 
-KILL_PAUSE = 1.5
-"""Seconds the runs chosen to be killed sleep in their body (others: 0-20 ms)."""
+KILL = -1
+"""The pause of a run chosen to be killed: it blocks in its body until killed (the
+others sleep 0-20 ms)."""
 
 
 @dataclass
@@ -106,7 +117,7 @@ def run(
         for i in range(tasks):
             kind = "single" if i % 2 == 0 else "bounded"
             kill = to_kill[kind] > 0 and i % 7 == 1 + (kind == "single")
-            pause = KILL_PAUSE if kill else (i % 3) * 0.01
+            pause = KILL if kill else (i % 3) * 0.01
             task_id = str(uuid.uuid4())
             if kind == "single":
                 result = app_module.single.apply_async((i // 2 % 9, pause), task_id=task_id)
@@ -145,14 +156,12 @@ def _kill_in_body(
         # Read afresh each time: a killed pool process is replaced by a new one.
         children = {pid for w in pool for pid in w.child_pids()}
         for kind, task_id in list(waiting):
-            for mark in locks.lrange(f"marks:{kind}:start", 0, -1):
-                tid, pid = mark.decode().split()
-                if tid == task_id and int(pid) in children:  # only our workers' children
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(int(pid), signal.SIGKILL)
-                    killed[kind].add(task_id)
-                    waiting.remove((kind, task_id))
-                    break
+            pid = locks.get(f"pid:{task_id}")
+            if pid is not None and int(pid) in children:  # only our workers' children
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+                killed[kind].add(task_id)
+                waiting.remove((kind, task_id))
         time.sleep(0.02)
     assert not waiting, f"runs never started: {waiting}"
     return killed
