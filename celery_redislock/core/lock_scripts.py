@@ -174,7 +174,8 @@ class LockScripts:
     ) -> Operation[tuple[Any, float]]:
         """One acquire attempt (see :meth:`acquire_args`): its reply (read it with
         :func:`acquire_reply`) and when it was sent."""
-        yield from self.marking()
+        if self.grace is not None:
+            yield from self.marking()
         args = self.acquire_args(token, ttl_ms, owner, wait)
         sent_at = time.monotonic()
         return (yield Call(ACQUIRE, self.acquire_keys, args)), sent_at

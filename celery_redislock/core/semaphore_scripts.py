@@ -171,7 +171,8 @@ class SemaphoreScripts:
     ) -> Operation[tuple[tuple[int, int, int, int], float]]:
         """One acquire attempt (queued when refused if ``wait``): its
         :func:`acquire_reply` and when it was sent."""
-        yield from self.marking()
+        if self.grace is not None:
+            yield from self.marking()
         args = self.acquire_args(token, owner, ttl_ms, wait)
         sent_at = time.monotonic()
         reply = self.limit_checked(acquire_reply((yield Call(ACQUIRE, self.acquire_keys, args))))
