@@ -15,9 +15,11 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from celery_redislock import bounded_task, singleton_task
+from celery_redislock.celery.beat.signals import beat_elected, beat_slot_sent, beat_slot_skipped
 from celery_redislock.celery.metrics import flush
 from celery_redislock.celery.metrics.collector import RedisLockCollector
 from celery_redislock.celery.metrics.read import CounterSet, read_counters
+from celery_redislock.core import release_all
 
 from ..conftest import MakeApp
 from ..helpers import wait_until
@@ -155,3 +157,47 @@ def test_recorder_never_waits_and_sends_after_an_outage(fault_proxy: Any, r: red
     fields = r.hgetall("redislock:metrics:lock:{t}")
     assert int(fields[b"n:granted"]) == 100
     assert int(fields[b"hs"]) == 100 * 500_000
+
+
+def test_lease_lost_counted(make_app: MakeApp, locks: redis.Redis, worker: Any) -> None:
+    """A running singleton's lock released under it: its renewal reports it lost."""
+    app = make_app(redislock_metrics=True)
+    proceed = threading.Event()
+    running = threading.Event()
+
+    @singleton_task(app=app, lock_ttl=1)
+    def job(n: int) -> int:
+        running.set()
+        proceed.wait(30)
+        return n
+
+    worker(app)
+    result = job.delay(1)
+    assert running.wait(30)
+    assert release_all(locks, prefix="redislock", kind="lock") == 1
+    try:
+        _settled(locks, "lock", job.name, {"granted": 1, "lease_lost": 1})
+    finally:
+        proceed.set()
+    result.get(timeout=30, propagate=False)
+
+
+class _Sender:
+    """What the receivers read of a beat scheduler: its app."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+
+def test_beat_events_counted(make_app: MakeApp, locks: redis.Redis) -> None:
+    """Beat's signals, sent by its scheduler (``sender.app``), count under the entry
+    or group name."""
+    app = make_app(redislock_metrics=True)
+    scheduler = _Sender(app)
+    beat_elected.send(sender=scheduler, group="default", owner="host:1:x")
+    for _ in range(3):
+        beat_slot_sent.send(sender=scheduler, entry="nightly", slot=None)
+    beat_slot_skipped.send(sender=scheduler, entry="nightly", slot=None, last=None)
+    assert flush(10)
+    _settled(locks, "beat", "default", {"elected": 1})
+    _settled(locks, "beat", "nightly", {"slot_sent": 3, "slot_skipped": 1})
