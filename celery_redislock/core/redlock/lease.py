@@ -17,7 +17,6 @@ from typing import Protocol
 from ...errors import ConfigurationError
 from ..lease import Lease, current_pid
 from ..renewal import renewer
-from ..renewal.entry import Entry
 from ..renewal.schedule import EARLY
 from ..validate import check_bool, ttl_to_ms
 from .renewal import RenewedOn
@@ -77,15 +76,12 @@ class RedlockLease(Lease):
                 ttl_ms = lock._check_ttl(max(0.0, self.remaining()) + added, "ttl")
             # A renewed lease: the change gets a new generation, so a renewal composed
             # before it (and still in flight) cannot undo it, and renewal goes on at
-            # the new TTL from now (as the single-server lease's extend).
-            entry = self._stop_renewal
-            renewing = entry.renewer if isinstance(entry, Entry) else None
-            gen = renewing.explicit(entry, ttl_ms / 1000) if renewing is not None else 0
+            # the new TTL from now (LeaseState's, as for the single-server lease).
+            renewer, gen = self._explicit(ttl_ms / 1000)
             sent_at = time.monotonic()
             held, deadline, error = lock._extend_all(self.token, ttl_ms, gen)
             if held and self._confirmed(ttl_ms, deadline):
-                if renewing is not None:
-                    renewing.rescheduled(entry, sent_at, ttl_ms / 1000)
+                self._rescheduled(renewer, sent_at)
                 return True
             left = self.remaining()
             if held is False or left <= 0 or self._released:
