@@ -25,7 +25,8 @@ from tests.faults import FaultProxy
 from ..workers import LOCKS_DB, WorkerProcess
 from .beats import BeatProcess, Run, beat_module, runs, wait_for
 
-pytestmark = pytest.mark.slow
+# Real beats measured against lease and interval bounds: alone, after the parallel part.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 LEASE = 2.0
 INTERVAL = 1.0

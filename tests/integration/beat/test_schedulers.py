@@ -28,7 +28,8 @@ from .test_failover import (
     wait_new_leader,
 )
 
-pytestmark = pytest.mark.slow
+# Real beats measured against lease and interval bounds: alone, after the parallel part.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 _DJANGO_SETTINGS = """\
 SECRET_KEY = "tests"

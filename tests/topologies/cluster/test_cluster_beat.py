@@ -16,7 +16,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:unclosed <socket:ResourceWarning
 
 
 def test_beat_leads_and_claims_on_the_cluster(
-    cluster: LocalCluster, redis_url: str, tmp_path: Path
+    cluster: LocalCluster, redis_url: str, tmp_path: Path, ran: set[str]
 ) -> None:
     name = f"beat{uuid.uuid4().hex[:8]}"
     app = Celery(name, set_as_current=False)
@@ -30,5 +30,6 @@ def test_beat_leads_and_claims_on_the_cluster(
     )
     try:
         check(handover(app, tmp_path), lease=5)
+        assert "beat_claim.lua" in ran  # the claims went to the cluster
     finally:
         app.close()

@@ -141,8 +141,8 @@ def test_every_script_is_covered() -> None:
     on a cluster (tests/topologies/redlock); ``boot_mark.lua`` is never sent to a
     cluster, whose restart grace is off (see core/restart.py: its keys are in another
     slot; tests/core covers it). The rate limiter's run on a cluster in
-    test_cluster_ratelimit.py."""
-    prefixes = ("lock_", "semaphore_", "park", "redlock_", "journal_", "ratelimit_")
+    test_cluster_ratelimit.py, beat's in test_cluster_beat.py."""
+    prefixes = ("lock_", "semaphore_", "park", "redlock_", "journal_", "ratelimit_", "beat_")
     others = {name for name in SCRIPTS if not name.startswith(prefixes)}
     assert others == {"queue_leave.lua", "boot_mark.lua"}
     assert len(SCRIPTS) >= 14
