@@ -25,8 +25,8 @@ the next ``MOVED``), so the notifier then wakes the channel's waiters to ask at 
 from __future__ import annotations
 
 import logging
-import select
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +43,7 @@ SHARDED_TAG = "s"
 never start with it)."""
 
 _IDLE_READ = 0.05  # a sharded subscriber with no node yet: sleep, do not spin
+_SHARD_POLL = 0.005  # seconds between looks at a sharded subscriber's nodes
 
 
 @dataclass(frozen=True)
@@ -136,23 +137,17 @@ def _detect(client: Any) -> PubSubMode:
 def _read_sharded(pubsub: Any, timeout: float) -> dict[str, Any] | None:
     """The next shard message of a ``ClusterPubSub``, which holds one connection per
     node with subscriptions. Its own timed read waits the full timeout on each node
-    in turn; here every node is checked at once and then the sockets are awaited
-    together, so a message on any node ends the wait."""
+    in turn; here every node is checked at once, every :data:`_SHARD_POLL` seconds,
+    so a message on any node ends the wait within that (redis-py offers no public
+    way to await several nodes' sockets together)."""
     nodes = list(pubsub.node_pubsub_mapping.values())
     if len(nodes) == 1:
         message: dict[str, Any] | None = pubsub.get_sharded_message(timeout=timeout)
         return message
-    message = pubsub.get_sharded_message(timeout=0)  # each node once
-    if message is not None or timeout <= 0:
-        return message
-    sockets = [
-        sock
-        for node in nodes
-        if node.connection is not None and (sock := getattr(node.connection, "_sock", None))
-    ]
-    if sockets:
-        select.select(sockets, [], [], timeout)
-    else:
-        select.select([], [], [], min(timeout, _IDLE_READ))
-    message = pubsub.get_sharded_message(timeout=0)
-    return message
+    deadline = time.monotonic() + timeout
+    while True:
+        message = pubsub.get_sharded_message(timeout=0)  # each node once
+        left = deadline - time.monotonic()
+        if message is not None or left <= 0:
+            return message
+        time.sleep(min(left, _SHARD_POLL if nodes else _IDLE_READ))
