@@ -31,6 +31,7 @@ def refresh_user(user_id: int) -> str:
     return f"refreshed {user_id}"
 
 
+# --8<-- [start:core]
 @pytest.fixture(scope="module")
 def redis_url() -> Iterator[str]:
     """A private Redis for this module's tests."""
@@ -48,3 +49,6 @@ def test_refresh_runs_once(redis_url: str) -> None:
         assert second.id == first.id
         release.set()
         assert first.get(timeout=10) == "refreshed 1"
+
+
+# --8<-- [end:core]
