@@ -20,6 +20,7 @@ from celery_redislock.core.parking import (
     ParkingSemaphore,
     new_entry_id,
 )
+from celery_redislock.core.redelivery import ALIVE, ENDED, mark_ran, retake
 
 from .helpers import Waiter, wait_queued
 
@@ -121,6 +122,20 @@ def test_parking_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
     assert ran >= {name for name in SCRIPTS if name.startswith("park")}
 
 
+def test_redelivery_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
+    pool = ParkingSemaphore(rc, name, limit=1, ttl=5)
+    entry = new_entry_id()
+    assert pool.park(entry, b"run", owner="t1") == 0  # a permit free: claimed at once
+    status, lease = pool.take(entry, "t1@first")
+    assert status == TAKEN and lease is not None
+    assert pool.take(entry, "t1@copy")[0] == DUPLICATE
+    assert retake(pool, entry, "t1@copy", ttl=5, memory=60)[0] == ALIVE  # its key: same tag
+    mark_ran(pool, entry, 60)
+    assert retake(pool, entry, "t1@copy", ttl=5, memory=60)[0] == ENDED
+    assert lease.release()
+    assert "redelivered_take.lua" in ran
+
+
 def test_journal_paths(rc: RedisCluster, name: str, ran: set[str]) -> None:
     journal = ParkJournal(rc, name)  # its keys share the hash tag {parked}
     first, second = new_entry_id(), new_entry_id()
@@ -144,5 +159,5 @@ def test_every_script_is_covered() -> None:
     test_cluster_ratelimit.py, beat's in test_cluster_beat.py."""
     prefixes = ("lock_", "semaphore_", "park", "redlock_", "journal_", "ratelimit_", "beat_")
     others = {name for name in SCRIPTS if not name.startswith(prefixes)}
-    assert others == {"queue_leave.lua", "boot_mark.lua"}
+    assert others == {"queue_leave.lua", "boot_mark.lua", "redelivered_take.lua"}
     assert len(SCRIPTS) >= 14
