@@ -219,32 +219,45 @@ class LeaderScheduler(Scheduler):
         name = str(entry.name)
         now_ms = _now_ms()
         last = claims.last(name)
-        window_start = now_ms - round(self.beat_settings.catch_up * 1000)
-        after = window_start if last is None else max(last, window_start)
-        due = slots.due_slots(entry.schedule, after, now_ms)
-        if due is None:  # not aligned: one slot, from the entry's last run
-            slot = slots.fallback_slot(entry.schedule, entry.last_run_at, now_ms)
+        schedule = entry.schedule
+        if not slots.aligned(schedule):  # one slot, from the entry's last run
+            slot = slots.fallback_slot(schedule, entry.last_run_at, now_ms)
             if last is None or slot > last:
                 yield slot
             return
-        if last is None or self.beat_settings.catch_up == 0:
+        catch_up = self.beat_settings.catch_up
+        if last is None or catch_up == 0:
             # Nothing sent yet (no history to make up), or no catch-up asked for: the
-            # latest slot only, as Celery sends one run for any number missed.
-            due = due[-1:]
-        elif last < window_start:
+            # latest slot only, however late this tick is, as Celery sends one run for
+            # any number missed (#26: with catch-up 0 the window was empty, and nothing
+            # after the first slot was ever sent).
+            latest = slots.latest_slot(schedule, last, now_ms)
+            if latest is None and last is None:
+                # The inner scheduler says due, but no slot lies within the search (a
+                # rare crontab missed long ago): send that one run, as Celery would.
+                latest = slots.fallback_slot(schedule, entry.last_run_at, now_ms)
+            if latest is not None:
+                yield latest
+            return
+        window_start = now_ms - round(catch_up * 1000)
+        due = slots.due_slots(schedule, max(last, window_start), now_ms) or []
+        # An unsent slot before the window: missed -- unless the window holds none,
+        # when it is the run this (late) tick fires for and is sent (#26: a tick later
+        # than the window dropped it, and an interval longer than the window reported
+        # every on-time run as missed).
+        missed = slots.latest_slot(schedule, last, window_start)
+        if missed is not None and not due:
+            due = [missed]
+            missed = slots.latest_slot(schedule, last, missed - 1)
+        if missed is not None:
             log.warning(
-                "beat: %s: slots after %s and before %s were not sent and are older than "
+                "beat: %s: slots after %s up to %s were not sent and are older than "
                 "redislock_beat_catch_up (%g s): not sent",
                 name,
                 slots.as_datetime(last).isoformat(),
-                slots.as_datetime(window_start).isoformat(),
-                self.beat_settings.catch_up,
+                slots.as_datetime(missed).isoformat(),
+                catch_up,
             )
-        if not due and last is None:
-            # The inner scheduler says due, but no slot lies in the window (a run
-            # missed long ago): send that one run, as Celery would.
-            yield slots.fallback_slot(entry.schedule, entry.last_run_at, now_ms)
-            return
         yield from due
 
     def close(self) -> None:

@@ -24,9 +24,22 @@ from typing import Any, Final
 
 from celery.schedules import crontab, schedule
 
-__all__ = ["MINUTE_MS", "aligned", "as_datetime", "due_slots", "fallback_slot", "interval_ms"]
+__all__ = [
+    "LATEST_SEARCH_MS",
+    "MINUTE_MS",
+    "aligned",
+    "as_datetime",
+    "due_slots",
+    "fallback_slot",
+    "interval_ms",
+    "latest_slot",
+]
 
 MINUTE_MS: Final = 60_000
+
+LATEST_SEARCH_MS: Final = 8 * 24 * 3_600_000
+"""How far back :func:`latest_slot` walks a crontab's minutes (a weekly entry's span and
+a day more): ~11,500 minute checks at most."""
 
 
 def as_datetime(slot_ms: int) -> datetime:
@@ -80,6 +93,24 @@ def due_slots(entry_schedule: object, after_ms: int, now_ms: int) -> list[int] |
             for m in range(start, end + 1)
             if _crontab_matches(entry_schedule, as_datetime(m * MINUTE_MS))
         ]
+    return None
+
+
+def latest_slot(entry_schedule: object, after_ms: int | None, before_ms: int) -> int | None:
+    """The latest slot in ``(after_ms, before_ms]`` (no lower bound when ``after_ms`` is
+    None); None when there is none, the schedule is not aligned, or a crontab has none
+    in the :data:`LATEST_SEARCH_MS` before ``before_ms``."""
+    interval = interval_ms(entry_schedule)
+    if interval is not None:
+        slot = before_ms // interval * interval
+        return slot if after_ms is None or slot > after_ms else None
+    if isinstance(entry_schedule, crontab):
+        floor = (before_ms - LATEST_SEARCH_MS) // MINUTE_MS
+        if after_ms is not None:
+            floor = max(floor, after_ms // MINUTE_MS)
+        for m in range(before_ms // MINUTE_MS, floor, -1):
+            if _crontab_matches(entry_schedule, as_datetime(m * MINUTE_MS)):
+                return m * MINUTE_MS
     return None
 
 

@@ -13,6 +13,7 @@ from celery_redislock.celery.beat.slots import (
     due_slots,
     fallback_slot,
     interval_ms,
+    latest_slot,
 )
 
 
@@ -84,3 +85,17 @@ def test_other_schedules_are_not_aligned_and_use_their_due_time() -> None:
     assert fallback_slot(once, None, now_ms + 456) == now_ms
     # A due time in the future (asked early) is never a slot later than now.
     assert fallback_slot(OnceAt(as_datetime(now_ms + 5000), now_ms), last, now_ms) == now_ms
+
+
+def test_the_latest_slot_of_a_span() -> None:
+    every_second = schedule(timedelta(seconds=1))
+    assert latest_slot(every_second, None, 13_200) == 13_000
+    assert latest_slot(every_second, 12_000, 13_200) == 13_000
+    assert latest_slot(every_second, 13_000, 13_999) is None  # claimed already
+    daily = crontab(minute=30, hour=4, app=Celery(set_as_current=False, timezone="UTC"))
+    now = ms("2026-03-02T04:29:59")
+    assert latest_slot(daily, None, now) == ms("2026-03-01T04:30:00")
+    assert latest_slot(daily, ms("2026-03-01T04:30:00"), now) is None
+    assert latest_slot(daily, ms("2026-02-28T04:30:00"), now) == ms("2026-03-01T04:30:00")
+    yearly = crontab(minute=0, hour=0, day_of_month=1, month_of_year=1)
+    assert latest_slot(yearly, None, now) is None  # beyond the search: the caller decides
