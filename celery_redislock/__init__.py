@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         RedisLockTask,
         SingletonTask,
         bounded_task,
+        rate_limited_task,
         singleton_task,
     )
 
@@ -42,6 +43,7 @@ __all__ = [
     "RedisLockTask",
     "SingletonTask",
     "bounded_task",
+    "rate_limited_task",
     "singleton_task",
     # errors
     "ConfigurationError",
@@ -54,7 +56,9 @@ __all__ = [
     "RedlockUnavailable",
 ]
 
-_CELERY_NAMES = frozenset({"RedisLockTask", "SingletonTask", "bounded_task", "singleton_task"})
+_CELERY_NAMES = frozenset(
+    {"RedisLockTask", "SingletonTask", "bounded_task", "rate_limited_task", "singleton_task"}
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,12 +1,13 @@
 """Celery glue: the task base class and decorators, feature folders, settings, client, signals.
 
 Imports the core, never the reverse. Folders: :mod:`.singleton` (singleton tasks),
-:mod:`.bounded` (bounded concurrency), :mod:`.cli` (the ``celery redislock`` command),
-:mod:`.metrics` (counters in Redis, the Prometheus exporter, the live page).
+:mod:`.bounded` (bounded concurrency), :mod:`.ratelimit` (global rate limits),
+:mod:`.cli` (the ``celery redislock`` command), :mod:`.metrics` (counters in Redis,
+the Prometheus exporter, the live page).
 Shared modules beside them:
 
 * :mod:`.task` -- ``RedisLockTask`` and ``SingletonTask``; :mod:`.decorators` --
-  ``singleton_task`` and ``bounded_task``;
+  ``singleton_task``, ``bounded_task`` and ``rate_limited_task``;
 * :mod:`.config` -- the ``redislock_*`` settings and raw task options;
   :mod:`.client` -- the per-app, per-process Redis client; :mod:`.upstream` -- every
   private name of another library the package uses;
@@ -21,7 +22,7 @@ See docs/architecture.md for the layers and the life of a call.
 
 from __future__ import annotations
 
-from .decorators import bounded_task, singleton_task
+from .decorators import bounded_task, rate_limited_task, singleton_task
 from .metrics import connect as _connect_metrics
 from .task import RedisLockTask, SingletonTask
 
@@ -29,4 +30,10 @@ from .task import RedisLockTask, SingletonTask
 # are connected here so that every process that loads the glue counts alike.
 _connect_metrics()
 
-__all__ = ["RedisLockTask", "SingletonTask", "bounded_task", "singleton_task"]
+__all__ = [
+    "RedisLockTask",
+    "SingletonTask",
+    "bounded_task",
+    "rate_limited_task",
+    "singleton_task",
+]

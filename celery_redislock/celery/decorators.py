@@ -35,6 +35,7 @@ from .bounded.options import OPTIONS as BOUNDED_OPTIONS
 from .bounded.options import PoolKey
 from .literals import OnDuplicate, OnRunningDuplicate, SingletonMode
 from .options import check_class_options
+from .ratelimit.options import check_rate_options
 from .redlock import check_not_bounded
 from .singleton.percall import check_unknown_options
 from .task import RedisLockTask, SingletonTask
@@ -183,4 +184,45 @@ def bounded_task(
     decorator = _decorator(app, options, RedisLockTask)
     if app is not None:  # a shared task is checked when an app binds it
         check_not_bounded(app, options.get("name") or "bounded_task", concurrency_limit)
+    return decorator(fun) if fun is not None else decorator
+
+
+def rate_limited_task(
+    fun: Callable[..., Any] | None = None,
+    /,
+    *,
+    global_rate_limit: Any = None,
+    global_rate_key: Any = None,
+    app: Celery | None = None,
+    **options: Any,
+) -> Any:
+    """Declare a task whose runs across all workers stay under a rate (issue #25):
+    ``shared_task`` (or ``app.task``) with ``base=RedisLockTask``.
+
+    ``global_rate_limit`` (required): ``"N/period"`` (``"10/s"``, ``"500/m"``,
+    ``"5/10s"``) or a list of them, all of which must admit a run;
+    ``global_rate_key`` names the limiter: None (the task's name), a string shared by
+    several tasks (``"openai"``), or a callable ``key(*args, **kwargs) -> str`` of the
+    task's arguments (one limiter per tenant). Over the rate a run is parked in Redis
+    and started at its admission time (no retry, no worker process held). ``app=``
+    binds the task to that app only. Any other keyword is a task option, Celery's or
+    ours (``concurrency_limit=5``, ``singleton=True``)::
+
+        @rate_limited_task(global_rate_limit="10/s", global_rate_key="openai")
+        def summarize(doc_id): ...
+    """
+    if global_rate_limit is None:
+        raise ConfigurationError(
+            "rate_limited_task needs global_rate_limit (a rate 'N/period' or a list of "
+            "them), e.g. @rate_limited_task(global_rate_limit='10/s'), got None"
+        )
+    options = {
+        **options,
+        "global_rate_limit": global_rate_limit,
+        "global_rate_key": global_rate_key,
+    }
+    check_rate_options(
+        SimpleNamespace(global_rate_limit=global_rate_limit, global_rate_key=global_rate_key)
+    )
+    decorator = _decorator(app, options, RedisLockTask)
     return decorator(fun) if fun is not None else decorator

@@ -33,6 +33,7 @@ __all__ = [
     "permit_parked",
     "permit_released",
     "permit_rescheduled",
+    "rate_limited",
     "singleton_acquired",
     "singleton_duplicate",
     "singleton_released",
@@ -110,3 +111,13 @@ permit_released = Signal(
 )
 """A bounded task gave its permit back; ``reason`` and ``released`` as for
 :data:`singleton_released`."""
+
+rate_limited = Signal(
+    name="rate_limited",
+    providing_args=("key", "position", "rate", "task_id", "waited"),
+)
+"""A run of a task with ``global_rate_limit`` was over the rate of limiter ``key``
+(``rate``: its rate strings), or its body raised ``RateLimited``: it was parked in the
+limiter's queue at 1-based place ``position`` (0: admitted again at once) and starts
+at its admission time; ``waited`` is the seconds since its first refusal (0.0 the
+first time)."""

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, ParamSpec, TypeVar
 from celery import Celery, Task
 from celery.result import AsyncResult
 
+from ..errors import RateLimited
 from . import cleanup, logs, outage, upstream
 from .bounded import buckets, intake, sweeper
 from .bounded.guard import CONCURRENCY
@@ -31,10 +32,14 @@ from .execution import Guard, current_run, outcome_of, start_run
 from .literals import OnDuplicate, OnRunningDuplicate, SingletonMode
 from .options import check_class_options
 from .outage import OUTAGE_ERRORS, client_error, enter_guard
+from .ratelimit import enqueue as rate_enqueue
+from .ratelimit import pump
+from .ratelimit.guard import RATE, rate_limited_by_body
+from .ratelimit.options import check_rate_options
 from .redlock import check_not_bounded
 from .singleton import enqueue, lookup
 from .singleton.guard import SINGLETON
-from .singleton.percall import call_options, check_unknown_options
+from .singleton.percall import NO_CALL_OPTIONS, call_options, check_unknown_options
 
 __all__ = ["RedisLockTask", "SingletonTask"]
 
@@ -119,15 +124,27 @@ class RedisLockTask(Task[_P, _R]):
     permit frees (``redislock_concurrency_park``, True); False: re-publish it with a
     countdown (polling)."""
 
+    global_rate_limit: str | list[str] | None = None
+    """At most this many runs per period across every worker, by the lock Redis's
+    clock: ``"N/period"`` (``"10/s"``, ``"500/m"``, ``"5/10s"``) or a list of them, all
+    of which must admit a run (None: no global rate limit). Over it a run is parked
+    and started at its admission time (see :mod:`.ratelimit.guard`)."""
+
+    global_rate_key: PoolKey = None
+    """The limiter's name: None (the task's name), a string shared by several tasks,
+    or a callable of the task's arguments (``key(*args, **kwargs) -> str``)."""
+
     Request = "celery_redislock.celery.bounded.intake:BoundedRequest"
     """The worker's request class: Celery's, noting copies this package re-sent so
     their receipt is not logged twice (see :mod:`.logs`), and parking a bounded run
     that would be refused a permit from the worker's main process (see
     :mod:`.bounded.intake`)."""
 
-    redislock_guards: ClassVar[tuple[Guard, ...]] = (SINGLETON, CONCURRENCY)
+    redislock_guards: ClassVar[tuple[Guard, ...]] = (SINGLETON, CONCURRENCY, RATE)
     """What each run holds, entered in this order and given back in reverse: the
-    singleton lock first, then the concurrency permit."""
+    singleton lock first, then the concurrency permit, then the rate's admission --
+    last, so a run admitted starts at once (the limit holds on the runs' starts; a run
+    refused parks for the rate and gives its permit back)."""
 
     @classmethod
     def bind(cls, app: Celery) -> Celery:
@@ -136,6 +153,7 @@ class RedisLockTask(Task[_P, _R]):
         bound = super().bind(app)
         check_unknown_options(cls.name, dir(cls), dir(RedisLockTask))
         check_class_options(cls)
+        check_rate_options(cls)
         check_not_bounded(app, cls.name, cls.concurrency_limit)
         return bound
 
@@ -169,6 +187,13 @@ class RedisLockTask(Task[_P, _R]):
         ``concurrency_*``, ``on_*duplicate*``, ``once``) raises ``ConfigurationError``.
         """
         call = call_options(self, options, on_duplicate, singleton, lock_ttl, lock_queued_ttl)
+        if call is NO_CALL_OPTIONS and not (producer or link or link_error or shadow):
+            # Over its global rate: parked now, published once at its admission time.
+            parked, task_id, options = rate_enqueue.park_at_send(
+                self, args, kwargs, task_id, options
+            )
+            if parked is not None:
+                return parked
         published: list[bool] = []
 
         def publish(new_id: str, headers: dict[str, Any]) -> AsyncResult[_R]:
@@ -228,6 +253,11 @@ class RedisLockTask(Task[_P, _R]):
             # The tracer pushed the request already: call run() as Celery's own fast
             # path does (celery/app/trace.py), not Task.__call__, which pushes again.
             return self.run(*args, **kwargs)
+        except RateLimited as exc:  # a 429: penalize the limiter, park the run again
+            error = rate_limited_by_body(self, run, args, kwargs, exc)
+            if error is exc:
+                raise
+            raise error from exc
         except BaseException as exc:
             error = exc
             raise
@@ -245,6 +275,7 @@ cleanup.connect()
 outage.connect()
 sweeper.connect()
 intake.connect()
+pump.connect()
 upstream.connect()
 buckets.connect()  # Celery's rate_limit beside a pool (#29 item 1)
 logs.install()

@@ -15,7 +15,9 @@ The queue (:class:`ParkingQueue`) does not know what frees capacity: it asks a
 it; its Lua side (``lua/lib_capacity.lua``) answers how much is free, reserves it for a
 claimed entry, turns a reservation into the run's, and gives it back. A semaphore's
 free permits are one (:class:`SemaphoreCapacity`, with :class:`ParkingSemaphore`: a
-semaphore whose every release hands its permit to its queue).
+semaphore whose every release hands its permit to its queue); a rate limiter's
+admissions another (:class:`RateCapacity`: freed by time, so its caller pumps the
+queue at the next admission time, :meth:`RateCapacity.retry_after`).
 
 Nothing is lost to a process that dies half-way: a claimed entry keeps its payload
 until its run takes it; if that does not happen within ``reserve_ttl`` (the publisher
@@ -44,6 +46,8 @@ from ..errors import ConfigurationError
 from .keys import DEFAULT_PREFIX, decode_name, encode_name
 from .lease import Lease, OnLost
 from .lock import SCRIPT_CONSTANTS
+from .ratelimit_rates import check_cost
+from .ratelimit_scripts import DEFAULT_SLOTS, RateLimitScripts
 from .restart import grace_args
 from .scripts import LuaScript, as_text
 from .semaphore import RedisSemaphore
@@ -54,6 +58,7 @@ __all__ = [
     "HANDED_OVER",
     "NOT_PARKED",
     "PARKING_CONSTANTS",
+    "START_MARGIN_US",
     "TAKEN_MEMORY_MS",
     "Capacity",
     "OnClaimed",
@@ -61,6 +66,7 @@ __all__ = [
     "ParkingInfo",
     "ParkingQueue",
     "ParkingSemaphore",
+    "RateCapacity",
     "SemaphoreCapacity",
     "as_bytes",
     "new_entry_id",
@@ -80,11 +86,18 @@ SENT_WINDOW_US: Final = 60_000_000
 never more than this long (µs) before its parking: a sender whose clock runs behind
 gets ahead of at most a minute of others' runs."""
 
+START_MARGIN_US: Final = 10_000
+"""A rate limiter's admission taken by a run is counted from this long (µs) after the
+take, so the limit holds on the starts of the runs' bodies too (the take's reply and
+Celery's hooks come between); a window then admits a little less than N per period
+only when admissions follow each other back to back."""
+
 PARKING_CONSTANTS: Final = {
     **SCRIPT_CONSTANTS,
     "TAKEN_MEMORY_MS": TAKEN_MEMORY_MS,
     "DEAD_LETTERS": DEAD_LETTERS,
     "SENT_WINDOW_US": SENT_WINDOW_US,
+    "START_MARGIN_US": START_MARGIN_US,
 }
 """The ``{{NAME}}`` constants of the parking scripts."""
 
@@ -195,7 +208,7 @@ class Capacity(Protocol):
         """The key ``part`` next to the capacity's own keys (same hash tag)."""
         ...
 
-    def script_keys(self) -> list[str]:
+    def script_keys(self) -> list[str | bytes]:
         """The capacity's KEYS, after the queue's (see ``capacity_of``)."""
         ...
 
@@ -250,7 +263,7 @@ class SemaphoreCapacity:
         """``<prefix>:semaphore:{name}:<part>``."""
         return self.semaphore.keys.key(part)
 
-    def script_keys(self) -> list[str]:
+    def script_keys(self) -> list[str | bytes]:
         """holders, leases, fence, meta, queue, alive, asks."""
         k = self.semaphore.keys
         return [k.holders, k.leases, k.fence, k.meta, k.queue, k.alive, k.asks]
@@ -282,6 +295,86 @@ class SemaphoreCapacity:
         """The run's permit: the lease of token ``entry_id``."""
         sem = self.semaphore
         return sem._new_lease(entry_id, fence, ttl_ms, owner, sent_at, renew, on_lost, sem.max_hold)
+
+
+class RateCapacity:
+    """A rate limiter's admissions as a :class:`ParkingQueue`'s capacity (issue #25):
+    the limiter ``name`` with ``rate`` on ``client`` (as
+    :class:`~.ratelimit.RedisRateLimiter` takes them; the same keys, so it shares
+    their charges with every limiter object of that name), each run costing ``cost``.
+
+    A claim is an admission, charged when it is claimed (see ``lib_capacity.lua``,
+    ``"rate"``); the queue's keys live under the limiter's hash tag. Nothing frees
+    capacity but time: whoever parks runs here pumps the queue at
+    :meth:`retry_after`'s time.
+    """
+
+    kind: Final = "rate"
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        rate: str | list[str] | tuple[str, ...],
+        cost: int = 1,
+        prefix: str = DEFAULT_PREFIX,
+        slots: int = DEFAULT_SLOTS,
+        start_spent: bool = True,
+    ) -> None:
+        self.scripts = RateLimitScripts(client, name, rate, prefix, slots, start_spent)
+        self.cost = check_cost(cost)
+        if self.cost > self.scripts.smallest:
+            raise ConfigurationError(
+                f"cost must be at most the smallest limit of {name!r} "
+                f"({self.scripts.smallest}), got {cost!r}"
+            )
+        self._client = client
+        self._prefix = prefix
+
+    @property
+    def name(self) -> str:
+        """The limiter's name."""
+        return self.scripts.name
+
+    @property
+    def client(self) -> Any:
+        """The limiter's client."""
+        return self._client
+
+    @property
+    def prefix(self) -> str:
+        """The limiter's key prefix."""
+        return self._prefix
+
+    def key(self, part: str) -> str:
+        """``<prefix>:ratelimit:{name}:<part>``."""
+        return self.scripts.space.key(part)
+
+    def script_keys(self) -> list[str | bytes]:
+        """log, state."""
+        return list(self.scripts.keys)
+
+    def script_args(self) -> list[Any]:
+        """``rate``, the cost, then the limiter's own (spec, slots, seen, start spent)."""
+        return [self.kind, self.cost, *self.scripts.lib_args()]
+
+    def take_ttl(self, ttl: float | None, owner: str | None) -> int:
+        """Nothing is held after an admission: 1 ms (unused)."""
+        return 1
+
+    def taken(
+        self,
+        entry_id: str,
+        fence: int,
+        ttl_ms: int,
+        owner: str | None,
+        sent_at: float,
+        renew: bool | None,
+        on_lost: OnLost | None,
+    ) -> None:
+        """An admission holds nothing."""
+        return None
 
 
 class ParkingQueue:
@@ -332,7 +425,7 @@ class ParkingQueue:
             key("dead"),
         )
 
-    def _script_keys(self, done: str) -> list[str]:
+    def _script_keys(self, done: str) -> list[str | bytes]:
         """The KEYS of a parking script: the queue's, ``done`` (a key of the call's
         own), the capacity's."""
         return [
@@ -436,7 +529,7 @@ class ParkingQueue:
         sent_at = time.monotonic()
         reply = _TAKE(
             self.capacity.client,
-            self._script_keys(entry_id),
+            self._script_keys(f"{entry_id}:take"),
             [entry_id, ttl_ms, owner or "", self._taken_ms, *self.capacity.script_args()],
         )
         status = int(reply[0])

@@ -21,6 +21,7 @@ NAMES = [
     "permit_duplicate",
     "permit_rescheduled",
     "permit_released",
+    "rate_limited",
 ]
 
 

@@ -114,12 +114,14 @@ class Intake:
     ``spec``); ``hand_over``: free capacity may be reserved for this very run (a
     permit; see :meth:`~celery_redislock.core.parking.ParkingQueue.park`) rather than
     left to the run to take; ``parked(position)`` says the run was parked (its DEBUG
-    line and signal)."""
+    line and signal); ``header``: the message header of its park token (the bounded
+    queue's, or the guard's own)."""
 
     queue: ParkingQueue
     spec: ParkSpec
     hand_over: bool
     parked: Callable[[int], None]
+    header: str = PARK_HEADER
 
 
 class NotAtIntake(Exception):
@@ -177,7 +179,7 @@ def park_at_intake(request: Any) -> bool:
             return False
         since = time.time()
         entry_id = intake_token(request)
-        payload = encode_request(task, request, entry_id, since)
+        payload = encode_request(task, request, entry_id, since, intake.header)
     except Exception as exc:
         logger.debug(
             "celery_redislock: %s[%s] not looked at on intake (%s: %s)",
@@ -222,7 +224,7 @@ def park_at_intake(request: Any) -> bool:
         return False
     if position == HANDED_OVER:  # the run starts now and takes its entry's capacity
         del message[ATTEMPT]
-        message[PARK_HEADER] = park_header(entry_id, message.get("retries"), since)
+        message[intake.header] = park_header(entry_id, message.get("retries"), since)
         request.acknowledge()
         return False
     request.acknowledge()

@@ -308,10 +308,11 @@ def sent_token(task_id: Any, retries: Any, sent: Any) -> str:
     return park_token(str(task_id), int(retries or 0), f"sent {sent}".encode())
 
 
-def park_state(request: Any) -> tuple[str, float] | None:
-    """``(park token, first refusal in epoch seconds)`` of a parked run's message, or
-    None (no header, or one a ``retry()`` copied from an earlier attempt)."""
-    raw = (request.headers or {}).get(PARK_HEADER)
+def park_state(request: Any, header: str = PARK_HEADER) -> tuple[str, float] | None:
+    """``(park token, first refusal in epoch seconds)`` of a parked run's message (its
+    ``header``: the bounded queue's, or another guard's), or None (no header, or one a
+    ``retry()`` copied from an earlier attempt)."""
+    raw = (request.headers or {}).get(header)
     try:
         entry_id, retries, since = str(raw).split()
         if int(retries) == (request.retries or 0):
@@ -321,13 +322,17 @@ def park_state(request: Any) -> tuple[str, float] | None:
     return None
 
 
-def encode_request(task: AnyTask, request: Any, entry_id: str, since: float) -> bytes:
+def encode_request(
+    task: AnyTask, request: Any, entry_id: str, since: float, header: str = PARK_HEADER
+) -> bytes:
     """The parked message of a worker's ``request`` (in the main process, before a pool
-    process ran it), as :func:`park_run` encodes a running one."""
-    return _payload(task, request._context, entry_id, since, ())
+    process ran it), as :func:`park_message` encodes a running one."""
+    return _payload(task, request._context, entry_id, since, (), header)
 
 
-def _payload(task: AnyTask, context: Any, entry_id: str, since: float, holds: Any) -> bytes:
+def _payload(
+    task: AnyTask, context: Any, entry_id: str, since: float, holds: Any, header: str
+) -> bytes:
     sig = task.signature_from_request(context)
     options = dict(sig.options)
     # Not ours (they name this delivery), nor the intake's park token (a request key,
@@ -335,9 +340,9 @@ def _payload(task: AnyTask, context: Any, entry_id: str, since: float, holds: An
     headers = {
         k: v
         for k, v in (options.get("headers") or {}).items()
-        if k not in HEADERS and k != PARK_HEADER and k != ATTEMPT
+        if k not in HEADERS and k not in (PARK_HEADER, header, ATTEMPT)
     }
-    headers[PARK_HEADER] = park_header(entry_id, context.retries, since)
+    headers[header] = park_header(entry_id, context.retries, since)
     for hold in holds:
         hold.on_park(headers)
     options["headers"] = headers
@@ -345,21 +350,27 @@ def _payload(task: AnyTask, context: Any, entry_id: str, since: float, holds: An
 
 
 def park_message(
-    task: AnyTask, run: RunState, queue: ParkingQueue, spec: ParkSpec, since: float
+    task: AnyTask,
+    run: RunState,
+    queue: ParkingQueue,
+    spec: ParkSpec,
+    since: float,
+    header: str = PARK_HEADER,
 ) -> int:
-    """Park the current request of ``task`` in ``queue`` (named by ``spec``); its
-    1-based place in the queue (0: claimed at once). The caller then says so (its log
-    line and signal) and ends the run with ``Ignore``.
+    """Park the current request of ``task`` in ``queue`` (named by ``spec``; its parked
+    message carries its park token in ``header``: the bounded queue's, or another
+    guard's); its 1-based place in the queue (0: claimed at once). The caller then says
+    so (its log line and signal) and ends the run with ``Ignore``.
 
     The holds of the run (a singleton lease) are handed to the parked message first,
     as to a retry; if parking fails they are kept by this run, which may try again.
     """
     request = task.request
-    entry_id = park_attempt(request) or _fresh_token(request)
+    entry_id = park_attempt(request) or _fresh_token(request, header)
     # Kept on the request: a park whose reply was lost to an outage is tried again
     # under the same id (see outage.py), which never parks the run twice.
     setattr(request, ATTEMPT, entry_id)
-    payload = _payload(task, request, entry_id, since, run.holds)
+    payload = _payload(task, request, entry_id, since, run.holds, header)
     try:
         # Journaled first: it survives the lock Redis.
         record(task.app, entry_id, payload, spec=spec, owner=run.task_id)
@@ -405,12 +416,12 @@ def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float, 
     return position
 
 
-def _fresh_token(request: Any) -> str:
+def _fresh_token(request: Any, header: str) -> str:
     """The park token of a run refused in its pool process: a fresh message's is its
     intake token (see intake.py), so a delivery of it again (``acks_late``: a main killed
     before the ack) parks under the same token and changes nothing; a published parked
     run refused at its take, or one without :data:`SENT_HEADER`, gets a random one."""
     sent = (request.headers or {}).get(SENT_HEADER)
-    if sent is None or park_state(request) is not None:
+    if sent is None or park_state(request, header) is not None:
         return new_entry_id()
     return sent_token(request.id, request.retries, sent)

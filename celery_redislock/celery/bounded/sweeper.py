@@ -35,6 +35,7 @@ from celery import signals
 from ...core.keys import DEFAULT_PREFIX, encode_name
 from ...core.parking import parking_pools, pools_key
 from ...core.scripts import as_text
+from ...errors import ConfigurationError
 from ..client import get_redis
 from ..config import settings_for
 from ..outage import OUTAGE_ERRORS
@@ -67,7 +68,11 @@ def sweep(app: Any) -> tuple[int, int]:
             # meanwhile adds its pool after its script, so no pool is ever forgotten.
             client.srem(pools, encode_name(pool))
             # No terms: those stored with the pool apply (a semaphore's limit).
-            queue = queue_for(app, ParkSpec(kind, pool, prefix, ()))
+            try:
+                queue = queue_for(app, ParkSpec(kind, pool, prefix, ()))
+            except ConfigurationError as exc:  # a rate limiter whose state is gone
+                logger.debug("celery_redislock: %s pool %r not swept (%s)", kind, pool, exc)
+                continue
             parked, claimed = queue.pump()
             published += len(claimed)
             left = parked + queue.parking_info().claimed
@@ -176,7 +181,9 @@ class Sweeper(threading.Thread):
 
 def _uses_parking(app: Any) -> bool:
     return any(
-        getattr(task, "concurrency_limit", None) is not None for task in list(app.tasks.values())
+        getattr(task, "concurrency_limit", None) is not None
+        or getattr(task, "global_rate_limit", None) is not None
+        for task in list(app.tasks.values())
     )
 
 

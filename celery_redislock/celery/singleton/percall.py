@@ -32,6 +32,7 @@ from ...errors import ConfigurationError
 from ..bounded.options import OPTIONS as BOUNDED_OPTIONS
 from ..config import check_on_duplicate, check_ttl
 from ..literals import OnDuplicate
+from ..ratelimit.options import OPTIONS as RATE_OPTIONS
 from .options import OPTIONS as SINGLETON_OPTIONS
 
 __all__ = [
@@ -58,7 +59,9 @@ LOCK_TTL_HEADER: Final = "redislock_lock_ttl"
 """Header: the per-call ``lock_ttl`` (seconds, as a string) of this call's run."""
 
 OUR_NAMES: Final = tuple(
-    dict.fromkeys((*SINGLETON_OPTIONS, *BOUNDED_OPTIONS, *PER_CALL, "concurrency_limit"))
+    dict.fromkeys(
+        (*SINGLETON_OPTIONS, *BOUNDED_OPTIONS, *RATE_OPTIONS, *PER_CALL, "concurrency_limit")
+    )
 )
 """Every option name of ours: task options, decorator keywords, per-call options."""
 

@@ -1,7 +1,7 @@
 -- lib_capacity.lua: the capacity a parking queue hands out, as the parking scripts
 -- see it. Inlined by "--!include lib_capacity.lua" after lib_lock.lua,
--- lib_semaphore.lua and lib_restart.lua, before lib_parking.lua. Not a script of its
--- own.
+-- lib_semaphore.lua, lib_restart.lua and lib_ratelimit.lua, before lib_parking.lua.
+-- Not a script of its own.
 --
 -- The queue of parked runs (lib_parking.lua) does not know what frees capacity. A
 -- parking script reads its capacity from the end of its KEYS and ARGV
@@ -14,9 +14,16 @@
 --                (the restart grace in ms, lib_restart.lua; "" for none). A claimed
 --                entry's reservation is a permit lease whose token is the entry's
 --                id; a release frees a permit (park_release.lua hands it on).
---
--- Capacity freed by time rather than by a release (a rate limiter's next admission)
--- is a kind of its own here, with the same helpers.
+--   "rate"       a RedisRateLimiter's admissions (core/parking.py, RateCapacity;
+--                issue #25): capacity freed by time, not by a release. KEYS log,
+--                state (see lib_ratelimit.lua); ARGV "rate", cost (units per run),
+--                spec ("L:P,..."), slots, seen (server µs, loss detection; 0:
+--                none), spent ("1": a limiter whose state was lost starts spent),
+--                as rl_prepare takes them. A claim
+--                is an admission charged when it is claimed; it is never given back
+--                (a lapsed or returned claim stays charged: the limit is never
+--                exceeded, the run is charged again when claimed again). A pump at
+--                the next admission time (its caller's timer) claims the head.
 
 -- The capacity of a script: KEYS from index `kfirst`, ARGV from `afirst` (see above);
 -- nil for a kind these scripts do not know, so the script fails at its first use.
@@ -27,6 +34,12 @@ local function capacity_of(keys, kfirst, args, afirst)
       fence = keys[kfirst + 2], meta = keys[kfirst + 3], queue = keys[kfirst + 4],
       alive = keys[kfirst + 5], asks = keys[kfirst + 6], limit = tonumber(args[afirst + 1]),
       fair = args[afirst + 2] == '1', grace = tonumber(args[afirst + 3] or '')}
+  end
+  if kind == 'rate' then
+    return {kind = kind, log = keys[kfirst], state = keys[kfirst + 1],
+      cost = tonumber(args[afirst + 1]), spec = args[afirst + 2],
+      slots = tonumber(args[afirst + 3]), seen = tonumber(args[afirst + 4]),
+      spent = tonumber(args[afirst + 5])}
   end
   return nil
 end
@@ -42,6 +55,9 @@ local function capacity_ready(c, now, now_us, own)
       local left, marker = restart_grace(c.holders, c.grace, now_us)
       if left > 0 then hold_for_restart(c.holders, c.leases, c.limit, left, now, marker) end
     end
+  elseif c.kind == 'rate' then
+    c.now_us = now_us
+    c.active, c.charged = rl_prepare(c.log, c.state, c.spec, c.slots, c.seen, c.spent, now_us)
   end
 end
 
@@ -56,11 +72,17 @@ end
 
 -- How many parked entries may be claimed now: permits not held by a live lease
 -- (expired ones are reaped here) and not due to a run waiting in place in the
--- semaphore's queue (those were woken, or handed a permit, first).
+-- semaphore's queue (those were woken, or handed a permit, first); 1 when the rate
+-- limiter admits a run's cost now (asked again after each claim), else 0 (also
+-- before capacity_ready).
 local function capacity_free(c, now)
   if c.kind == 'semaphore' then
     reap_holders(c.holders, c.leases, now)
     return c.limit - redis.call('ZCARD', c.holders) - redis.call('ZCARD', c.queue)
+  end
+  if c.kind == 'rate' and c.active then
+    local at = rl_when(c.log, c.state, c.active, c.cost, c.now_us)
+    if at >= 0 and at <= c.now_us then return 1 end
   end
   return 0
 end
@@ -71,31 +93,61 @@ local function capacity_waiting(c)
   return 0
 end
 
--- Reserve capacity for claimed entry `id` (owner `owner`) for `reserve` ms.
+-- Reserve capacity for claimed entry `id` (owner `owner`) for `reserve` ms. Returns
+-- a note the queue keeps with the entry for capacity_take_reserved and
+-- capacity_unreserve (a rate limiter's admission id), or nil.
 local function capacity_reserve(c, id, owner, reserve, now, now_us)
   if c.kind == 'semaphore' then
     local fence = next_fence(c.fence, now_us)
     grant_permit(c.holders, c.leases, id, owner, reserve, now, fence)
+  elseif c.kind == 'rate' then
+    return rl_charge(c.log, c.state, c.charged, c.cost, c.slots, c.now_us)
   end
+  return nil
 end
 
--- Whether claimed entry `id` holds a reservation (a standby, claimed ahead, holds none).
+-- Whether claimed entry `id` holds a reservation (a standby, claimed ahead, holds none;
+-- every claim of a rate limiter was charged).
 local function capacity_reserved(c, id)
   if c.kind == 'semaphore' then return redis.call('ZSCORE', c.holders, id) ~= false end
-  return false
+  return c.kind == 'rate'
 end
 
--- Drop the reservation of `id` (its claim lapsed, or it was given back).
-local function capacity_unreserve(c, id)
+-- Drop the reservation of `id` (its claim lapsed, or it was given back); `note`: what
+-- capacity_reserve returned (a rate limiter's admission is refunded while it counts).
+local function capacity_unreserve(c, id, note, now_us)
   if c.kind == 'semaphore' then
     redis.call('ZREM', c.holders, id)
     redis.call('HDEL', c.leases, 'f:' .. id, 'o:' .. id, 's:' .. id)
+  elseif c.kind == 'rate' and note then
+    rl_adjust(c.log, c.state, note, c.cost, -c.cost, c.slots, now_us)
   end
 end
 
 -- The run of `id` starts: its live reservation becomes its own for `ttl` ms. Returns
--- {fence, ttl}, or nil when it holds none (a lapsed one is dropped).
-local function capacity_take_reserved(c, id, ttl, owner, now)
+-- {fence, ttl}, or nil when it holds none (a lapsed one is dropped). `claim`: the
+-- entry's claim expiry (ms) before the take, false when it was not claimed (a rate
+-- limiter's reservation is the claim itself; fence 0).
+local function capacity_take_reserved(c, id, ttl, owner, now, now_us, claim, note)
+  if c.kind == 'rate' then
+    if not (claim and tonumber(claim) > now) then return nil end
+    if not note then return {0, ttl} end
+    -- The admission moves from the claim to the start, so the limit holds on the
+    -- runs' starts (a start comes later than its claim: the way through the broker):
+    -- the claim's charge is refunded and the run charged now, if the limiter admits
+    -- it now; else the claim's charge is put back and the run refused (it parks
+    -- again) -- it started more than a period after its claim, too late to count
+    -- there.
+    capacity_ready(c, now, now_us, false)
+    rl_adjust(c.log, c.state, note, c.cost, -c.cost, c.slots, now_us)
+    local at = rl_when(c.log, c.state, c.active, c.cost, now_us)
+    if at >= 0 and at <= now_us then
+      rl_charge(c.log, c.state, c.charged, c.cost, c.slots, now_us + {{START_MARGIN_US}})
+      return {0, ttl}
+    end
+    rl_adjust(c.log, c.state, note, c.cost, c.cost, c.slots, now_us)
+    return nil
+  end
   if c.kind == 'semaphore' then
     local expiry = redis.call('ZSCORE', c.holders, id)
     if expiry and tonumber(expiry) > now then
@@ -104,22 +156,38 @@ local function capacity_take_reserved(c, id, ttl, owner, now)
       keep_keys(c.holders, c.leases, ttl, now)
       return {tonumber(redis.call('HGET', c.leases, 'f:' .. id)), ttl}
     end
-    if expiry then capacity_unreserve(c, id) end
+    if expiry then capacity_unreserve(c, id, nil, now) end
   end
   return nil
 end
 
 -- Grant `id` (owner `owner`) capacity for `ttl` ms at once (the caller checked
--- capacity_free). Returns {fence, ttl}.
+-- capacity_free). Returns {fence, ttl} (a rate limiter's admission: fence 0).
 local function capacity_grant(c, id, owner, ttl, now, now_us)
+  if c.kind == 'rate' then
+    rl_charge(c.log, c.state, c.charged, c.cost, c.slots, c.now_us + {{START_MARGIN_US}})
+    return {0, ttl}
+  end
   local fence = next_fence(c.fence, now_us)
   grant_permit(c.holders, c.leases, id, owner, ttl, now, fence)
   return {tonumber(fence), ttl}
 end
 
+-- Note that the take of `id` by `owner` was granted, in `done` (kept
+-- RELEASE_MEMORY_MS), where a semaphore's lease does not say it: a rate limiter's.
+local function capacity_note_taken(c, done, owner)
+  if c.kind == 'rate' and owner ~= '' then
+    redis.call('SET', done, owner, 'PX', {{RELEASE_MEMORY_MS}})
+  end
+end
+
 -- What a re-sent take of `id` by `owner` got the first time, while it lasts:
--- {fence, ms left}; nil when it got nothing (or it is over).
-local function capacity_held(c, id, owner, now)
+-- {fence, ms left}; nil when it got nothing (or it is over). `done`: see
+-- capacity_note_taken.
+local function capacity_held(c, id, owner, now, done)
+  if c.kind == 'rate' and owner ~= '' and redis.call('GET', done) == owner then
+    return {0, 0}
+  end
   if c.kind == 'semaphore' and owner ~= '' then
     local expiry = redis.call('ZSCORE', c.holders, id)
     if expiry and tonumber(expiry) > now and redis.call('HGET', c.leases, 'o:' .. id) == owner then

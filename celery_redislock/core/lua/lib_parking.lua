@@ -7,7 +7,9 @@
 -- these scripts. An entry's id is its park token; it is in exactly one of these
 -- states:
 --   parked    in the parked zset, scored by ticket (server µs at park: FIFO order);
---             its payload "p:<id>", owner "o:<id>" and ticket "t:<id>" in payloads.
+--             its payload "p:<id>", owner "o:<id>" and ticket "t:<id>" in payloads
+--             (and "n:<id>" once claimed: the capacity's note of its reservation,
+--             see capacity_reserve).
 --   claimed   taken off the queue by a release (or a pump) that reserved capacity
 --             for it (capacity_reserve: a semaphore's permit lease whose token is
 --             the id), and the id in the claimed zset scored by the reservation's
@@ -52,7 +54,8 @@ local function unclaim_lapsed(k, c, now)
   local lapsed = redis.call('ZRANGEBYSCORE', k.claimed, '-inf', string.format('%d', now))
   for _, id in ipairs(lapsed) do
     redis.call('ZREM', k.claimed, id)
-    capacity_unreserve(c, id)
+    capacity_unreserve(c, id, redis.call('HGET', k.payloads, 'n:' .. id), now * 1000)
+    redis.call('HDEL', k.payloads, 'n:' .. id)
     local ticket = redis.call('HGET', k.payloads, 't:' .. id)
     if ticket then redis.call('ZADD', k.parked, ticket, id) end
   end
@@ -66,23 +69,27 @@ local function keep_claimed(k, reserve)
   redis.call('PEXPIRE', k.claimed, keep)
 end
 
--- Claim up to `free` entries from the head of the queue: each gets capacity reserved
--- for `reserve` ms (capacity_reserve) and joins the claimed zset.
+-- Claim entries from the head of the queue while capacity is free (asked again once
+-- what it said is used up): each gets capacity reserved for `reserve` ms
+-- (capacity_reserve) and joins the claimed zset.
 -- Returns {id, payload, owner, ...} of the entries claimed, in queue order.
-local function claim_heads(k, c, free, now, now_us, reserve)
+local function claim_heads(k, c, now, now_us, reserve)
   local out = {}
+  local free = capacity_free(c, now)
   while free > 0 do
     local head = redis.call('ZRANGE', k.parked, 0, 0)[1]
     if not head then break end
     redis.call('ZREM', k.parked, head)
     local row = redis.call('HMGET', k.payloads, 'p:' .. head, 'o:' .. head)
     if row[1] then  -- else its payload expired with the hash: nothing to publish
-      capacity_reserve(c, head, row[2] or '', reserve, now, now_us)
+      local note = capacity_reserve(c, head, row[2] or '', reserve, now, now_us)
+      if note then redis.call('HSET', k.payloads, 'n:' .. head, note) end
       redis.call('ZADD', k.claimed, string.format('%d', now + reserve), head)
       out[#out + 1] = head
       out[#out + 1] = row[1]
       out[#out + 1] = row[2] or ''
       free = free - 1
+      if free == 0 then free = capacity_free(c, now) end
     end
   end
   if #out > 0 then keep_claimed(k, reserve) end
@@ -126,7 +133,7 @@ end
 -- Claim for the capacity free now (claim_heads), then the standbys
 -- (claim_standbys): {id, payload, owner, ...} of both, in that order.
 local function claim_free(k, c, standby, now, now_us, reserve)
-  local out = claim_heads(k, c, capacity_free(c, now), now, now_us, reserve)
+  local out = claim_heads(k, c, now, now_us, reserve)
   for _, v in ipairs(claim_standbys(k, c, standby, now, reserve)) do out[#out + 1] = v end
   return out
 end

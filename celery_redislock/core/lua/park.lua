@@ -46,6 +46,7 @@
 --!include lib_lock.lua
 --!include lib_semaphore.lua
 --!include lib_restart.lua
+--!include lib_ratelimit.lua
 --!include lib_capacity.lua
 --!include lib_parking.lua
 
@@ -63,6 +64,7 @@ end
 --!include lib_lock.lua
 --!include lib_semaphore.lua
 --!include lib_restart.lua
+--!include lib_ratelimit.lua
 --!include lib_capacity.lua
 --!include lib_parking.lua
 local now, now_us = server_clock()

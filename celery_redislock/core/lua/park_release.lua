@@ -40,6 +40,7 @@
 --!include lib_lock.lua
 --!include lib_semaphore.lua
 --!include lib_restart.lua
+--!include lib_ratelimit.lua
 --!include lib_capacity.lua
 --!include lib_parking.lua
 

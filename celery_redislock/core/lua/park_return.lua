@@ -26,6 +26,7 @@
 --!include lib_lock.lua
 --!include lib_semaphore.lua
 --!include lib_restart.lua
+--!include lib_ratelimit.lua
 --!include lib_capacity.lua
 --!include lib_parking.lua
 
@@ -35,13 +36,16 @@ local STAMP = 'pb' .. string.sub(ARGV[1], 1, 8)
 
 if redis.call('ZREM', k.claimed, id) == 0 then return {STAMP, redis.call('EXISTS', KEYS[6])} end
 redis.call('SET', KEYS[6], '1', 'PX', {{RELEASE_MEMORY_MS}})
-capacity_unreserve(capacity_of(KEYS, 7, ARGV, 5), id)
+local t = redis.call('TIME')
+local note = redis.call('HGET', k.payloads, 'n:' .. id)
+redis.call('HDEL', k.payloads, 'n:' .. id)
+capacity_unreserve(capacity_of(KEYS, 7, ARGV, 5), id, note,
+  tonumber(t[1]) * 1000000 + tonumber(t[2]))
 if ARGV[2] == 'park' then
   local ticket = redis.call('HGET', k.payloads, 't:' .. id)
   if ticket then redis.call('ZADD', k.parked, ticket, id) end
   return {STAMP, 1}
 end
-local t = redis.call('TIME')
 local payload = redis.call('HGET', k.payloads, 'p:' .. id) or ''
 redis.call('HDEL', k.payloads, 'p:' .. id, 'o:' .. id, 't:' .. id)
 redis.call('RPUSH', k.dead, id .. ' ' .. t[1] .. string.format('%03d', math.floor(t[2] / 1000))

@@ -2,12 +2,15 @@
 -- and take the capacity reserved for it, or free capacity.
 --
 -- KEYS[1]  parked    zset: parked entry ids scored by ticket (server µs).
--- KEYS[2]  payloads  hash: "p:<id>" payload, "o:<id>" owner, "t:<id>" ticket;
---                    "r:<id>" the owner of a refused take.
+-- KEYS[2]  payloads  hash: "p:<id>" payload, "o:<id>" owner, "t:<id>" ticket,
+--                    "n:<id>" its reservation's note; "r:<id>" the owner of a
+--                    refused take.
 -- KEYS[3]  claimed   zset: claimed entry ids scored by reservation expiry (ms).
 -- KEYS[4]  taken     zset: consumed ids scored by when they are forgotten (ms).
 -- KEYS[5]  dead      list: dead-lettered entries, unused here.
--- KEYS[6]  done      string: unused here (every parking script's sixth key).
+-- KEYS[6]  done      string "<capacity keys' prefix>:done:<id>:take": the owner of
+--                    a granted take where the capacity keeps no lease to say so (a
+--                    rate limiter's), kept RELEASE_MEMORY_MS for a re-sent take.
 -- KEYS[7]… the capacity's keys (see capacity_of in lib_capacity.lua).
 -- ARGV[1]  id        the run's park token (its message header).
 -- ARGV[2]  ttl       the run's lease time, milliseconds (integer > 0).
@@ -16,7 +19,8 @@
 --                    key lives as long as its longest memory.
 -- ARGV[5]… the capacity's arguments (see capacity_of in lib_capacity.lua); a
 --                    semaphore's limit is used when the semaphore stores none.
--- Constants (see lib_lock.lua, lib_parking.lua): FENCE_MEMORY_MS, TAKEN_MEMORY_MS.
+-- Constants (see lib_lock.lua, lib_parking.lua, lib_capacity.lua): FENCE_MEMORY_MS,
+-- TAKEN_MEMORY_MS, RELEASE_MEMORY_MS, START_MARGIN_US.
 --
 -- Returns {stamp, reply} (stamp: 'pt' and the first 8 characters of ARGV[1]);
 -- reply {1, fence, ttl}: the capacity is the run's, its lease token is `id` (the
@@ -30,6 +34,7 @@
 --!include lib_lock.lua
 --!include lib_semaphore.lua
 --!include lib_restart.lua
+--!include lib_ratelimit.lua
 --!include lib_capacity.lua
 --!include lib_parking.lua
 
@@ -40,7 +45,7 @@ local id, ttl, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now, now_us = server_clock()
 
 if redis.call('ZSCORE', k.taken, id) then
-  local held = capacity_held(c, id, owner, now)
+  local held = capacity_held(c, id, owner, now, KEYS[6])
   if held then return {STAMP, {1, held[1], held[2]}} end
   if owner ~= '' and redis.call('HGET', k.payloads, 'r:' .. id) == owner then return {STAMP, {0}} end
   return {STAMP, {-1}}
@@ -49,12 +54,17 @@ redis.call('ZREMRANGEBYSCORE', k.taken, '-inf', string.format('%d', now))
 local memory = tonumber(ARGV[4]) or {{TAKEN_MEMORY_MS}}
 redis.call('ZADD', k.taken, string.format('%d', now + memory), id)
 if redis.call('PTTL', k.taken) < memory then redis.call('PEXPIRE', k.taken, memory) end
+local claim = redis.call('ZSCORE', k.claimed, id)
+local note = redis.call('HGET', k.payloads, 'n:' .. id)
 redis.call('ZREM', k.claimed, id)
 redis.call('ZREM', k.parked, id)
-redis.call('HDEL', k.payloads, 'p:' .. id, 'o:' .. id, 't:' .. id)
+redis.call('HDEL', k.payloads, 'p:' .. id, 'o:' .. id, 't:' .. id, 'n:' .. id)
 
-local reserved = capacity_take_reserved(c, id, ttl, owner, now)
-if reserved then return {STAMP, {1, reserved[1], reserved[2]}} end
+local reserved = capacity_take_reserved(c, id, ttl, owner, now, now_us, claim, note)
+if reserved then
+  capacity_note_taken(c, KEYS[6], owner)
+  return {STAMP, {1, reserved[1], reserved[2]}}
+end
 -- No reservation (it lapsed, or Redis lost it): free capacity, unless runs are
 -- parked ahead (then this one parks again, behind them).
 capacity_ready(c, now, now_us, false)
@@ -64,4 +74,5 @@ if redis.call('ZCARD', k.parked) > 0 or capacity_free(c, now) <= 0 then
   return {STAMP, {0}}
 end
 local granted = capacity_grant(c, id, owner, ttl, now, now_us)
+capacity_note_taken(c, KEYS[6], owner)
 return {STAMP, {1, granted[1], granted[2]}}

@@ -23,6 +23,7 @@ from celery_redislock.celery.bounded.settings import (
     check_limits,
 )
 from celery_redislock.celery.options import options_of
+from celery_redislock.celery.ratelimit.guard import RATE
 from celery_redislock.celery.singleton.guard import SINGLETON
 from celery_redislock.celery.tokens import parse_owner
 
@@ -111,7 +112,8 @@ def test_bounded_task_defaults(app: Celery) -> None:
         DEFAULT_WAIT,
     )
     assert options.waiters_of(4) == 4  # as many waiters as the limit
-    assert task.redislock_guards == (SINGLETON, CONCURRENCY)  # singleton first
+    # The singleton first; the rate last (#25): an admitted run starts at once.
+    assert task.redislock_guards == (SINGLETON, CONCURRENCY, RATE)
 
 
 def test_bounded_task_as_a_singleton_too(app: Celery) -> None:

@@ -1,0 +1,222 @@
+"""The rate guard: a run of a rate-limited task starts only when its limiter admits it.
+
+When a run starts (``before_start``, after the singleton lock and the concurrency
+permit, last: an admitted run starts at once, so the limit holds on the runs'
+starts; a refused run gives its permit back as it parks) the guard asks the pool's
+limiter for an admission -- through the pool's queue, so a run never passes runs
+parked before it (one script call, ``park_take.lua``). Refused, the
+run is **parked** in the queue (its whole message, ``retries`` unchanged, the current
+message acknowledged, ``Ignore``; :func:`~..bounded.parking.park_message`) and a
+worker's pump (:mod:`.pump`) publishes it again at its admission time by the server's
+clock, charged as it is claimed: no ``retry()``, no re-publish per refused attempt, no
+worker process or prefetch slot held while it waits. A fresh message is looked at in
+the worker's main process already (:mod:`..bounded.intake`): admitted there (the
+admission reserved for it) or parked there, before a pool process sees it.
+
+A body that raises :class:`~celery_redislock.errors.RateLimited` (the API answered
+429) penalizes the limiter for every worker (``retry_after`` seconds, else one
+period of its first rate) and parks this run again, behind the runs parked before
+it: not a retry (:func:`rate_limited_by_body`).
+
+Every limited run sends ``rate_limited`` and logs one line. In eager mode the run
+waits for its admission in place.
+
+May import the core, the shared glue and the bounded feature's parking and intake.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Final
+
+from celery.exceptions import Ignore
+
+from ...core.parking import DUPLICATE, REFUSED, ParkingQueue, new_entry_id
+from ...errors import RateLimited
+from ..bounded.intake import Intake, NotAtIntake, register_intake
+from ..bounded.journal import forget
+from ..bounded.parking import ATTEMPT, park_message, park_state
+from ..execution import AnyTask, Guard, Hold, RunState
+from ..logs import mark_resent_by
+from ..signals import rate_limited
+from ..tokens import PARK_HEADER
+from .options import RateOptions, rate_options
+from .pump import poke
+from .queues import limiter_for, rate_queue, rate_spec
+
+__all__ = [
+    "RATE",
+    "RATE_PARK_HEADER",
+    "RateGuard",
+    "RateHold",
+    "limited",
+    "rate_limited_by_body",
+]
+
+logger = logging.getLogger(__name__)
+
+RATE_PARK_HEADER: Final = "redislock_rate_park"
+"""Header of a run parked for its rate: ``"<park token> <retries> <first refusal>"``
+(as the bounded feature's park header, for the rate queue)."""
+
+mark_resent_by(RATE_PARK_HEADER)  # published from the rate queue: logged once
+
+
+class RateHold(Hold):
+    """A run's admission: nothing to give back (the rate guard is the last one: no
+    later guard parks an admitted run)."""
+
+    def __init__(self, task_id: str, pool: str) -> None:
+        self.task_id, self.pool = task_id, pool
+
+
+class RateGuard(Guard):
+    """Admits a run by its task's limiter, or parks it; see the module docs."""
+
+    def enter(
+        self, task: AnyTask, run: RunState, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Hold | None:
+        """Admit the run, or park it and raise ``Ignore``."""
+        options = rate_options(task)
+        if not options.enabled:
+            return None
+        pool = options.pool(task, args, kwargs)
+        request = task.request
+        if request.is_eager:  # no queue to go back to: wait for the admission in place
+            limiter_for(task.app, pool, options.rates).acquire()
+            return RateHold(run.task_id, pool)
+        queue = rate_queue(task.app, pool, options.rates)
+        parked = park_state(request, RATE_PARK_HEADER)
+        since = time.time() if parked is None else parked[1]
+        if getattr(request, ATTEMPT, None) is not None:  # an earlier attempt may have parked it
+            _park(task, run, queue, options, pool, since)
+        if parked is not None:
+            forget(task.app, parked[0])  # before the token is consumed: see journal.py
+        status, _ = queue.take(new_entry_id() if parked is None else parked[0], run.task_id)
+        if status == DUPLICATE:
+            logger.warning(
+                "celery_redislock: %s[%s] is a second message of a run parked for the rate "
+                "of %r that started already: skipped",
+                task.name,
+                run.task_id,
+                pool,
+            )
+            raise Ignore()
+        if status == REFUSED:
+            _park(task, run, queue, options, pool, since)
+        if parked is not None:
+            logger.debug(
+                "celery_redislock: %s[%s] admitted by the rate of %r after %.3fs parked",
+                task.name,
+                run.task_id,
+                pool,
+                max(0.0, time.time() - since),
+            )
+        return RateHold(run.task_id, pool)
+
+
+RATE: Final = RateGuard()
+"""The guard instance every ``RedisLockTask`` lists last in ``redislock_guards``."""
+
+
+def _park(
+    task: AnyTask, run: RunState, queue: ParkingQueue, options: RateOptions, pool: str, since: float
+) -> None:
+    """Park the run in ``queue`` (always raises ``Ignore``)."""
+    position = park_message(
+        task, run, queue, rate_spec(queue, options.rates), since, RATE_PARK_HEADER
+    )
+    limited(task, run.task_id, pool, options, position, max(0.0, time.time() - since))
+    raise Ignore()
+
+
+def limited(
+    task: AnyTask, task_id: str, pool: str, options: RateOptions, position: int, waited: float
+) -> None:
+    """Say that a run was parked for the rate (its one log line and ``rate_limited``)."""
+    logger.info(
+        "celery_redislock: %s[%s] over the rate of %r (%s): parked at place %d",
+        task.name,
+        task_id,
+        pool,
+        ", ".join(options.rates),
+        position,
+    )
+    rate_limited.send(
+        sender=task,
+        task_id=task_id,
+        key=pool,
+        rate=options.rates,
+        position=position,
+        waited=waited,
+    )
+
+
+def rate_limited_by_body(
+    task: AnyTask, run: RunState, args: Any, kwargs: Any, exc: RateLimited
+) -> BaseException:
+    """The body raised ``exc``: penalize the limiter for every worker and park the run
+    again (returns ``Ignore`` to raise); ``exc`` itself when the task is not rate
+    limited (or it cannot be parked)."""
+    options = rate_options(task)
+    if not options.enabled or task.request.is_eager:
+        return exc
+    pool = options.pool(task, args, kwargs)
+    limiter = limiter_for(task.app, pool, options.rates)
+    seconds = exc.retry_after if exc.retry_after is not None else limiter.rates[0].period
+    limiter.penalize(max(0.0, float(seconds)))
+    logger.warning(
+        "celery_redislock: %s[%s] was refused by its API (%s): the rate of %r is "
+        "penalized for %.3fs and the run parked again",
+        task.name,
+        run.task_id,
+        exc,
+        pool,
+        seconds,
+    )
+    setattr(task.request, ATTEMPT, new_entry_id())  # a new entry: its token was taken
+    # Its admission was used: the parked message is charged again when it starts.
+    run.holds[:] = [hold for hold in run.holds if not isinstance(hold, RateHold)]
+    queue = rate_queue(task.app, pool, options.rates)
+    since = time.time()
+    try:
+        position = park_message(
+            task, run, queue, rate_spec(queue, options.rates), since, RATE_PARK_HEADER
+        )
+    except Exception as error:
+        logger.error(
+            "celery_redislock: %s[%s] could not be parked again after %s (%s: %s)",
+            task.name,
+            run.task_id,
+            exc,
+            type(error).__name__,
+            error,
+        )
+        return exc
+    limited(task, run.task_id, pool, options, position, 0.0)
+    return Ignore()
+
+
+def _rate_intake(task: AnyTask, request: Any) -> Intake | None:
+    """A fresh run of a rate-limited task is admitted (reserved for it) or parked at
+    intake; a message parked or admitted before goes to its pool process."""
+    options = rate_options(task)
+    if not options.enabled:
+        return None
+    message = request.request_dict
+    if RATE_PARK_HEADER in message or PARK_HEADER in message:
+        raise NotAtIntake("parked before: its run takes its entry")
+    if ATTEMPT in message:  # its sender may have parked it: it parks again under that token
+        raise NotAtIntake("a park at send without a reply")
+    pool = options.pool(task, request.args, request.kwargs)
+    queue = rate_queue(task.app, pool, options.rates)
+
+    def parked(position: int) -> None:
+        limited(task, request.id, pool, options, position, 0.0)
+        poke(task.app)
+
+    return Intake(queue, rate_spec(queue, options.rates), True, parked, RATE_PARK_HEADER)
+
+
+register_intake(RATE, _rate_intake)

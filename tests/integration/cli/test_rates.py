@@ -1,0 +1,69 @@
+"""``celery redislock rates``: each limiter's rates, next admission, parked runs; a
+temporary rate set, shown and cleared without a deploy (#25)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+import redis
+from celery import Celery
+from celery.bin.base import CLIContext
+from click.testing import CliRunner, Result
+
+from celery_redislock import RedisRateLimiter
+from celery_redislock.celery.cli import redislock
+from celery_redislock.core.parking import ParkingQueue, RateCapacity, new_entry_id
+
+from ..workers import LOCKS_DB, db_url
+
+
+@pytest.fixture
+def app(redis_url: str, locks: redis.Redis) -> Iterator[Celery]:
+    app = Celery("cli-rates", set_as_current=False)
+    app.conf.update(redislock_url=db_url(redis_url, LOCKS_DB))
+    yield app
+    app.close()
+
+
+def _invoke(app: Celery, *args: str) -> Result:
+    return CliRunner().invoke(
+        redislock, list(args), obj=CLIContext(app=app, no_color=True, workdir=None)
+    )
+
+
+def test_rates_lists_each_limiter_and_its_parked_runs(app: Celery, locks: redis.Redis) -> None:
+    limiter = RedisRateLimiter(locks, "openai", rate=["2/s", "100/m"])
+    assert limiter.acquire(blocking=False) and limiter.acquire(blocking=False)
+    queue = ParkingQueue(RateCapacity(locks, "openai", rate=["2/s", "100/m"]), reserve_ttl=30)
+    assert queue.park(new_entry_id(), b"run", owner="t1") == 1
+    result = _invoke(app, "rates", "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["name"] == "openai" and row["rates"] == ["2/s", "100/m"]
+    assert row["parked"] == 1 and row["oldest_wait"] is not None
+    assert 0 < row["next"] <= 1.0 and row["override"] is None
+    table = _invoke(app, "rates")
+    assert table.exit_code == 0 and "openai" in table.output and "2/s, 100/m" in table.output
+
+
+def test_a_temporary_rate_is_set_shown_and_cleared(app: Celery, locks: redis.Redis) -> None:
+    limiter = RedisRateLimiter(locks, "api", rate="10/s")
+    limiter.acquire()
+    result = _invoke(app, "rates", "api", "--set", "1/m", "--for", "60", "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["override"] == "1/m" and 0 < row["override_left"] <= 60
+    assert limiter.acquire(blocking=False)  # every worker admits one a minute now
+    (row,) = json.loads(_invoke(app, "rates", "api", "--json").output)
+    assert row["next"] > 1 and not limiter.acquire(blocking=False)
+    (row,) = json.loads(_invoke(app, "rates", "api", "--clear", "--json").output)
+    assert row["override"] is None and row["next"] == 0.0
+
+
+def test_a_bad_rate_or_an_unknown_limiter_is_refused(app: Celery, locks: redis.Redis) -> None:
+    RedisRateLimiter(locks, "api", rate="10/s").acquire()
+    bad = _invoke(app, "rates", "api", "--set", "0/s")
+    assert bad.exit_code == 2 and "0/s" in bad.output
+    assert _invoke(app, "rates", "nope").exit_code == 3

@@ -1,0 +1,121 @@
+"""Global rate limits with real workers (#25): over the rate a run is parked and
+started at its admission time, never retried, never holding a worker process."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_redislock import RateLimited, rate_limited_task
+from celery_redislock.celery.signals import rate_limited
+from celery_redislock.errors import ConfigurationError
+
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
+
+
+def _windows(starts: list[float], period: float) -> int:
+    """The most starts in any window of ``period`` (interval sweep)."""
+    starts = sorted(starts)
+    most, low = 0, 0
+    for high, at in enumerate(starts):
+        while at - starts[low] >= period:
+            low += 1
+        most = max(most, high - low + 1)
+    return most
+
+
+def test_a_backlog_runs_once_each_at_the_rate_and_a_plain_task_is_not_held(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
+    limited = capture(rate_limited)
+    runs: dict[str, tuple[float, int]] = {}
+
+    @rate_limited_task(app=app, global_rate_limit="5/s", global_rate_key="api", bind=True)
+    def call(self: Any, n: int) -> int:
+        runs[self.request.id] = (time.time(), self.request.retries)
+        return n
+
+    @app.task
+    def plain() -> float:
+        return time.time()
+
+    worker(app, concurrency=4)
+    sent = time.time()
+    results = [call.delay(n) for n in range(15)]
+    time.sleep(0.5)
+    plain_sent = time.time()
+    plain_started = plain.delay().get(timeout=10)
+    assert [r.get(timeout=20) for r in results] == list(range(15))
+    assert len(runs) == 15 and all(retries == 0 for _, retries in runs.values())
+    starts = [at for at, _ in runs.values()]
+    assert _windows(starts, 1.0) <= 5  # at most 5 in any 1 s window
+    assert max(starts) - sent >= 2.0  # 15 at 5/s: the last admitted after 2 s
+    assert plain_started - plain_sent < 1.0  # no worker process was held meanwhile
+    assert len(limited) == 10 and {s["key"] for s in limited} == {"api"}
+
+
+def test_a_429_penalizes_the_limiter_and_parks_the_run_again(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
+    limited = capture(rate_limited)
+    attempts: list[tuple[float, int]] = []
+
+    @rate_limited_task(app=app, global_rate_limit="100/s", bind=True)
+    def call(self: Any) -> str:
+        attempts.append((time.time(), self.request.retries))
+        if len(attempts) == 1:
+            raise RateLimited("429 Too Many Requests", retry_after=1.0)
+        return "done"
+
+    worker(app, concurrency=2)
+    assert call.delay().get(timeout=15) == "done"
+    (first, retries_1), (second, retries_2) = attempts
+    assert (retries_1, retries_2) == (0, 0)  # not a retry
+    assert second - first >= 0.9  # held back by the penalty, for every worker
+    assert len(limited) == 1
+
+
+@pytest.mark.parametrize("rate", ["abc", "0/s", "-1/s", "10/x", "", [], ["10/s", "nope"], 5])
+def test_a_bad_rate_is_refused_naming_the_option(app: Celery, rate: Any) -> None:
+    with pytest.raises(ConfigurationError, match="global_rate_limit"):
+
+        @rate_limited_task(app=app, global_rate_limit=rate)
+        def call() -> None: ...
+
+
+def test_a_bad_key_is_refused_naming_the_option(app: Celery) -> None:
+    with pytest.raises(ConfigurationError, match="global_rate_key"):
+
+        @rate_limited_task(app=app, global_rate_limit="1/s", global_rate_key=42)
+        def call() -> None: ...
+
+
+def test_a_rate_and_a_concurrency_limit_hold_together(
+    app: Celery, locks: redis.Redis, worker: Any
+) -> None:
+    spans: list[tuple[float, float, int]] = []
+
+    @rate_limited_task(
+        app=app, global_rate_limit="4/s", concurrency_limit=2, concurrency_key="api", bind=True
+    )
+    def call(self: Any, n: int) -> int:
+        start = time.time()
+        time.sleep(0.3)
+        spans.append((start, time.time(), self.request.retries))
+        return n
+
+    worker(app, concurrency=4)
+    results = [call.delay(n) for n in range(10)]
+    assert sorted(r.get(timeout=30) for r in results) == list(range(10))
+    assert len(spans) == 10 and all(retries == 0 for _, _, retries in spans)
+    assert _windows([start for start, _, _ in spans], 1.0) <= 4  # the rate: charged once each
+    events = sorted([(s, 1) for s, _, _ in spans] + [(e, -1) for _, e, _ in spans])
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    assert peak <= 2  # the concurrency limit

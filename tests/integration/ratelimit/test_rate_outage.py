@@ -1,0 +1,83 @@
+"""The lock Redis stopped mid-backlog of a rate-limited task (#25): runs are delayed,
+not failed, none lost or run twice, no worker exits, and the rate holds after it
+returns. Real ``celery worker`` processes (prefork), a lock Redis of its own that the
+test stops (keeping its data) and starts again; every run appends
+``"<start> <task id> <retries>"`` to a file (Redis is down part of the time)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+
+from celery_redislock.testing import RedisServer
+
+from ..helpers import wait_until
+from ..workers import LOCKS_DB, AppModule, WorkerProcess, db_url
+from .test_rate_limited import _windows
+
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
+
+BODY = """
+from celery_redislock import rate_limited_task
+RECORDS = {records!r}
+
+@rate_limited_task(app=app, bind=True, global_rate_limit="4/s", global_rate_key="api")
+def call(self):
+    with open(RECORDS, "a") as out:
+        out.write(f"{{time.time()}} {{self.request.id}} {{self.request.retries}}\\n")
+"""
+CONF = """{
+    "task_ignore_result": True,
+    "redislock_park_sweep_interval": 0.5,
+    "redislock_client_options": {"socket_timeout": 1, "socket_connect_timeout": 1},
+    "broker_connection_max_retries": None,
+}"""
+
+
+def _runs(records: Path) -> list[tuple[float, str, int]]:
+    if not records.exists():
+        return []
+    rows = (line.split() for line in records.read_text().splitlines() if line.strip())
+    return sorted((float(start), task_id, int(retries)) for start, task_id, retries in rows)
+
+
+def test_the_lock_redis_stopped_mid_backlog_delays_runs_and_loses_none(
+    tmp_path: Path, redis_url: str
+) -> None:
+    records = tmp_path / "runs.txt"
+    with RedisServer() as lock_server:
+        module = AppModule(tmp_path, redis_url, BODY.format(records=str(records)), conf=CONF)
+        source = module.path.read_text().replace(db_url(redis_url, LOCKS_DB), lock_server.url)
+        module.path.write_text(source)
+        workers = [WorkerProcess(module, concurrency=2, name=n) for n in ("a", "b")]
+        with workers[0], workers[1]:
+            tasks = module.load()
+            sent = [tasks.call.delay().id for _ in range(16)]  # 4 s of runs at 4/s
+            wait_until(lambda: len(_runs(records)) >= 5, timeout=20, what="a few runs")
+            with contextlib.suppress(redis.ConnectionError):
+                redis.Redis.from_url(lock_server.url).shutdown(save=True)
+            assert lock_server.process is not None
+            lock_server.process.wait(10)
+            lock_server.process = None
+            stopped = time.time()
+            sent += [tasks.call.delay().id for _ in range(4)]  # sent while it is down
+            time.sleep(5)
+            started_again = time.time()
+            lock_server.start()
+            wait_until(lambda: len(_runs(records)) >= len(sent), timeout=60, what="every run")
+            time.sleep(1)  # nothing runs twice late
+            runs = _runs(records)
+            counts = Counter(task_id for _, task_id, _ in runs)
+            assert sorted(counts) == sorted(sent) and max(counts.values()) == 1
+            assert all(retries == 0 for _, _, retries in runs)
+            assert not [at for at, _, _ in runs if stopped + 0.5 < at < started_again]
+            assert _windows([at for at, _, _ in runs], 1.0) <= 4, "the rate holds"
+            for worker in workers:
+                assert worker.process is not None and worker.process.poll() is None, worker.log()[
+                    -3000:
+                ]
