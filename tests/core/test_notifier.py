@@ -27,25 +27,22 @@ def _wait_once(client: redis.Redis, name: str) -> None:
     timer.join()
 
 
-def _readers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "celery-redislock-notifier"]
-
-
 def test_one_reader_thread_per_client_ending_once_its_channels_are_idle(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(notifier_module, "IDLE_UNSUBSCRIBE", 0.1)
     client = redis.Redis.from_url(redis_url)
-    before = len(_readers())
+    notifier = Notifier.for_client(client)
     _wait_once(client, "notifier-a")
+    reader = notifier._reader
+    assert reader is not None and reader.name == "celery-redislock-notifier"
     _wait_once(client, "notifier-a")  # the subscription (and its reader) reused
     _wait_once(client, "notifier-b")
-    assert len(_readers()) == before + 1
-    deadline = time.monotonic() + 5  # idle past IDLE_UNSUBSCRIBE and a read slice
-    while len(_readers()) > before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(_readers()) == before  # no reader thread left behind
+    assert notifier._reader is reader
+    reader.join(5)  # idle past IDLE_UNSUBSCRIBE and a read slice: it ends
+    assert not reader.is_alive() and notifier._reader is None  # none left behind
     _wait_once(client, "notifier-a")  # a new one when waiters come back
+    assert notifier._reader is not None and notifier._reader is not reader
     client.close()
 
 
