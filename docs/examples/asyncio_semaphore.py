@@ -6,14 +6,15 @@ Shown in docs/guides/asyncio.md; run by tests/integration/test_docs_examples.py.
 from __future__ import annotations
 
 import asyncio
-import os
 
 # --8<-- [start:async]
+import os
+
 import redis.asyncio as aioredis
 
 from celery_redislock.asyncio import AsyncRedisLock, AsyncRedisSemaphore
 
-client = aioredis.Redis.from_url(os.environ["REDIS_URL"])
+client = aioredis.Redis.from_url(os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
 api = AsyncRedisSemaphore(client, "stripe-api", limit=10, ttl=30, renew=True)
 
 

@@ -30,6 +30,10 @@ def main() -> None:
     scheduler = symbol_by_name(app.conf.beat_scheduler)
     assert issubclass(scheduler, Scheduler)
     assert issubclass(symbol_by_name(app.conf.redislock_beat_scheduler), Scheduler)
+    # --8<-- [start:django]
+    app.conf.redislock_beat_scheduler = "django_celery_beat.schedulers:DatabaseScheduler"
+    # --8<-- [end:django]
+    assert app.conf.redislock_beat_scheduler.startswith("django_celery_beat.")
 
 
 if __name__ == "__main__":

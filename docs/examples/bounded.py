@@ -9,9 +9,6 @@ import os
 import threading
 import time
 
-from celery import Celery
-from celery.contrib.testing.worker import start_worker
-
 _guard = threading.Lock()
 _inside = 0
 most_at_once = 0
@@ -30,9 +27,11 @@ def call_payment_api(order_id: int) -> int:
 
 
 # --8<-- [start:task]
+from celery import Celery
+
 from celery_redislock import bounded_task
 
-app = Celery("proj", broker=os.environ["REDIS_URL"], backend=os.environ["REDIS_URL"])
+app = Celery("proj", broker="redis://localhost:6379/0", backend="redis://localhost:6379/1")
 
 
 @bounded_task(app=app, concurrency_limit=2, concurrency_key="payment-api")
@@ -46,6 +45,10 @@ app.conf.task_default_queue = "docs-bounded"
 
 
 def main() -> None:
+    from celery.contrib.testing.worker import start_worker
+
+    # the tests' private redis-server instead of the one on 6379
+    app.conf.update(broker_url=os.environ["REDIS_URL"], result_backend=os.environ["REDIS_URL"])
     with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False):
         results = [charge.delay(i) for i in range(6)]
         assert sorted(r.get(timeout=30) for r in results) == list(range(6))

@@ -5,14 +5,14 @@ Shown in docs/guides/core.md; run by tests/integration/test_docs_examples.py.
 
 from __future__ import annotations
 
+# --8<-- [start:core]
 import os
 
-# --8<-- [start:core]
 import redis
 
 from celery_redislock import RedisLock, RedisSemaphore
 
-client = redis.Redis.from_url(os.environ["REDIS_URL"])
+client = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
 lock = RedisLock(client, "nightly-report", ttl=30.0)
 
 with lock as lease:  # blocks until granted; released on exit

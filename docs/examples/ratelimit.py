@@ -5,15 +5,15 @@ Shown in docs/guides/rate-limits.md and the README; run by tests/integration/tes
 
 from __future__ import annotations
 
+# --8<-- [start:limiter]
 import os
 import time
 
-# --8<-- [start:limiter]
 import redis
 
 from celery_redislock import RedisRateLimiter
 
-client = redis.Redis.from_url(os.environ["REDIS_URL"])
+client = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
 api = RedisRateLimiter(client, "partner-api", rate="5/s")  # or a list: every rate must admit
 
 

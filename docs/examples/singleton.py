@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
-from celery.contrib.testing.worker import start_worker
-
 # --8<-- [start:task]
+from celery import Celery
+
 from celery_redislock import singleton_task
 
-app = Celery("proj", broker=os.environ["REDIS_URL"], backend=os.environ["REDIS_URL"])
+app = Celery("proj", broker="redis://localhost:6379/0", backend="redis://localhost:6379/1")
 # app.conf.redislock_url = "redis://localhost:6379/2"  # default: the broker, when it is Redis
 
 
@@ -29,6 +28,10 @@ app.conf.task_default_queue = "docs-singleton"
 
 
 def main() -> None:
+    from celery.contrib.testing.worker import start_worker
+
+    # the tests' private redis-server instead of the one on 6379
+    app.conf.update(broker_url=os.environ["REDIS_URL"], result_backend=os.environ["REDIS_URL"])
     # --8<-- [start:call]
     a = refresh_user.delay(42)
     b = refresh_user.delay(user_id=42, full=False)  # same job: b.id == a.id, nothing sent
