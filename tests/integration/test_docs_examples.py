@@ -21,6 +21,7 @@ ONE_REDIS = [
     "bounded",
     "ratelimit",
     "ratelimit_api",
+    "ratelimit_task",
     "beat",
     "core_lock",
     "asyncio_semaphore",
