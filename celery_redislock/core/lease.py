@@ -161,14 +161,13 @@ class Lease(LeaseState):
         """Run a lease operation (see :class:`~.lease_state.Request`): each request
         made of the holder in turn, its answer sent back."""
         holder = self._holder
-        answer: object = None
-        while True:
-            try:
-                request = steps.send(answer)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
-            answer = getattr(holder, request.method)(*request.args)
+        try:
+            request = next(steps)
+            while True:
+                request = steps.send(getattr(holder, request.method)(*request.args))
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
 
     def _usable(self) -> bool:
         return self._pid == os.getpid()

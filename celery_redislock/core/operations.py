@@ -105,23 +105,24 @@ def reply_of(call: Call) -> Operation[Any]:
 def run(client: Any, operation: Operation[T]) -> T:
     """Run ``operation`` on a sync ``client``: each call sent in turn, its reply (or
     its exception) given back to the operation; the operation's result."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            call = operation.send(reply) if error is None else operation.throw(error)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        error = None
-        try:
-            if call.deadline is None:
-                reply = _send(client, call)
+    try:
+        call = next(operation)
+        while True:
+            try:
+                if call.deadline is not None:
+                    with reply_deadline(call.deadline):
+                        reply = _send(client, call)
+                elif call.sends is None:
+                    reply = call.script(client, call.keys, call.args)
+                else:
+                    reply = call.script(client, call.keys, call.args, sends=call.sends)
+            except Exception as exc:  # the operation decides (e.g. a waiter rides it out)
+                call = operation.throw(exc)
             else:
-                with reply_deadline(call.deadline):
-                    reply = _send(client, call)
-        except Exception as exc:  # the operation decides (e.g. a waiter rides it out)
-            reply, error = None, exc
+                call = operation.send(reply)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
 
 
 def _send(client: Any, call: Call) -> Any:

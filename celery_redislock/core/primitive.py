@@ -331,8 +331,9 @@ def fresh_token(client: Any = None) -> tuple[str, str]:
     With ``client``, the tag also says how the process listens for that client's
     wake-ups (``s<tag>``: sharded pub/sub, see :mod:`.pubsub`)."""
     global _process
-    if _process[0] != current_pid():  # first call, or a forked child: a tag of its own
-        _process = (current_pid(), secrets.token_hex(4))
+    pid = current_pid()
+    if _process[0] != pid:  # first call, or a forked child: a tag of its own
+        _process = (pid, secrets.token_hex(4))
     tag = _process[1] if client is None else pubsub_mode(client).tag_prefix + _process[1]
     return f"{secrets.token_hex(16)}.{tag}", tag
 
