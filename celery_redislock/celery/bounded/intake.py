@@ -59,6 +59,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from celery.signals import worker_init
+from celery.worker import state as worker_state
 from celery.worker.state import reserved_requests, task_ready
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -194,7 +195,12 @@ def park_at_intake(request: Any) -> bool:
     message[ATTEMPT] = entry_id
     # Handed over (capacity is free): acknowledged here, its entry the run's only copy
     # (as a published parked run's), so acks_late keeps the path of before.
-    hand_over = intake.hand_over and not task.acks_late and _a_process_is_free(task.app)
+    hand_over = (
+        intake.hand_over
+        and not task.acks_late
+        and not _shutting_down()
+        and _a_process_is_free(task.app)
+    )
     try:
         # Journaled first: it survives the lock Redis.
         record(task.app, entry_id, payload, spec=intake.spec, owner=request.id)
@@ -309,6 +315,18 @@ def _a_process_is_free(app: Any) -> bool:
     if not isinstance(concurrency, int):  # not known (no worker_init seen): as before
         return True
     return len(reserved_requests) <= concurrency
+
+
+def _shutting_down() -> bool:
+    """True once this worker was told to shut down (Celery's own flags, which its
+    signal handlers set): a message it still takes is never sent to a pool process
+    (Celery drops the jobs not written to one yet and leaves their messages to the
+    broker), so a permit handed over to it would sit reserved for ``lock_ttl`` with
+    its message acknowledged -- the pool idled until the sweeper published the entry
+    again. Not handed over, the message stays unacknowledged and the broker gives it
+    to another worker, as plain Celery's."""
+    flags = (worker_state.should_stop, worker_state.should_terminate)
+    return any(flag is not None and flag is not False for flag in flags)
 
 
 def _on_worker_init(sender: Any = None, **_: Any) -> None:

@@ -1,0 +1,72 @@
+"""A worker in warm shutdown that still takes a message: intake must not reserve a
+permit for a run that will never start there.
+
+Celery's warm shutdown lets the pool finish its running tasks but sends nothing new
+to it (a job not yet written to a pool process is dropped: the broker redelivers its
+unacknowledged message). Intake's hand-over acknowledged such a message and reserved
+a permit for it: the run was gone from the broker, the permit sat reserved for
+``lock_ttl`` until the sweeper published the entry again -- the pool idled (the flake
+of ``test_processes.py::test_a_limit_changed_in_configuration_spares_running_tasks``).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from ..workers import AppModule, WorkerProcess
+from .helpers import RECORD, holders, runs
+
+pytestmark = [pytest.mark.slow]
+
+LOCK_TTL = 30.0
+
+
+def test_a_message_taken_in_warm_shutdown_runs_elsewhere_at_once(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
+    # Worker a runs one long task of a limit-2 pool (a permit is free), is shut down
+    # warmly, and a message of the pool is sent while it finishes that task: a's
+    # pending fetch takes it. It must not run on a, nor wait for lock_ttl: worker b,
+    # started once a is gone, runs it at once.
+    module = AppModule(
+        tmp_path,
+        redis_url,
+        RECORD
+        + f"""
+from celery_redislock import bounded_task
+
+@bounded_task(app=app, concurrency_limit=2, concurrency_key="api", lock_ttl={LOCK_TTL})
+def call(n, seconds):
+    record("runs", str(n), seconds)
+    return n
+""",
+        conf='{"worker_prefetch_multiplier": 1}',
+    )
+    a = WorkerProcess(module, concurrency=2, name="a").start()
+    try:
+        tasks = module.load()
+        long = tasks.call.delay(0, 4.0)
+        wait_long = time.monotonic() + 20
+        while len(holders(locks, "api")) != 1 and time.monotonic() < wait_long:
+            time.sleep(0.05)
+        assert a.process is not None
+        a.process.send_signal(signal.SIGTERM)  # warm shutdown: the long task finishes
+        a.wait_for_log("Warm shutdown")
+        short = tasks.call.delay(1, 0.1)
+        a.wait_for_log(short.id)  # a took it (its fetch was pending)
+        a.process.wait(30)
+    finally:
+        a.stop()
+    assert long.get(timeout=5) == 0
+    with WorkerProcess(module, concurrency=2, name="b"):
+        started = time.monotonic()
+        assert short.get(timeout=LOCK_TTL + 15) == 1
+        took = time.monotonic() - started
+    assert [label for _, _, label in runs(locks, "runs")] == ["0", "1"]  # once each
+    assert took < LOCK_TTL / 3, f"the run waited {took:.1f}s: its permit was reserved on a"
+    assert not holders(locks, "api")
