@@ -4,11 +4,19 @@ ended, or died (#24)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
+import pytest
 import redis
 
-from celery_redislock.core.parking import DUPLICATE, TAKEN, ParkingSemaphore, new_entry_id
+from celery_redislock.core.parking import (
+    DUPLICATE,
+    REFUSED,
+    TAKEN,
+    ParkingSemaphore,
+    new_entry_id,
+)
 from celery_redislock.core.redelivery import (
     ALIVE,
     DEAD_REFUSED,
@@ -82,3 +90,53 @@ def test_a_standbys_run_is_alive_by_the_permit_it_named(r: redis.Redis) -> None:
     mark_token(sem, entry_id, early.token, 60)  # ... but its run holds this one
     assert retake(sem, entry_id, "t1@copy", ttl=1, memory=60)[0] == ALIVE
     early.release()
+
+
+def test_a_run_refused_at_its_take_parks_again_and_the_ids_other_message_never_runs(
+    r: redis.Redis,
+) -> None:
+    # A parked run's message came late (its reservation lapsed: the #29 backlog); its
+    # take consumes the id but is refused (the permit went to another run), and the
+    # guard parks it again under a new id. Another message of the old id (the one the
+    # sweeper published again) must not run once a permit is free: the run is parked.
+    sem = ParkingSemaphore(r, "api", limit=1, ttl=0.3)
+    entry_id = new_entry_id()
+    assert sem.park(entry_id, b"run", owner="t1") == 0  # claimed at once, reserved
+    time.sleep(0.4)  # the reservation lapsed before the message was read
+    other = sem.acquire(blocking=False, ttl=5)
+    assert other is not None
+    assert sem.take(entry_id, "t1@late", ttl=1) == (REFUSED, None)  # parks again
+    assert retake(sem, entry_id, "t1@copy", ttl=1, memory=60)[0] == ENDED
+    assert other.release()  # a permit is free now: still not this copy's
+    assert retake(sem, entry_id, "t1@copy", ttl=1, memory=60)[0] == ENDED
+    assert sem.acquire(blocking=False) is not None  # the free permit was left alone
+
+
+def test_a_standby_handed_its_reservation_too_runs_on_the_entrys_permit(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A standby waited in place while its entry was published again with a reservation:
+    # it holds two permits at its take and keeps one. A copy arriving right then must
+    # see the run alive -- never find the permit just given back free and run beside it.
+    from celery import Celery
+
+    from celery_redislock.celery.bounded import standby
+
+    app = Celery("standby-copy", broker="memory://", set_as_current=False)
+    sem = ParkingSemaphore(r, "api", limit=2, ttl=5)
+    entry_id = new_entry_id()
+    assert sem.park(entry_id, b"run", owner="t1") == 0  # claimed, a permit reserved
+    monkeypatch.setattr(standby, "_is_standby", lambda *_: True)  # it waited first
+    slow = threading.Event()  # the run's note of its permit, not written yet
+    real_mark = standby.mark_token
+    monkeypatch.setattr(standby, "mark_token", lambda *a: (slow.wait(5), real_mark(*a)))
+    status, lease = standby.take_parked(
+        app, sem, entry_id, "t1@first", standby=1, wait=1, ttl=5, on_lost=lambda _: None
+    )
+    try:
+        assert status == TAKEN and lease is not None
+        assert retake(sem, entry_id, "t1@copy", ttl=5, memory=60)[0] == ALIVE
+        assert len(sem.info().holders) == 1  # one run, one permit
+    finally:
+        slow.set()
+        lease.release()

@@ -64,14 +64,20 @@ def take_parked(
     if status == DUPLICATE:  # another message of the entry ran: not this one
         early.release()
         return status, None
-    if lease is not None:  # reserved for it meanwhile (published again): one is enough
-        lease.release()  # (its release tops the standbys up)
-    # Off the run's path (it starts at once: the hand-off is what standbys save): name
-    # the run's permit for its entry, so another message of it sees the run alive
-    # (#24); refused a second permit, the token is consumed: top the standbys up.
+    if lease is not None:  # reserved for it meanwhile (published again): one is enough,
+        # the one under the entry's id, by which another message of it sees the run
+        # alive (#24); given back the other way, that message could find the freed
+        # permit before the run named its own, and run beside it.
+        early.release()  # (its release tops the standbys up)
+        return TAKEN, lease
+    # Refused a second permit, the token is consumed: the run is this one, on the
+    # permit it waited for. Off the run's path (it starts at once: the hand-off is what
+    # standbys save): name that permit for its entry, so another message of it sees
+    # the run alive (#24; until then the refusal's note drops it), and top the
+    # standbys up.
     threading.Thread(
         target=_after_early,
-        args=(sem, entry_id, early.token, memory, lease is None),
+        args=(sem, entry_id, early.token, memory),
         daemon=True,
         name="celery_redislock-standby",
     ).start()
@@ -91,19 +97,17 @@ def _give_back(lease: Lease) -> None:
         )
 
 
-def _after_early(
-    sem: ParkingSemaphore, entry_id: str, token: str, memory: float, top_up: bool
-) -> None:
+def _after_early(sem: ParkingSemaphore, entry_id: str, token: str, memory: float) -> None:
     """Name the permit the standby's run holds (token ``token``) as its entry's (see
-    :func:`~celery_redislock.core.redelivery.mark_token`); with ``top_up``, drop take's
-    note of the refusal (not needed: the run has its permit) and publish the next
-    standby: the release that handed this one the permit still counted it as on its
-    way (its entry was claimed). On failure the next release does it."""
+    :func:`~celery_redislock.core.redelivery.mark_token`); then drop take's note of
+    the refusal (not needed: the run has its permit; a message of the entry reads
+    the name from here on) and publish the next standby: the release that handed this
+    one the permit still counted it as on its way (its entry was claimed). On failure
+    the next release tops up; the note stays (another message is dropped)."""
     try:
         mark_token(sem, entry_id, token, memory)
-        if top_up:
-            sem.client.hdel(sem.payloads_key, f"r:{entry_id}")
-            sem.pump()
+        sem.client.hdel(sem.payloads_key, f"r:{entry_id}")
+        sem.pump()
     except Exception as exc:
         logger.debug(
             "celery_redislock: standbys of pool %r not topped up (%s: %s)",

@@ -8,7 +8,10 @@
 -- KEYS[4]  meta      hash: "limit", the limit the latest acquire enforced.
 -- KEYS[5]  queue     zset: runs waiting in place (semaphore waiters), read only.
 -- KEYS[6]  parked    zset: parked entry ids scored by ticket (server µs).
--- KEYS[7]  payloads  hash: parked entries' payloads (see lib_parking.lua), read only.
+-- KEYS[7]  payloads  hash: parked entries' payloads (see lib_parking.lua), read only:
+--                    "r:<id>" says the take of the id was refused (park_take.lua), so
+--                    its run parked again under another id (or, a standby, runs on
+--                    the permit it waited for until KEYS[10] names it).
 -- KEYS[8]  claimed   zset: claimed entry ids scored by reservation expiry (ms).
 -- KEYS[9]  taken     zset: consumed ids scored by when they are forgotten (ms).
 -- KEYS[10] run       string "<prefix>:semaphore:{name}:run:<id>": "ran" once the run
@@ -27,7 +30,8 @@
 --
 -- Returns {stamp, reply} (stamp: 'rt' and the first 8 characters of ARGV[1]); reply:
 -- {-2}          the id was never consumed (call park_take.lua);
--- {-1}          its run ended (or was parked again): this message must not run;
+-- {-1}          its run ended, or was parked again (here, or refused at its take):
+--               this message must not run;
 -- {0, ms}       its run's permit is live, `ms` more unless renewed: alive, or dead
 --               since less than a lease (look again after `ms`: renewed = alive);
 -- {-3}          its run is dead, but no permit is free: the caller parks this
@@ -53,6 +57,8 @@ local now, now_us = server_clock()
 if not redis.call('ZSCORE', KEYS[9], id) then return {STAMP, {-2}} end
 local mark = redis.call('GET', run)
 if mark == 'ran' then return {STAMP, {-1}} end
+-- Refused at its take: the run parked again under a new id, whose entry runs it.
+if not mark and redis.call('HEXISTS', KEYS[7], 'r:' .. id) == 1 then return {STAMP, {-1}} end
 local token = id
 if mark and string.sub(mark, 1, 2) == 'l ' then token = string.sub(mark, 3) end
 local expiry = redis.call('ZSCORE', k.holders, token)
