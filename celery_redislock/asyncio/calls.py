@@ -73,27 +73,26 @@ async def run(client: Any, operation: Operation[T], batched: bool = False) -> T:
     the other batched calls of the loop's turn (see :func:`batched_call`; only for
     calls that may be sent twice)."""
     send = batched_call if batched else call
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            request = operation.send(reply) if error is None else operation.throw(error)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        error = None
-        try:
-            if request.deadline is None:
-                reply = await send(
-                    request.script, client, request.keys, request.args, request.sends
-                )
-            else:
-                with reply_deadline(request.deadline):
+    try:
+        request = next(operation)
+        while True:
+            try:
+                if request.deadline is None:
                     reply = await send(
                         request.script, client, request.keys, request.args, request.sends
                     )
-        except Exception as exc:  # the operation decides (e.g. a waiter rides it out)
-            reply, error = None, exc
+                else:
+                    with reply_deadline(request.deadline):
+                        reply = await send(
+                            request.script, client, request.keys, request.args, request.sends
+                        )
+            except Exception as exc:  # the operation decides (e.g. a waiter rides it out)
+                request = operation.throw(exc)
+            else:
+                request = operation.send(reply)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
 
 
 _UNBOUNDED = contextlib.nullcontext()  # no reply deadline (reusable: it has no state)

@@ -140,14 +140,13 @@ class AsyncLease(LeaseState):
         """Run a lease operation (see :class:`~celery_redislock.core.lease_state.
         Request`): each request of the holder awaited in turn, its answer sent back."""
         holder = self._holder
-        answer: object = None
-        while True:
-            try:
-                request = steps.send(answer)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
-            answer = await getattr(holder, request.method)(*request.args)
+        try:
+            request = next(steps)
+            while True:
+                request = steps.send(await getattr(holder, request.method)(*request.args))
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
 
     def _usable(self) -> bool:
         self._check_loop()
