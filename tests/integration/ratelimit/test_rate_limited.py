@@ -119,3 +119,22 @@ def test_a_rate_and_a_concurrency_limit_hold_together(
         running += step
         peak = max(peak, running)
     assert peak <= 2  # the concurrency limit
+
+
+def test_a_singleton_with_a_rate_runs_each_signature_once_at_the_rate(
+    app: Celery, locks: redis.Redis, worker: Any
+) -> None:
+    runs: list[tuple[float, int, int]] = []
+
+    @rate_limited_task(app=app, global_rate_limit="2/s", singleton=True, bind=True)
+    def call(self: Any, n: int) -> int:
+        runs.append((time.time(), n, self.request.retries))
+        return n
+
+    worker(app, concurrency=4)
+    results = [call.delay(n) for n in range(5)]
+    assert call.delay(4).id == results[4].id  # a duplicate of a queued call: that call
+    assert [r.get(timeout=20) for r in results] == list(range(5))
+    assert sorted(n for _, n, _ in runs) == list(range(5))  # each once
+    assert all(retries == 0 for _, _, retries in runs)
+    assert _windows([at for at, _, _ in runs], 1.0) <= 2
