@@ -138,3 +138,19 @@ def test_a_singleton_with_a_rate_runs_each_signature_once_at_the_rate(
     assert sorted(n for _, n, _ in runs) == list(range(5))  # each once
     assert all(retries == 0 for _, _, retries in runs)
     assert _windows([at for at, _, _ in runs], 1.0) <= 2
+
+
+def test_celerys_own_rate_limit_still_works_beside(
+    app: Celery, locks: redis.Redis, worker: Any
+) -> None:
+    starts: list[float] = []
+
+    @rate_limited_task(app=app, global_rate_limit="100/s", rate_limit="2/s")
+    def call(n: int) -> int:
+        starts.append(time.time())
+        return n
+
+    worker(app, concurrency=2)
+    results = [call.delay(n) for n in range(5)]
+    assert sorted(r.get(timeout=20) for r in results) == list(range(5))
+    assert max(starts) - min(starts) >= 1.4  # Celery's token bucket: 2 a second here
