@@ -1,0 +1,80 @@
+"""Turn the benchmarks' JSON results into the figures of the documentation (#28).
+
+    pip install -e ".[plots]"
+    python benchmarks/bench_bounded.py --tasks 100 --duration 0.05 --rounds 2 \\
+        --dump docs/benchmarks/bench_bounded.json
+    python benchmarks/plot_figures.py          # docs/benchmarks/*.json -> docs/img/*.png
+
+Each figure is drawn from a JSON file a benchmark wrote (``--dump``); nothing is typed in
+by hand. A JSON file without a plotter here is reported and skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on CI machines
+import matplotlib.pyplot as plt
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def concurrency_steps(start: float, intervals: list[list[float]]) -> tuple[list[float], list[int]]:
+    """Runs in progress over time (an interval sweep), seconds from ``start``."""
+    events = sorted(
+        [(s - start, 1) for s, _ in intervals] + [(e - start, -1) for _, e in intervals]
+    )
+    times, counts, inside = [0.0], [0], 0
+    for at, step in events:
+        inside += step
+        times.append(at)
+        counts.append(inside)
+    return times, counts
+
+
+def plot_bench_bounded(data: dict[str, Any], out: Path) -> None:
+    """bench_bounded.py --dump: runs at once over time, bounded against unbounded."""
+    fig, axes = plt.subplots(len(data), 1, figsize=(8, 2.2 * len(data)), sharex=True)
+    for ax, (label, runs) in zip(axes, sorted(data.items()), strict=True):
+        for i, run in enumerate(runs):
+            times, counts = concurrency_steps(run["start"], run["intervals"])
+            ax.step(times, counts, where="post", label=f"round {i + 1}", linewidth=1)
+        peak = max(max(concurrency_steps(r["start"], r["intervals"])[1]) for r in runs)
+        ax.set_title(f"{label}: {len(runs[0]['intervals'])} tasks, peak {peak} at once")
+        ax.set_ylabel("runs at once")
+        ax.legend(loc="upper right", fontsize="small")
+    axes[-1].set_xlabel("seconds since the first send")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+PLOTTERS: dict[str, Callable[[dict[str, Any], Path], None]] = {
+    "bench_bounded": plot_bench_bounded,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=ROOT / "docs" / "benchmarks")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for source in sorted(args.data.glob("*.json")):
+        plotter = PLOTTERS.get(source.stem)
+        if plotter is None:
+            print(f"{source.name}: no plotter, skipped")
+            continue
+        target = args.out / f"{source.stem}.png"
+        plotter(json.loads(source.read_text()), target)
+        print(f"{source.name} -> {target}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""benchmarks/plot_figures.py draws a figure from a benchmark's JSON (#28)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_bounded_json_becomes_a_png(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    runs = {
+        "bounded": [{"start": 100.0, "intervals": [[100.1, 100.3], [100.2, 100.4]]}],
+        "unbounded": [{"start": 200.0, "intervals": [[200.0, 200.1]]}],
+    }
+    (data / "bench_bounded.json").write_text(json.dumps(runs))
+    (data / "unknown.json").write_text("{}")
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "plot_figures.py"),
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "img"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "unknown.json: no plotter, skipped" in result.stdout
+    png = (tmp_path / "img" / "bench_bounded.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+
+
+def test_the_sweep_counts_runs_at_once() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from plot_figures import concurrency_steps
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    times, counts = concurrency_steps(0.0, [[1.0, 3.0], [2.0, 4.0], [5.0, 6.0]])
+    assert counts == [0, 1, 2, 1, 0, 1, 0]
+    assert times == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
