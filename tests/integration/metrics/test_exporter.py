@@ -65,7 +65,7 @@ def test_gauges_read_at_scrape_time(r: redis.Redis) -> None:
     assert samples["celery_redislock_pool_holders", (("pool", "api"),)] == 1
     assert samples["celery_redislock_pool_limit", (("pool", "api"),)] == 4
     admission = ("celery_redislock_ratelimit_next_admission_seconds", (("limiter", "stripe"),))
-    assert 0 < samples[admission] <= 10  # 1/10s, just admitted: ~10 s (less on a slow scrape)
+    assert 0 < samples[admission] <= 10.5  # 1/10s, just admitted: ~10 s (less if slow)
     assert lease is not None and permit is not None
     lease.release()
     permit.release()
