@@ -154,3 +154,24 @@ def test_celerys_own_rate_limit_still_works_beside(
     results = [call.delay(n) for n in range(5)]
     assert sorted(r.get(timeout=20) for r in results) == list(range(5))
     assert max(starts) - min(starts) >= 1.4  # Celery's token bucket: 2 a second here
+
+
+def test_runs_sent_past_apply_async_are_parked_at_the_workers_intake(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
+    limited = capture(rate_limited)
+    runs: list[tuple[float, str, int]] = []
+
+    @rate_limited_task(app=app, global_rate_limit="3/s", bind=True)
+    def call(self: Any, n: int) -> int:
+        runs.append((time.time(), self.request.id, self.request.retries))
+        return n
+
+    worker(app, concurrency=2)
+    # send_task publishes as is: the worker's main process admits or parks each run.
+    results = [app.send_task(call.name, (n,)) for n in range(7)]
+    assert sorted(r.get(timeout=20) for r in results) == list(range(7))
+    assert len({task_id for _, task_id, _ in runs}) == 7 == len(runs)
+    assert all(retries == 0 for _, _, retries in runs)
+    assert _windows([at for at, _, _ in runs], 1.0) <= 3
+    assert len(limited) == 4
