@@ -2,9 +2,11 @@
 
 Connected once, when :mod:`celery_redislock.celery` is imported; each receiver does
 nothing unless the sender's app has ``redislock_metrics = True``. Every event is
-counted under the task's name (singleton locks: never the lock key), the pool's name
-(only when ``concurrency_key`` names one pool: a callable's pools may be one per
-tenant, so its runs are counted under the task's name) or the beat group / entry.
+counted under the task's name (singleton locks: never the lock key), the pool's or
+limiter's name (only when ``concurrency_key`` / ``global_rate_key`` names one: a
+callable's may be one per tenant, so its runs are counted under the task's name) or
+the beat group / entry. Not counted yet (no signal tells them): a limiter's penalty
+and a rate-limited run's admission.
 Hold times are measured in the process that took the lease, on its monotonic clock.
 """
 
@@ -25,6 +27,7 @@ from ..signals import (
     permit_parked,
     permit_released,
     permit_rescheduled,
+    rate_limited,
     singleton_acquired,
     singleton_duplicate,
     singleton_released,
@@ -182,6 +185,16 @@ def _on_permit_released(sender: Any = None, key: str = "", stage: str = "", **kw
     _count(sender.app, "semaphore", name, "released", hold=hold)
 
 
+def _on_rate_limited(sender: Any = None, key: str = "", **kw: Any) -> None:
+    if not enabled(getattr(sender, "app", None)):
+        return
+    from ..ratelimit.options import rate_options
+
+    # A callable global_rate_key may name a limiter per tenant: counted under the task.
+    name = key if isinstance(rate_options(sender).key, str) else str(sender.name)
+    _count(sender.app, "ratelimit", name, "rate_limited")
+
+
 def _beat(outcome: str, label: str) -> Any:
     def receiver(sender: Any = None, **kw: Any) -> None:
         app = getattr(sender, "app", None)
@@ -211,6 +224,7 @@ def connect() -> None:
         (permit_duplicate, _on_permit_duplicate),
         (permit_rescheduled, _on_permit_rescheduled),
         (permit_released, _on_permit_released),
+        (rate_limited, _on_rate_limited),
         (worker_process_shutdown, _on_process_shutdown),
     )
     for signal, receiver in receivers:

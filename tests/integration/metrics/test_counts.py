@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from celery_redislock import bounded_task, singleton_task
+from celery_redislock import RedisLockTask, bounded_task, singleton_task
 from celery_redislock.celery.beat.signals import beat_elected, beat_slot_sent, beat_slot_skipped
 from celery_redislock.celery.metrics import flush
 from celery_redislock.celery.metrics.collector import RedisLockCollector
@@ -201,3 +201,21 @@ def test_beat_events_counted(make_app: MakeApp, locks: redis.Redis) -> None:
     assert flush(10)
     _settled(locks, "beat", "default", {"elected": 1})
     _settled(locks, "beat", "nightly", {"slot_sent": 3, "slot_skipped": 1})
+
+
+def test_rate_limited_counted(make_app: MakeApp, locks: redis.Redis, worker: Any) -> None:
+    app = make_app(redislock_metrics=True)
+    ran: list[int] = []
+
+    @app.task(base=RedisLockTask, global_rate_limit="2/m", global_rate_key="mailer")
+    def send(n: int) -> int:
+        ran.append(n)
+        return n
+
+    worker(app)
+    for n in range(5):
+        send.delay(n)
+    wait_until(lambda: len(ran) == 2, 30, "the two runs the rate admits")
+    # Three parked for their admission (in a minute): each counted once, by name.
+    _settled(locks, "ratelimit", "mailer", {"rate_limited": 3})
+    assert len(ran) == 2
