@@ -136,8 +136,9 @@ class RedisRateLimiter:
 
     def adjust(self, delta: int, admission: Admission | None = None) -> int:
         """Correct an admission's charge by ``delta`` units: > 0 charges more (e.g. the
-        real token count was higher), < 0 refunds (at most its cost; nothing once its
-        window passed). ``admission``: default this thread's (task's) last admission
+        real token count was higher), < 0 refunds (never more than it was charged:
+        its cost and extra charges less earlier refunds; nothing once its window
+        passed). ``admission``: default this thread's (task's) last admission
         by this limiter (:attr:`last_admission`). Returns the units moved."""
         return run(self._client, self._scripts.adjust(delta, admission))
 

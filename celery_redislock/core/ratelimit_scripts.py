@@ -273,7 +273,9 @@ class RateLimitScripts:
                 f"admission must be an Admission of {self.name!r}, got {admission!r}"
             )
         nonce = secrets.token_hex(8)
-        keys = [*self.keys, key_encoder(self.client)(self.space.done(nonce))]
+        encode = key_encoder(self.client)
+        adjusted = self.space.key(f"adjusted:{round(target.at * _US)}:{target.id}")
+        keys = [*self.keys, encode(self.space.done(nonce)), encode(adjusted)]
         return Call(ADJUST, keys, [nonce, target.id, target.cost, delta, self.slots])
 
     def adjust(self, delta: object, admission: Admission | None) -> Operation[int]:

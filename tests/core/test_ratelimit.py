@@ -118,8 +118,8 @@ def test_adjust_corrects_the_last_admission(r: redis.Redis) -> None:
     assert [u.used for u in limiter.info().active] == [6]
     admission = limiter.last_admission
     assert limiter.acquire(2)
-    assert limiter.adjust(-100, admission) == -4  # never more than its cost of 4
-    assert [u.used for u in limiter.info().active] == [4]
+    assert limiter.adjust(-100, admission) == -6  # never more than it was charged: 4 - 3 + 5
+    assert [u.used for u in limiter.info().active] == [2]
     with pytest.raises(ConfigurationError, match="delta"):
         limiter.adjust(0)
 
@@ -295,3 +295,22 @@ def test_a_long_penalty_does_not_let_the_log_expire_first(r: redis.Redis) -> Non
     r.pexpire(log, 10_000)  # as if a day had passed since the log was made
     limiter.retry_after()  # any call renews the log's expiry
     assert r.pttl(log) > 86_400_000
+
+
+def test_refunds_of_one_admission_never_exceed_what_it_was_charged(r: redis.Redis) -> None:
+    # slots=1: every admission of a period shares one slot (as many do on a busy
+    # limiter), so a refund bounded by the slot's charge alone could give back another
+    # admission's units and let more than N through in one period.
+    limiter = RedisRateLimiter(r, "tokens", rate="10/s", slots=1)
+    assert limiter.acquire(5)
+    first = limiter.last_admission
+    assert limiter.acquire(5)
+    assert limiter.adjust(-3, first) == -3
+    assert limiter.adjust(-3, first) == -2  # 2 left of its 5
+    assert limiter.adjust(-3, first) == 0
+    assert [u.used for u in limiter.info().active] == [5]
+    assert not limiter.acquire(6, blocking=False)  # still 10 per period, not 15
+    # An extra charge is refundable too, but again never beyond the admission's own.
+    assert limiter.adjust(+4, first) == 4
+    assert limiter.adjust(-9, first) == -4
+    assert [u.used for u in limiter.info().active] == [5]
