@@ -97,6 +97,7 @@ class LeaderScheduler(Scheduler):
         self.beat_settings = BeatSettings.from_app(app)
         self._leadership: Leadership | None = None
         self._claims: Claims | None = None
+        self._aligned_for: Lease | None = None
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         super().__init__(app, *args, **kwargs)
         if getattr(self, "lock_key", None):
@@ -153,10 +154,41 @@ class LeaderScheduler(Scheduler):
     # -- the guarded methods -------------------------------------------------------------
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        if not self._elect().leads():
+        leadership = self._elect()
+        if not leadership.leads():
             return min(STANDBY_TICK, float(self.max_interval or STANDBY_TICK))
+        lease = leadership.lease
+        if lease is not self._aligned_for:
+            self._aligned_for = lease
+            self._align_entries()
         result: float = super().tick(*args, **kwargs)
         return result
+
+    def _align_entries(self) -> None:
+        """On election: each aligned entry's next run is the slot after its last claimed
+        one (due now when that one is past: the catch-up sends it), so the inner
+        scheduler does not wait for a run counted from when this beat started or
+        last led (#26: a standby started 50 min before it took over sent an hourly
+        entry's next slot 50 min late)."""
+        claims = self._claims
+        if claims is None:
+            return
+        now_ms = _now_ms()
+        try:
+            for entry in self.schedule.values():
+                if not isinstance(entry, ScheduleEntry) or not slots.aligned(entry.schedule):
+                    continue
+                last = claims.last(str(entry.name))
+                interval = slots.interval_ms(entry.schedule)
+                if last is None and interval is not None:
+                    last = now_ms // interval * interval  # never sent: the next slot
+                if last is not None:
+                    entry.last_run_at = slots.as_datetime(last)
+        except (RedisError, RedisLockError) as exc:
+            log.warning("beat: cannot read the last slots sent on the lock Redis: %s", exc)
+        # The inner scheduler orders its runs in a heap built from the entries' last
+        # runs: built again from the ones just set.
+        self.populate_heap()
 
     def reserve(self, entry: ScheduleEntry) -> Any:
         new_entry = super().reserve(entry)
