@@ -244,13 +244,15 @@ end
 
 -- Correct the admission `id` (rl_charge's) by `delta` cost units: a refund (delta < 0)
 -- lowers each of its slots, never below 0 nor by more than the admission was charged
--- there (`cost` plus its extra charges less its refunds, kept per slot in the hash
--- `adjusted`: a refund bounded by its cost alone, repeated, gave back the units of
--- other admissions sharing the slot, and more than N passed in a period; #25); an
--- extra charge (delta > 0) goes to its slots while they live, else to the slots of
--- `now`. A refund of an expired slot changes nothing (it counts no more). Returns the
--- cost units moved in its last slot (0: none).
-local function rl_adjust(log, state, adjusted, id, cost, delta, slots, now)
+-- there: `cost` plus its extra charges less its refunds, kept per slot in the hash
+-- `adjusted` (#25: a refund bounded by its cost alone, repeated, gave back the units
+-- of other admissions sharing the slot, and more than N passed in a period); with
+-- `adjusted` nil, by `cost` alone (a caller that refunds an admission at most once
+-- between charges, as lib_capacity.lua does). An extra charge (delta > 0) goes to
+-- its slots while they live, else to the slots of `now`. A refund of an expired slot
+-- changes nothing (it counts no more). Returns the cost units moved in its last slot
+-- (0: none).
+local function rl_adjust(log, state, id, cost, delta, slots, now, adjusted)
   local moved, longest, live_until = 0, 0, 0
   for member in string.gmatch(id, '[^,]+') do
     local period = string.match(member, '^(%d+):')
@@ -260,13 +262,13 @@ local function rl_adjust(log, state, adjusted, id, cost, delta, slots, now)
       change = delta
       if delta < 0 then
         local left = tonumber(redis.call('HGET', state, 'c:' .. member) or 0)
-        local net = tonumber(redis.call('HGET', adjusted, member) or 0)
+        local net = adjusted and tonumber(redis.call('HGET', adjusted, member) or 0) or 0
         change = math.min(0, math.max(delta, -(cost + net), -left))
       end
       if change ~= 0 then
         redis.call('HINCRBY', state, 'c:' .. member, string.format('%d', change))
         redis.call('HINCRBY', state, 't:' .. period, string.format('%d', change))
-        redis.call('HINCRBY', adjusted, member, string.format('%d', change))
+        if adjusted then redis.call('HINCRBY', adjusted, member, string.format('%d', change)) end
       end
       if tonumber(expiry) > live_until then live_until = tonumber(expiry) end
     elseif delta > 0 then
@@ -276,7 +278,7 @@ local function rl_adjust(log, state, adjusted, id, cost, delta, slots, now)
     moved = change
     if tonumber(period) > longest then longest = tonumber(period) end
   end
-  if live_until > 0 and redis.call('EXISTS', adjusted) == 1 then
+  if adjusted and live_until > 0 and redis.call('EXISTS', adjusted) == 1 then
     -- Kept while its slots count: past then a refund changes nothing anyway.
     redis.call('PEXPIREAT', adjusted, string.format('%d', math.ceil(live_until / 1000) + 1000))
   end

@@ -23,7 +23,7 @@ local done = redis.call('GET', KEYS[3])
 if done then return {STAMP, tonumber(done)} end
 --!include lib_ratelimit.lua
 local now = rl_now()
-local moved = rl_adjust(KEYS[1], KEYS[2], KEYS[4], ARGV[2], tonumber(ARGV[3]),
-  tonumber(ARGV[4]), tonumber(ARGV[5]), now)
+local moved = rl_adjust(KEYS[1], KEYS[2], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]),
+  tonumber(ARGV[5]), now, KEYS[4])
 redis.call('SET', KEYS[3], string.format('%d', moved), 'PX', 600000)
 return {STAMP, moved}
