@@ -28,6 +28,8 @@ from celery_redislock.core.redelivery import (
     retake,
 )
 
+from ..faults import FaultProxy
+
 
 def _taken(r: redis.Redis, ttl: float = 0.3) -> tuple[ParkingSemaphore, str]:
     """A pool of limit 1 whose only permit is the run of a consumed entry (``ttl``)."""
@@ -140,3 +142,24 @@ def test_a_standby_handed_its_reservation_too_runs_on_the_entrys_permit(
     finally:
         slow.set()
         lease.release()
+
+
+def test_a_dead_runs_copy_told_to_park_again_is_told_so_again_when_the_reply_is_lost(
+    r: redis.Redis, fault_proxy: FaultProxy
+) -> None:
+    # No permit free: the copy must park again (the old id is marked). Its reply lost,
+    # redis-py sends the call again: the answer must be the same, not "ended" (the
+    # copy would be dropped and the run lost).
+    from celery_redislock.core.redelivery import _RETAKE
+
+    _, entry_id = _taken(r, ttl=0.3)
+    time.sleep(0.4)
+    other = ParkingSemaphore(r, "api", limit=1, ttl=5).acquire(blocking=False)
+    assert other is not None
+    sem = ParkingSemaphore(fault_proxy.client(), "api", limit=1, ttl=0.3)
+    r.script_load(_RETAKE.text)  # EVALSHA runs it (a NOSCRIPT reply is not the case)
+    fault_proxy.drop_reply(_RETAKE.sha.encode())
+    assert retake(sem, entry_id, "t1@copy", ttl=1, memory=60)[0] == DEAD_REFUSED
+    assert fault_proxy.dropped == 1  # it ran twice
+    assert retake(sem, entry_id, "t1@third", ttl=1, memory=60)[0] == ENDED  # another's
+    other.release()

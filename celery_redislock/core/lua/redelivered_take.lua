@@ -15,7 +15,8 @@
 -- KEYS[8]  claimed   zset: claimed entry ids scored by reservation expiry (ms).
 -- KEYS[9]  taken     zset: consumed ids scored by when they are forgotten (ms).
 -- KEYS[10] run       string "<prefix>:semaphore:{name}:run:<id>": "ran" once the run
---                    of the entry ended (or was parked again under another id), or
+--                    of the entry ended, "p <owner>" once the message of ARGV[3]
+--                    `owner` was told to park again under another id ({-3}), or
 --                    "l <token>" when it runs on a permit of another token (a standby
 --                    handed one while it waited in place); none: its permit is the
 --                    lease whose token is the id.
@@ -35,7 +36,8 @@
 -- {0, ms}       its run's permit is live, `ms` more unless renewed: alive, or dead
 --               since less than a lease (look again after `ms`: renewed = alive);
 -- {-3}          its run is dead, but no permit is free: the caller parks this
---               message again under a new id (the old one is marked "ran");
+--               message again under a new id (the old one is marked so: a further
+--               message gets {-1}, this call re-sent {-3} again);
 -- {1, fence, ttl}  its run is dead (its permit lapsed unrenewed): this message is the
 --               run now, on a permit whose token is the id (so a further message
 --               finds it live). A re-sent call (same id and owner, its reply lost)
@@ -57,6 +59,11 @@ local now, now_us = server_clock()
 if not redis.call('ZSCORE', KEYS[9], id) then return {STAMP, {-2}} end
 local mark = redis.call('GET', run)
 if mark == 'ran' then return {STAMP, {-1}} end
+if mark and string.sub(mark, 1, 2) == 'p ' then  -- parked again by the call below
+  -- That call re-sent (its reply lost) answers as it did; any other is dropped.
+  if owner ~= '' and string.sub(mark, 3) == owner then return {STAMP, {-3}} end
+  return {STAMP, {-1}}
+end
 -- Refused at its take: the run parked again under a new id, whose entry runs it.
 if not mark and redis.call('HEXISTS', KEYS[7], 'r:' .. id) == 1 then return {STAMP, {-1}} end
 local token = id
@@ -79,7 +86,7 @@ if grace then
   if left > 0 then hold_for_restart(k.holders, k.leases, k.limit, left, now, marker) end
 end
 if capacity_free(k, now) <= 0 then
-  redis.call('SET', run, 'ran', 'PX', ARGV[5])
+  redis.call('SET', run, 'p ' .. owner, 'PX', ARGV[5])
   return {STAMP, {-3}}
 end
 local fence = next_fence(k.fence, now_us)
