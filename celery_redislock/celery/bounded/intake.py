@@ -71,6 +71,7 @@ from ..options import options_of
 from ..signals import permit_parked
 from ..singleton.guard import SINGLETON
 from ..tokens import KEY_HEADER, TOKEN_HEADER, park_token
+from . import handover
 from .guard import CONCURRENCY, semaphore_for
 from .journal import ParkSpec, forget, forget_if_taken, record
 from .parking import (
@@ -158,6 +159,12 @@ class BoundedRequest(QuietRequest):
         self._redislock_looked = True
         return park_at_intake(self)
 
+    def on_accepted(self, pid: Any, time_accepted: float) -> None:
+        """A pool process accepted the run: a hand-over of its is no longer the
+        main process's to give back at shutdown (:mod:`.handover`)."""
+        handover.accepted(self)
+        super().on_accepted(pid, time_accepted)
+
 
 def park_at_intake(request: Any) -> bool:
     """Park ``request`` (a worker's request, in the main process) if its run would be
@@ -232,6 +239,7 @@ def park_at_intake(request: Any) -> bool:
         del message[ATTEMPT]
         message[intake.header] = park_header(entry_id, message.get("retries"), since)
         request.acknowledge()
+        handover.handed_over(request, queue, entry_id)  # given back if never started
         return False
     request.acknowledge()
     task_ready(request)
@@ -341,6 +349,7 @@ def connect() -> None:
     worker_init.connect(
         _on_worker_init, weak=False, dispatch_uid="celery_redislock.intake.worker_init"
     )
+    handover.connect()  # hand-overs a worker shutting down never started
 
 
 def intake_token(request: Any) -> str:

@@ -70,3 +70,47 @@ def call(n, seconds):
     assert [label for _, _, label in runs(locks, "runs")] == ["0", "1"]  # once each
     assert took < LOCK_TTL / 3, f"the run waited {took:.1f}s: its permit was reserved on a"
     assert not holders(locks, "api")
+
+
+def test_a_run_handed_a_permit_and_waiting_for_a_rate_limit_token_at_shutdown(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
+    # Celery's rate_limit beside the pool (#29 item 1): a message handed a permit at
+    # intake waits in the task's token bucket of worker a when a is shut down warmly.
+    # It never runs on a; its permit must not stay reserved for lock_ttl: worker b,
+    # started once a is gone, runs it at once.
+    module = AppModule(
+        tmp_path,
+        redis_url,
+        RECORD
+        + f"""
+from celery_redislock import bounded_task
+
+@bounded_task(app=app, concurrency_limit=3, concurrency_key="api", lock_ttl={LOCK_TTL},
+              rate_limit="6/m")
+def call(n, seconds):
+    record("runs", str(n), seconds)
+    return n
+""",
+        conf='{"worker_prefetch_multiplier": 1}',
+    )
+    a = WorkerProcess(module, concurrency=2, name="a").start()
+    try:
+        tasks = module.load()
+        assert tasks.call.delay(0, 0.1).get(timeout=20) == 0  # the bucket's one token
+        waiting = tasks.call.delay(1, 0.1)  # handed a permit; its token 10 s away
+        a.wait_for_log(waiting.id)
+        time.sleep(0.5)
+        assert len(holders(locks, "api")) == 1  # its reserved permit
+        assert a.process is not None
+        a.process.send_signal(signal.SIGTERM)
+        a.process.wait(30)
+    finally:
+        a.stop()
+    with WorkerProcess(module, concurrency=2, name="b"):
+        started = time.monotonic()
+        assert waiting.get(timeout=LOCK_TTL + 15) == 1
+        took = time.monotonic() - started
+    assert [label for _, _, label in runs(locks, "runs")] == ["0", "1"]  # once each
+    assert took < LOCK_TTL / 3, f"the run waited {took:.1f}s: its permit was reserved on a"
+    assert not holders(locks, "api")
