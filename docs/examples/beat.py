@@ -13,8 +13,7 @@ from celery import Celery
 app = Celery("proj", broker=os.environ["REDIS_URL"])
 
 # --8<-- [start:config]
-# every host: celery -A proj beat -S celery_redislock.beat:LeaderScheduler
-app.conf.beat_scheduler = "celery_redislock.beat:LeaderScheduler"
+app.conf.beat_scheduler = "celery_redislock.beat:LeaderScheduler"  # or: celery beat -S ...
 app.conf.redislock_beat_scheduler = "celery.beat:PersistentScheduler"  # the one it guards
 app.conf.redislock_beat_lease = 10.0  # seconds: a dead leader is replaced within one lease
 app.conf.beat_schedule = {
