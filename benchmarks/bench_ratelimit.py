@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import json
 import multiprocessing
 import os
 import sys
@@ -119,7 +120,13 @@ def surely_in_a_window(calls: list[tuple[float, float]], period: float) -> int:
 
 
 def scenario(
-    kind: str, url: str, key: str, limit: int, seconds: float, shifts: list[float]
+    kind: str,
+    url: str,
+    key: str,
+    limit: int,
+    seconds: float,
+    shifts: list[float],
+    record: list[tuple[float, float, float]] | None = None,
 ) -> list[object]:
     client = redis.Redis.from_url(url)
     go, out = spawn.Event(), spawn.Queue()
@@ -133,6 +140,8 @@ def scenario(
     before = command_calls(client)
     go.set()
     rows = [row for _ in procs for row in out.get(timeout=120)]
+    if record is not None:  # --dump: every admission's call (start, end) and server time
+        record.extend(rows)
     commands = command_calls(client) - before
     for proc in procs:
         proc.join(30)
@@ -187,7 +196,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0, help="per scenario")
     parser.add_argument("--limit", type=int, default=50, help="N of the N/s rate")
     parser.add_argument("--calls", type=int, default=3000, help="calls for the cost per call")
+    parser.add_argument("--dump", help="write every admission to this JSON file (#28's plots)")
     args = parser.parse_args()
+    admissions: dict[str, list[tuple[float, float, float]]] = {}
     with open("/proc/loadavg") as f:
         print(f"load average before: {f.read().split()[:3]}")
     with RedisServer() as server:
@@ -196,7 +207,8 @@ def main() -> None:
             for kind in ("ours", "limits"):
                 name = "RedisRateLimiter" if kind == "ours" else "limits moving window"
                 key = f"{kind}-{label.split()[1]}"
-                result = scenario(kind, server.url, key, args.limit, args.seconds, shifts)
+                record = admissions.setdefault(f"{name}, {label}", [])
+                result = scenario(kind, server.url, key, args.limit, args.seconds, shifts, record)
                 rows.append([f"{name}, {label}", *result])
         print(f"\n4 processes, {args.limit}/s, {args.seconds:g} s each (N = {args.limit})")
         print_table(
@@ -221,6 +233,21 @@ def main() -> None:
         print_table(["call", "client µs/call", "server µs/call"], costs)
     with open("/proc/loadavg") as f:
         print(f"\nload average after: {f.read().split()[:3]}")
+    if args.dump:
+        with open(args.dump, "w", encoding="utf-8") as f:
+            json.dump(
+                {
+                    "limit": args.limit,
+                    "period": 1.0,
+                    # (call start, call end) on the shared monotonic clock; the server's
+                    # admission time (None for limits, which records none)
+                    "admissions": {
+                        label: [(a, b, None if c != c else c) for a, b, c in rows]
+                        for label, rows in admissions.items()
+                    },
+                },
+                f,
+            )
 
 
 if __name__ == "__main__":

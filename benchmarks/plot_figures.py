@@ -40,7 +40,8 @@ def concurrency_steps(start: float, intervals: list[list[float]]) -> tuple[list[
 
 def plot_bench_bounded(data: dict[str, Any], out: Path) -> None:
     """bench_bounded.py --dump: runs at once over time, bounded against unbounded."""
-    fig, axes = plt.subplots(len(data), 1, figsize=(8, 2.2 * len(data)), sharex=True)
+    fig, grid = plt.subplots(len(data), 1, figsize=(8, 2.2 * len(data)), sharex=True, squeeze=False)
+    axes = list(grid[:, 0])
     for ax, (label, runs) in zip(axes, sorted(data.items()), strict=True):
         for i, run in enumerate(runs):
             times, counts = concurrency_steps(run["start"], run["intervals"])
@@ -55,8 +56,48 @@ def plot_bench_bounded(data: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
+def surely_counts(calls: list[tuple[float, float]], period: float) -> tuple[list[float], list[int]]:
+    """At the end of each admitting call, how many admissions surely fell in the period
+    ending there: those whose calls both started and ended inside it (a lower bound,
+    the same for every limiter: bench_ratelimit.py's "client" column)."""
+    calls = sorted(calls, key=lambda call: call[1])
+    first = min((start for start, _ in calls), default=0.0)
+    times, counts = [], []
+    for _, end in calls:
+        times.append(end - first)
+        counts.append(sum(1 for s, e in calls if e <= end and s > end - period))
+    return times, counts
+
+
+def plot_bench_ratelimit(data: dict[str, Any], out: Path) -> None:
+    """bench_ratelimit.py --dump: admissions surely in the last period, ours against
+    limits', with the processes' clocks in step and an hour apart."""
+    limit, period = data["limit"], data["period"]
+    scenarios: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for label, rows in data["admissions"].items():
+        limiter, clocks = label.split(", ", 1)
+        scenarios.setdefault(clocks, {})[limiter] = [(start, end) for start, end, _ in rows]
+    fig, grid = plt.subplots(
+        1, len(scenarios), figsize=(5 * len(scenarios), 3), sharey=True, squeeze=False
+    )
+    axes = list(grid[0])
+    for ax, (clocks, limiters) in zip(axes, sorted(scenarios.items()), strict=True):
+        for limiter, calls in sorted(limiters.items()):
+            xs, ys = surely_counts(calls, period)
+            ax.step(xs, ys, where="post", label=limiter, linewidth=1)
+        ax.axhline(limit, color="grey", linestyle="--", linewidth=0.8, label=f"N = {limit}")
+        ax.set_title(clocks)
+        ax.set_xlabel("seconds since the first call")
+        ax.legend(loc="lower right", fontsize="small")
+    axes[0].set_ylabel(f"admissions surely in the last {period:g} s")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
 PLOTTERS: dict[str, Callable[[dict[str, Any], Path], None]] = {
     "bench_bounded": plot_bench_bounded,
+    "bench_ratelimit": plot_bench_ratelimit,
 }
 
 
