@@ -106,11 +106,18 @@ def render_state(state: State, width: int = 100) -> str:
     pool_headers = ("NAME", "HELD", "WAITING", "PARKED", "OLDEST", "DEAD")
     lines.append(table(pool_headers, pools, "  ") if pools else "  none")
     limiters = [
-        (lim.name, ", ".join(lim.rates), f"{lim.next_admission:.3f}s", f"{lim.penalty_left:.1f}s")
+        (
+            lim.name,
+            ", ".join(lim.rates),
+            f"{lim.next_admission:.3f}s",
+            f"{lim.penalty_left:.1f}s",
+            str(lim.parked),
+            "-" if lim.oldest_parked is None else format_duration(lim.oldest_parked),
+        )
         for lim in state.limiters
     ]
     lines += ["", "RATE LIMITERS"]
-    headers = ("NAME", "RATES", "NEXT ADMISSION", "PENALTY")
+    headers = ("NAME", "RATES", "NEXT ADMISSION", "PENALTY", "PARKED", "OLDEST")
     lines.append(table(headers, limiters, "  ") if limiters else "  none")
     return "\n".join(lines)
 

@@ -18,6 +18,8 @@ name                                        labels                          type
 ``dead_letters``                            pool                            gauge
 ``ratelimit_next_admission_seconds``        limiter                         gauge
 ``ratelimit_penalty_seconds``               limiter                         gauge
+``ratelimit_parked_runs``                   limiter                         gauge
+``ratelimit_parked_oldest_age_seconds``     limiter                         gauge
 ``omitted_names``                           kind                            gauge
 ``up``                                      --                              gauge
 ``scrape_duration_seconds``                 --                              gauge
@@ -70,6 +72,8 @@ METRIC_NAMES: Final = (
     "dead_letters",
     "ratelimit_next_admission_seconds",
     "ratelimit_penalty_seconds",
+    "ratelimit_parked_runs",
+    "ratelimit_parked_oldest_age_seconds",
     "omitted_names",
     "up",
     "scrape_duration_seconds",
@@ -196,11 +200,25 @@ class RedisLockCollector(Collector):
             "Seconds left of the limiter's penalty (0: none).",
             labels=("limiter",),
         )
+        parked = GaugeMetricFamily(
+            _name("ratelimit_parked_runs"),
+            "Runs parked for the limiter's admission.",
+            labels=("limiter",),
+        )
+        oldest = GaugeMetricFamily(
+            _name("ratelimit_parked_oldest_age_seconds"),
+            "Seconds the oldest run parked for the limiter has waited (0: none parked).",
+            labels=("limiter",),
+        )
         for limiter in state.limiters:
             admission.add_metric([limiter.name], limiter.next_admission)
             penalty.add_metric([limiter.name], limiter.penalty_left)
+            parked.add_metric([limiter.name], float(limiter.parked))
+            oldest.add_metric([limiter.name], limiter.oldest_parked or 0.0)
         yield admission
         yield penalty
+        yield parked
+        yield oldest
         omitted = GaugeMetricFamily(
             _name("omitted_names"),
             "Pools or limiters not exported this scrape (beyond max_names).",

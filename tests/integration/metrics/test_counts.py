@@ -18,7 +18,7 @@ from celery_redislock import RedisLockTask, bounded_task, singleton_task
 from celery_redislock.celery.beat.signals import beat_elected, beat_slot_sent, beat_slot_skipped
 from celery_redislock.celery.metrics import flush
 from celery_redislock.celery.metrics.collector import RedisLockCollector
-from celery_redislock.celery.metrics.read import CounterSet, read_counters
+from celery_redislock.celery.metrics.read import CounterSet, read_counters, read_state
 from celery_redislock.core import release_all
 
 from ..conftest import MakeApp
@@ -219,3 +219,7 @@ def test_rate_limited_counted(make_app: MakeApp, locks: redis.Redis, worker: Any
     # Three parked for their admission (in a minute): each counted once, by name.
     _settled(locks, "ratelimit", "mailer", {"rate_limited": 3})
     assert len(ran) == 2
+    state = read_state(locks, "redislock")
+    [limiter] = [lim for lim in state.limiters if lim.name == "mailer"]
+    assert limiter.parked == 3 and limiter.oldest_parked is not None
+    assert 0 < limiter.next_admission <= 61
