@@ -236,7 +236,6 @@ class ConcurrencyGuard(Guard):
                     parked[0],
                     owner,
                     ttl=ttl,
-                    lock_ttl=lock.lock_ttl,
                     on_lost=on_lost,
                 )
         elif eager:  # no queue to go back to: wait as long as it takes

@@ -50,7 +50,6 @@ def second_message(
     owner: str,
     *,
     ttl: float,
-    lock_ttl: float,
     on_lost: OnLost,
 ) -> Lease | None:
     """This message's permit when it is the run now; None when it must park again;
@@ -63,8 +62,10 @@ def second_message(
     )
     if status == ALIVE and redelivered:
         # Alive, or dead for less than a lease: look again once the permit would have
-        # lapsed unrenewed (its holder renews it ahead of that while it lives).
-        time.sleep(min(left, lock_ttl) + RECHECK_MARGIN)
+        # lapsed unrenewed (its holder renews it ahead of that while it lives) -- its
+        # own time left, which a per-call lock_ttl makes longer than the task's: woken
+        # at the task's, a dead run's permit would still be there, taken for a live one.
+        time.sleep(left + RECHECK_MARGIN)
         status, lease, left = retake(
             sem, entry_id, owner, ttl=ttl, memory=memory, renew=True, on_lost=on_lost
         )
