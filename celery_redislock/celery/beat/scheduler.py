@@ -30,11 +30,12 @@ import secrets
 import socket
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any, ClassVar, Final
 
 from celery import Celery
 from celery.beat import ScheduleEntry, Scheduler
+from celery.schedules import crontab
 from redis.exceptions import RedisError
 
 from ...core.lease import Lease
@@ -183,7 +184,13 @@ class LeaderScheduler(Scheduler):
                 if last is None and interval is not None:
                     last = now_ms // interval * interval  # never sent: the next slot
                 if last is not None:
-                    entry.last_run_at = slots.as_datetime(last)
+                    when = slots.as_datetime(last)
+                    zone = entry.schedule.tz if isinstance(entry.schedule, crontab) else None
+                    if isinstance(zone, tzinfo):
+                        # In the crontab's own zone, as Celery gives it (a Celery that
+                        # matches the fields on last_run_at as given needs it).
+                        when = when.astimezone(zone)
+                    entry.last_run_at = when
         except (RedisError, RedisLockError) as exc:
             log.warning("beat: cannot read the last slots sent on the lock Redis: %s", exc)
         # The inner scheduler orders its runs in a heap built from the entries' last
