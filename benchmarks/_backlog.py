@@ -61,6 +61,7 @@ prints their p50/p99 (see ``_stages.py``); ``--modes`` runs a subset.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -226,6 +227,9 @@ def _batch(
         "ids": ids,
         "handoff p50": percentile(idle, 50),
         "handoff p99": percentile(idle, 99),
+        # --dump (#28's figures): each run's (index, sent, start, end), and the first send
+        "first": first,
+        "rows": rows,
     }
 
 
@@ -241,8 +245,10 @@ def run_backlog(
     rounds: int,
     modes: tuple[str, ...] = MODES,
     stages: bool = False,
+    dump: str | None = None,
 ) -> None:
-    """Run the backlog case and print its table (see the module docstring)."""
+    """Run the backlog case and print its table (see the module docstring); ``dump``:
+    write every run's times to this JSON file (``benchmarks/plot_figures.py``)."""
     from bench_bounded import worker
 
     with RedisServer() as server, tempfile.TemporaryDirectory() as directory, ExitStack() as stack:
@@ -286,3 +292,16 @@ def run_backlog(
         records.close()
         stamps = _stages.collect(directory) if stages else {}
     print_backlog(results, count, seconds, limit, stamps)
+    if dump:
+        with open(dump, "w", encoding="utf-8") as f:
+            json.dump(
+                {
+                    "limit": limit,
+                    "seconds": seconds,
+                    "modes": {
+                        mode: [{"first": r["first"], "rows": r["rows"]} for r in rs]
+                        for mode, rs in results.items()
+                    },
+                },
+                f,
+            )

@@ -340,7 +340,13 @@ def main() -> None:
         if not set(modes) <= set(MODES):
             parser.error(f"--modes: choose among {', '.join(MODES)}, got {args.modes!r}")
         run_backlog(
-            args.tasks or 60, args.duration or 0.2, args.limit or 2, args.rounds, modes, args.stages
+            args.tasks or 60,
+            args.duration or 0.2,
+            args.limit or 2,
+            args.rounds,
+            modes,
+            args.stages,
+            args.dump,
         )
         return
     args.tasks, args.duration = args.tasks or 200, args.duration or 0.05

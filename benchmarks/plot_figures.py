@@ -3,6 +3,9 @@
     pip install -e ".[plots]"
     python benchmarks/bench_bounded.py --tasks 100 --duration 0.05 --rounds 2 \\
         --dump docs/benchmarks/bench_bounded.json
+    python benchmarks/bench_bounded.py --backlog --modes "plain c2 acks_late,parked,re-publish" \\
+        --rounds 1 --dump docs/benchmarks/bench_backlog.json
+    python benchmarks/bench_ratelimit.py --dump docs/benchmarks/bench_ratelimit.json
     python benchmarks/plot_figures.py          # docs/benchmarks/*.json -> docs/img/*.png
 
 Each figure is drawn from a JSON file a benchmark wrote (``--dump``); nothing is typed in
@@ -95,7 +98,38 @@ def plot_bench_ratelimit(data: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
+def plot_bench_backlog(data: dict[str, Any], out: Path) -> None:
+    """bench_bounded.py --backlog --dump: runs ended over time, each mode's first round,
+    against the ideal drain of ``limit`` runs every ``seconds``."""
+    limit, seconds = data["limit"], data["seconds"]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    count = 0
+    for mode, runs in data["modes"].items():
+        run = runs[0]
+        ends = sorted(end - run["first"] for _, _, _, end in run["rows"])
+        count = len(ends)
+        ax.step([0.0, *ends], range(count + 1), where="post", label=mode, linewidth=1.2)
+    ideal_t = [k * seconds for k in range(count // limit + 1)]
+    ax.step(
+        ideal_t,
+        [min(count, k * limit) for k in range(len(ideal_t))],
+        where="post",
+        color="grey",
+        linestyle="--",
+        linewidth=0.8,
+        label=f"ideal: {limit} every {seconds:g} s",
+    )
+    ax.set_xlabel("seconds since the first send")
+    ax.set_ylabel("runs ended")
+    ax.set_title(f"a backlog of {count} tasks of {seconds:g} s, limit {limit}")
+    ax.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
 PLOTTERS: dict[str, Callable[[dict[str, Any], Path], None]] = {
+    "bench_backlog": plot_bench_backlog,
     "bench_bounded": plot_bench_bounded,
     "bench_ratelimit": plot_bench_ratelimit,
 }

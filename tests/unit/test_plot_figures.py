@@ -19,6 +19,14 @@ def test_bench_bounded_json_becomes_a_png(tmp_path: Path) -> None:
     }
     (data / "bench_bounded.json").write_text(json.dumps(runs))
     (data / "unknown.json").write_text("{}")
+    backlog = {
+        "limit": 2,
+        "seconds": 0.2,
+        "modes": {
+            "parked": [{"first": 10.0, "rows": [[0, 10.0, 10.0, 10.2], [1, 10.0, 10.0, 10.2]]}]
+        },
+    }
+    (data / "bench_backlog.json").write_text(json.dumps(backlog))
     admissions = {
         "RedisRateLimiter, clocks in step": [[0.0, 0.1, 5.0], [0.2, 0.3, 5.5]],
         "limits moving window, clocks in step": [[0.0, 0.1, None]],
@@ -41,7 +49,7 @@ def test_bench_bounded_json_becomes_a_png(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "unknown.json: no plotter, skipped" in result.stdout
-    for name in ("bench_bounded", "bench_ratelimit"):
+    for name in ("bench_backlog", "bench_bounded", "bench_ratelimit"):
         assert (tmp_path / "img" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
 
 
