@@ -57,6 +57,7 @@ class Recorder:
         self._failing = False
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._idle = False  # the thread waits for a first event (only then woken by add)
 
     def add(
         self,
@@ -83,7 +84,8 @@ class Recorder:
                     target=self._run, name="celery_redislock-metrics", daemon=True
                 )
                 self._thread.start()
-            self._wake.notify()
+            if self._idle:  # else it is sending or gathering: it takes this one then
+                self._wake.notify()
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until everything counted so far was sent (True), or ``timeout`` passed."""
@@ -102,7 +104,9 @@ class Recorder:
     def _run(self) -> None:
         while True:
             with self._guard:
+                self._idle = True
                 self._wake.wait_for(lambda: bool(self._pending) or self._closed)
+                self._idle = False
                 if not self._pending:
                     return
                 batch, self._pending = self._pending, Counter()
