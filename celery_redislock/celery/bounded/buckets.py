@@ -24,11 +24,13 @@ May import the bounded feature's modules and the shared glue.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from celery.signals import task_received
 from kombu.utils.limits import TokenBucket
 
+from .handover import give_back_dropped
 from .intake import BoundedRequest
 
 __all__ = ["IntakeBucket", "connect"]
@@ -39,6 +41,7 @@ class IntakeBucket(TokenBucket):
     token (see the module)."""
 
     _dropped = False
+    contents: deque[Any]  # kombu's (public, set in __init__; not in its type stubs)
 
     def add(self, item: Any) -> None:
         """Queue ``(request, tokens)``; a request parked at intake (or revoked) instead
@@ -53,6 +56,15 @@ class IntakeBucket(TokenBucket):
             self._dropped = True
             return
         super().add(item)
+
+    def clear_pending(self) -> None:
+        """Drop the requests waiting for a token (Celery's consumer does when its
+        broker connection closes: their messages come back from the broker); those
+        handed a permit at intake, whose messages were acknowledged, are given back
+        (:mod:`.handover`)."""
+        dropped = [item[0] for item in self.contents if isinstance(item, tuple) and item]
+        super().clear_pending()
+        give_back_dropped(dropped)
 
     def pop(self) -> Any:
         """The next ``(request, tokens)``; right after a dropped ``add``, none (see

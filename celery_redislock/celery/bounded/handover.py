@@ -8,9 +8,14 @@ to one yet is dropped, and so is a request still waiting for a token of Celery's
 run's message was acknowledged, so nothing came back: its permit stayed reserved for
 ``lock_ttl`` until the sweeper published the entry again, and the pool idled.
 
+A lost broker connection drops the requests waiting in rate-limit buckets the same
+way (Celery's consumer clears them: their messages come back from the broker).
+
 So the main process remembers each hand-over until a pool process accepts the run
 (:func:`handed_over`, :func:`accepted`), and when the worker is told to shut down
-(Celery's ``worker_shutting_down``) it gives the entries not accepted back at once:
+(Celery's ``worker_shutting_down``), or a bucket drops its requests
+(:func:`give_back_dropped`, from :mod:`.buckets`), it gives the entries not accepted
+back at once:
 each goes back to its place in the queue, its reserved permit to the next claim,
 which publishes it for another worker. A run accepted meanwhile after all is still
 run once: its park token is taken once, whichever message gets there first (the other
@@ -24,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from itertools import repeat
 from typing import Any, Final
 
 from celery.signals import worker_shutting_down
@@ -63,6 +69,23 @@ def give_back_all() -> int:
     with _guard:
         pending = list(_pending.values())
         _pending.clear()
+    return _give_back(pending)
+
+
+def give_back_dropped(requests: list[Any]) -> None:
+    """Celery dropped ``requests`` without running them (a task's rate-limit bucket
+    cleared when the broker connection closed: their messages, it trusts, come back
+    from the broker): give back those that were handed over, off the caller's thread
+    (Celery's event loop)."""
+    with _guard:
+        pending = [p for p in map(_pending.pop, map(id, requests), repeat(None)) if p]
+    if pending:
+        threading.Thread(
+            target=_give_back, args=(pending,), name="celery_redislock-handover", daemon=False
+        ).start()
+
+
+def _give_back(pending: list[tuple[Any, ParkingQueue, str]]) -> int:
     returned = 0
     for request, queue, entry_id in pending:
         try:
@@ -71,7 +94,7 @@ def give_back_all() -> int:
                 queue.pump()  # its permit to the next claim, published for another worker
                 logger.info(
                     "celery_redislock: %s[%s] was handed a permit of pool %r but its worker "
-                    "is shutting down before it started: back in the parked queue",
+                    "dropped it before it started: back in the parked queue",
                     getattr(request, "name", "?"),
                     getattr(request, "id", "?"),
                     queue.capacity.name,

@@ -1,5 +1,6 @@
-"""A worker in warm shutdown that still takes a message: intake must not reserve a
-permit for a run that will never start there.
+"""A run handed a permit at intake that its worker drops before it starts (warm
+shutdown; a rate-limit bucket cleared on a lost broker connection): the permit must
+not stay reserved for ``lock_ttl``.
 
 Celery's warm shutdown lets the pool finish its running tasks but sends nothing new
 to it (a job not yet written to a pool process is dropped: the broker redelivers its
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from ...faults import FaultProxy
 from ..workers import AppModule, WorkerProcess
 from .helpers import RECORD, holders, runs
 
@@ -113,4 +115,42 @@ def call(n, seconds):
         took = time.monotonic() - started
     assert [label for _, _, label in runs(locks, "runs")] == ["0", "1"]  # once each
     assert took < LOCK_TTL / 3, f"the run waited {took:.1f}s: its permit was reserved on a"
+    assert not holders(locks, "api")
+
+
+def test_a_run_handed_a_permit_and_waiting_for_a_token_when_the_broker_connection_drops(
+    tmp_path: Path, redis_url: str, locks: redis.Redis, fault_proxy: FaultProxy
+) -> None:
+    # Celery's consumer clears the rate-limit buckets when its broker connection
+    # closes (their messages, unacknowledged, come back from the broker). A message
+    # handed a permit at intake was acknowledged: given back, it runs once the worker
+    # is connected again and its token is due -- not after lock_ttl.
+    module = AppModule(
+        tmp_path,
+        fault_proxy.url,  # broker and lock Redis through the proxy
+        RECORD
+        + f"""
+from celery_redislock import bounded_task
+
+@bounded_task(app=app, concurrency_limit=3, concurrency_key="api", lock_ttl={LOCK_TTL},
+              rate_limit="10/m")
+def call(n, seconds):
+    record("runs", str(n), seconds)
+    return n
+""",
+        conf='{"worker_prefetch_multiplier": 1}',
+    )
+    with WorkerProcess(module, concurrency=2, name="a") as a:
+        tasks = module.load()
+        assert tasks.call.delay(0, 0.1).get(timeout=20) == 0  # the bucket's one token
+        waiting = tasks.call.delay(1, 0.1)  # handed a permit; its token 6 s away
+        a.wait_for_log(waiting.id)
+        time.sleep(0.5)
+        assert len(holders(locks, "api")) == 1  # its reserved permit
+        cut = time.monotonic()
+        fault_proxy.cut()
+        assert waiting.get(timeout=LOCK_TTL + 15) == 1
+        took = time.monotonic() - cut
+    assert [label for _, _, label in runs(locks, "runs")] == ["0", "1"]  # once each
+    assert took < LOCK_TTL / 2, f"the run waited {took:.1f}s: its permit stayed reserved"
     assert not holders(locks, "api")
