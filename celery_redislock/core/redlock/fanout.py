@@ -4,9 +4,10 @@ A fan-out sends the request on every master's connection first and then reads th
 replies as they arrive, through redis-py's public ``Connection`` calls
 (``send_packed_command``, ``can_read``, ``read_response``), so its latency is one
 master's round trip, not the sum, and it costs no thread hand-off. Measured on the
-development machines (benchmarks/bench_redlock.py): a thread pool per call, or the
-asyncio client driven from a sync call, cost about twice this. So each master keeps
-connections of its own (:class:`~.masters.Link`), one per thread in flight.
+development machines (benchmarks/bench_redlock.py, 5 masters): a thread pool per
+round cost 1.2-1.4x this, ``redis.asyncio`` driven from the sync call 1.4-2x. So
+each master keeps connections of its own (:class:`~.masters.Link`), one per thread
+in flight.
 
 A round that only needs a majority (a grant, a release, an extend) ends as soon as
 enough masters gave the answer that counts (``enough``): the others' replies are left
