@@ -48,9 +48,10 @@ __all__ = ["MAX_DUE", "WAIT_SLICE", "Enough", "drive", "fan_out"]
 log = logging.getLogger(__name__)
 
 MAX_DUE = 3
-"""Most replies a connection may owe: a round waits for the oldest before it sends one
-more (a master that falls behind slows its client down; a stopped master's requests
-do not pile up, it fails at the oldest's deadline)."""
+"""Most replies a connection may owe: a master that owes this many is not sent the
+round's request (it counts as not answering, at no cost to the round) until it has
+caught up; its connection is closed once the oldest reply is overdue. A stopped
+master's requests do not pile up, and it never costs a round its deadline."""
 
 WAIT_SLICE = 0.001
 """Longest wait, in seconds, on one master's connection while the others are looked
@@ -88,13 +89,14 @@ def fan_out(
     fresh: list[int] = []  # to connect first: sent last (a handshake may be slow)
     idle: set[int] = set()  # sent on a connection that owed nothing: see below
     for index, link in enumerate(links):
+        owed = bool(link.due)
         if not link.connected:
             fresh.append(index)
         elif _started(masters[index], link, calls[index], expires, results, index):
             pending.append(index)
-            if len(link.due) == 1:
+            if not owed:
                 idle.add(index)
-        elif not link.due:  # closed while idle (the write failed): connect again
+        elif not owed and not link.connected:  # closed while idle (the write failed)
             fresh.append(index)
     for index in fresh:
         if _connected(masters[index], links[index], calls[index], expires, results, index):
@@ -226,6 +228,9 @@ def _started(
         if call.keys_for is None and not call.packed.get(master.encoding):
             call.packed[master.encoding] = _pack(link, call, call.keys)
         _send(link, call, expires, call.packed.get(master.encoding))
+    except Behind as exc:
+        results[index] = exc  # the connection is kept: its replies are still to come
+        return False
     except (RedisError, OSError) as exc:
         results[index] = exc
         link.drop()
@@ -285,15 +290,16 @@ def _poll(link: Link, call: Call | None) -> tuple[bool, object]:
 
 def _catch_up(link: Link, label: str) -> None:
     """Before a new request: read the replies ``link`` owes that are there already;
-    wait for the oldest while it owes :data:`MAX_DUE` (a master far behind slows its
-    client down rather than getting an ever longer queue); raise ``TimeoutError``
-    when the oldest is overdue."""
+    raise ``TimeoutError`` when the oldest is overdue (the caller closes the
+    connection), or :class:`Behind` while it still owes :data:`MAX_DUE`."""
     due = link.due
     _poll(link, None)
-    while due and (len(due) >= MAX_DUE or due[0].expires <= time.monotonic()):
-        left = due[0].expires - time.monotonic()
-        if left <= 0 or not link.conn.can_read(left):
-            raise RedisTimeoutError(
-                f"{label} did not answer an earlier request within its deadline"
-            )
-        _poll(link, None)
+    if due and due[0].expires <= time.monotonic():
+        raise RedisTimeoutError(f"{label} did not answer an earlier request within its deadline")
+    if len(due) >= MAX_DUE:
+        raise Behind(f"{label} still owes {len(due)} replies: not sent this request")
+
+
+class Behind(RedisTimeoutError):
+    """A master's connection owes :data:`MAX_DUE` replies, none overdue yet: this round
+    counts it as not answering and keeps the connection (see :data:`MAX_DUE`)."""
