@@ -54,7 +54,9 @@ local now, now_us = server_clock()
 
 -- Redlock: a server that may have lost leases in a restart (no boot marker, started
 -- within the grace) grants nothing until every lease it could have held expired.
--- INFO's uptime is whole seconds, rounded down: never later than the real start.
+-- INFO's uptime is the difference of two whole-second wall clock readings (now and
+-- the start, each rounded down), so it reads 1 as little as a millisecond after the
+-- start: one second less is never older than the server is (measured: 1 from 0.75 s).
 -- The marker is read with the lock's keys (see `taken` below): EXISTS counts a key
 -- once per time it is named, so naming it three times makes 3..5 mean "there" and
 -- 0..2 "missing", whatever the other two are; the count less the marker's is theirs.
@@ -68,7 +70,7 @@ if boot then
     local info = redis.call('INFO', 'server')
     -- Negative after a wall clock stepped back since the start: taken as 0 (see
     -- server_age_ms in lib_restart.lua).
-    local up = math.max(0, tonumber(string.match(info, 'uptime_in_seconds:(-?%d+)')) * 1000)
+    local up = math.max(0, tonumber(string.match(info, 'uptime_in_seconds:(-?%d+)')) - 1) * 1000
     local grace = tonumber(ARGV[6])
     if up < grace then return {STAMP, {0, grace - up, '', 'restarted'}} end
     redis.call('SET', boot, string.format('%d', now), 'PX', {{BOOT_MARKER_MS}})
