@@ -25,7 +25,9 @@ too). On the client, :func:`client_error` makes an error of the lock Redis in
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import multiprocessing
 import threading
 import time
 import weakref
@@ -70,6 +72,13 @@ _ANSWERS: Final = (RedisRestarting, redis.BusyLoadingError)
 # Apps whose lock Redis answered this process (or the worker's main before the fork).
 _answered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
+# Per app, a flag in memory shared by the worker's main and every pool process it
+# forks (made on worker_init, before the pool): set by whichever process first sees
+# the lock Redis answer, so a child forked later, or one that never ran a task yet,
+# knows it answered (#29 item 5: a fresh child failed its run at once through an
+# outage of a Redis that answered after the worker started, instead of waiting).
+_shared: weakref.WeakKeyDictionary[Any, ctypes.c_bool] = weakref.WeakKeyDictionary()
+
 
 def lock_redis(app: Any) -> str:
     """``redislock_url='<masked>'`` of ``app``, or what it defaults to, for messages."""
@@ -85,6 +94,14 @@ def lock_redis(app: Any) -> str:
 def _answer(app: Any) -> None:
     if app not in _answered:
         _answered[app] = True
+    flag = _shared.get(app)
+    if flag is not None and not flag.value:
+        flag.value = True
+
+
+def _has_answered(app: Any) -> bool:
+    flag = _shared.get(app)
+    return app in _answered or (flag is not None and bool(flag.value))
 
 
 def outage_attempts(app: Any) -> int:
@@ -109,7 +126,7 @@ def enter_guard(
         return hold
     if isinstance(error, _ANSWERS):
         _answer(task.app)  # it answered: restarted (within its grace) or loading
-    elif task.app not in _answered:
+    elif not _has_answered(task.app):
         raise ConfigurationError(
             f"task {task.name}[{run.task_id}]: the lock Redis, {lock_redis(task.app)}, has "
             f"not answered since this worker started ({type(error).__name__}: {error}); "
@@ -181,6 +198,8 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
         client, name = get_redis(app), lock_redis(app)
     except RedisLockError:  # no lock Redis configured: the first run says so
         return
+    if app not in _shared:
+        _shared[app] = multiprocessing.RawValue(ctypes.c_bool, app in _answered)
     outcome: list[BaseException | None] = []
 
     def ping() -> None:
