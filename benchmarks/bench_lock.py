@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
+import json
 import multiprocessing
 import os
 import platform
@@ -201,7 +202,9 @@ def server_costs(
     return {name: (median(cpu[name]), median(calls[name])) for name in names}
 
 
-def uncontended(url: str, rounds: int, n: int) -> tuple[list[list[str]], dict[str, float]]:
+def uncontended(
+    url: str, rounds: int, n: int, keep: dict[str, list[float]] | None = None
+) -> tuple[list[list[str]], dict[str, float]]:
     client = redis.Redis.from_url(url)
     cycles = {name: make(client) for name, make in UNCONTENDED.items()}
     for cycle in cycles.values():
@@ -219,6 +222,8 @@ def uncontended(url: str, rounds: int, n: int) -> tuple[list[list[str]], dict[st
         finally:
             gc.enable()
         for name in order:
+            if keep is not None:  # --dump: every cycle's time, for the figures (#28)
+                keep.setdefault(name, []).extend(samples[name])
             p50s[name].append(percentile(samples[name], 50))
             p99s[name].append(percentile(samples[name], 99))
             means[name].append(sum(samples[name]) / n)
@@ -410,7 +415,9 @@ def contended(url: str, duration: float) -> tuple[list[list[str]], list[tuple[st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter run (smoke test)")
+    parser.add_argument("--dump", help="write every uncontended cycle's time to this JSON file")
     options = parser.parse_args()
+    kept: dict[str, list[float]] | None = {} if options.dump else None
     rounds, n, duration = (4, 400, 1.0) if options.quick else (8, 1500, 3.0)
     started = time.monotonic()
     load_before = os.getloadavg()[0]
@@ -422,7 +429,7 @@ def main() -> None:
             f"{platform.system()} {platform.machine()}"
         )
         print(f"\nUncontended acquire + release, {rounds} rounds x {n} cycles (µs):")
-        rows, ratios = uncontended(server.url, rounds, n)
+        rows, ratios = uncontended(server.url, rounds, n, kept)
         print_table(
             ["implementation", "p50", "p99", "mean", "p50 / floor", "range", "Redis CPU", "cmds"],
             rows,
@@ -465,6 +472,15 @@ def main() -> None:
         f"\ntotal time {time.monotonic() - started:.1f} s; load average (1 min) "
         f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     )
+    if options.dump:
+        with open(options.dump, "w", encoding="utf-8") as f:
+            # the distribution in 1,001 quantiles (0, 0.1 %, ..., 100 %) of every cycle
+            ordered = {name: sorted(times) for name, times in (kept or {}).items()}
+            quantiles = {
+                name: [times[round(q * (len(times) - 1) / 1000)] for q in range(1001)]
+                for name, times in ordered.items()
+            }
+            json.dump({"unit": "s", "uncontended": quantiles}, f)
 
 
 if __name__ == "__main__":

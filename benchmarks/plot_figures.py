@@ -6,6 +6,7 @@
     python benchmarks/bench_bounded.py --backlog --modes "plain c2 acks_late,parked,re-publish" \\
         --rounds 1 --dump docs/benchmarks/bench_backlog.json
     python benchmarks/bench_ratelimit.py --dump docs/benchmarks/bench_ratelimit.json
+    python benchmarks/bench_lock.py --dump docs/benchmarks/bench_lock.json
     python benchmarks/plot_figures.py          # docs/benchmarks/*.json -> docs/img/*.png
 
 Each figure is drawn from a JSON file a benchmark wrote (``--dump``); nothing is typed in
@@ -128,9 +129,29 @@ def plot_bench_backlog(data: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
+def plot_bench_lock(data: dict[str, Any], out: Path) -> None:
+    """bench_lock.py --dump: the distribution of one uncontended acquire + release, ours
+    against the floor (the same commands sent bare) and redis-py's ``Lock``."""
+    scale = 1e6 if data["unit"] == "s" else 1.0
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for name, samples in data["uncontended"].items():
+        xs = sorted(t * scale for t in samples)
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        ax.step(xs, ys, where="post", label=name, linewidth=1.2)
+    ax.set_xscale("log")
+    ax.set_xlabel("one acquire + release (µs, log scale)")
+    ax.set_ylabel("share of cycles at most this long")
+    ax.set_title("uncontended lock: the distribution of a cycle")
+    ax.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
 PLOTTERS: dict[str, Callable[[dict[str, Any], Path], None]] = {
     "bench_backlog": plot_bench_backlog,
     "bench_bounded": plot_bench_bounded,
+    "bench_lock": plot_bench_lock,
     "bench_ratelimit": plot_bench_ratelimit,
 }
 
