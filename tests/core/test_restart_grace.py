@@ -223,3 +223,31 @@ def test_a_lock_lease_released_by_force_is_still_lost(server: RedisServer) -> No
     assert lease is not None
     assert lock.force_release()
     assert lease.lost_event.wait(2 * TTL) and "no longer held" in lease.lost_reason
+
+
+def test_a_lock_refuses_for_the_whole_grace_measured_from_the_restart(
+    server: RedisServer,
+) -> None:
+    # INFO's uptime_in_seconds is two rounded-down wall clock seconds apart: it reads 1
+    # as early as a few ms after the start. Taken as the server's age, the grace ended
+    # up to a second early, while a forgotten lease could still run.
+    grace = 2.0
+    lock = RedisLock(_client(server), "job", ttl=TTL, restart_grace=grace)
+    assert lock.try_acquire(owner="first")[0] is not None  # the marker is set
+    # Started late in a wall clock second, the server's uptime reads 1 within ms; the
+    # first call after the restart (which measures the grace) comes after that.
+    time.sleep(0.85 - time.time() % 1 if time.time() % 1 < 0.85 else 1.85 - time.time() % 1)
+    started = time.monotonic()  # before the new process starts: its age is less
+    server.restart()
+    time.sleep(0.3)
+    probes = 0
+    while time.monotonic() < started + grace * 0.95:
+        try:
+            granted, _ = lock.try_acquire(owner=f"probe{probes}")
+        except (RedisRestarting, redis.ConnectionError):
+            pass  # refused in the grace (or the old connection failing once)
+        else:
+            assert granted is None, f"granted {time.monotonic() - started:.2f}s after restart"
+        probes += 1
+        time.sleep(0.01)
+    assert probes > 10

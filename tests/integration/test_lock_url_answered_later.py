@@ -10,7 +10,6 @@ was lost.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest

@@ -21,13 +21,16 @@ local function boot_keys(holders)
   return prefix .. ':boot', prefix .. ':boot:grace'
 end
 
--- The server's age in ms: INFO's uptime, whole seconds rounded down, so never older
--- than it is (a grace measured by it never ends early). Redis counts it on the wall
--- clock: a clock stepped back after the start makes it negative, taken as 0 (the
--- longest grace; a pattern of digits alone would fail the script).
+-- The server's age in ms, never more than it is (a grace measured by it never ends
+-- early). INFO's uptime is the difference of two rounded-down wall clock seconds (now
+-- and the start), so it reads 1 as little as a millisecond after the start: one
+-- second less (measured: a grace of 2 s ended 1.3 s after a restart without it).
+-- Redis counts it on the wall clock: a clock stepped back after the start makes it
+-- negative, taken as 0 (the longest grace; a pattern of digits alone would fail the
+-- script).
 local function server_age_ms()
   local info = redis.call('INFO', 'server')
-  return math.max(0, tonumber(string.match(info, 'uptime_in_seconds:(-?%d+)')) * 1000)
+  return math.max(0, tonumber(string.match(info, 'uptime_in_seconds:(-?%d+)')) - 1) * 1000
 end
 
 -- The restart grace left (ms, 0: none) for the primitive of `holders`, with `grace`
