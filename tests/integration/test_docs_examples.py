@@ -22,6 +22,7 @@ ONE_REDIS = [
     "ratelimit",
     "ratelimit_api",
     "ratelimit_task",
+    "ratelimit_429",
     "beat",
     "core_lock",
     "asyncio_semaphore",
