@@ -181,16 +181,19 @@ class LeaderScheduler(Scheduler):
                     continue
                 last = claims.last(str(entry.name))
                 interval = slots.interval_ms(entry.schedule)
-                if last is None and interval is not None:
-                    last = now_ms // interval * interval  # never sent: the next slot
-                if last is not None:
-                    when = slots.as_datetime(last)
-                    zone = entry.schedule.tz if isinstance(entry.schedule, crontab) else None
-                    if isinstance(zone, tzinfo):
-                        # In the crontab's own zone, as Celery gives it (a Celery that
-                        # matches the fields on last_run_at as given needs it).
-                        when = when.astimezone(zone)
-                    entry.last_run_at = when
+                if last is None:
+                    # No slot on record (never sent, or the lock Redis lost its data):
+                    # the next slot from now, never a past one the last leader may
+                    # have sent (#26: a standby whose entries last ran when it started
+                    # sent every crontab entry's latest run again).
+                    last = now_ms if interval is None else now_ms // interval * interval
+                when = slots.as_datetime(last)
+                zone = entry.schedule.tz if isinstance(entry.schedule, crontab) else None
+                if isinstance(zone, tzinfo):
+                    # In the crontab's own zone, as Celery gives it (a Celery that
+                    # matches the fields on last_run_at as given needs it).
+                    when = when.astimezone(zone)
+                entry.last_run_at = when
         except (RedisError, RedisLockError) as exc:
             log.warning("beat: cannot read the last slots sent on the lock Redis: %s", exc)
         # The inner scheduler orders its runs in a heap built from the entries' last

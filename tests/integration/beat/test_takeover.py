@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from celery import Celery
+from celery.schedules import crontab
 
 from celery_redislock.beat import LeaderScheduler
 from celery_redislock.celery.beat.signals import beat_slot_sent
@@ -84,3 +86,42 @@ def test_a_standby_started_just_before_the_takeover_sends_the_next_slot_on_time(
     slot, at = by_standby[0]
     assert slot == t0 + INTERVAL, sent
     assert at - slot < 1.5, f"the next slot was sent {at - slot:.2f} s late"
+
+
+def test_a_leader_with_no_slot_on_record_does_not_resend_a_past_crontab_run(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # No claim in Redis (a Redis restarted empty, then a standby took over): the
+    # standby's inner scheduler last ran its entries when it started, long ago, so its
+    # crontab entry is overdue at once. Its latest run may have been sent by the old
+    # leader (its claim is gone): at most once wins, the next run is the first sent.
+    app = Celery("takeover-cron", set_as_current=False)
+    app.conf.update(
+        broker_url=db_url(redis_url, BROKER_DB),
+        redislock_url=db_url(redis_url, LOCKS_DB),
+        redislock_beat_group=f"takeover-cron-{time.monotonic_ns()}",
+        redislock_beat_lease=5,
+        task_default_queue=f"takeover-cron-{time.monotonic_ns()}",
+        beat_schedule={"cron": {"task": "nothing", "schedule": crontab()}},
+    )
+    sent: list[float] = []
+
+    def on_sent(slot: Any, **_: Any) -> None:
+        sent.append(slot.timestamp())
+
+    beat_slot_sent.connect(on_sent, weak=False)
+    scheduler = LeaderScheduler(app, schedule_filename=str(tmp_path / "s"))
+    try:
+        for entry in scheduler.schedule.values():
+            entry.last_run_at = entry.last_run_at - timedelta(minutes=10)
+        deadline = time.monotonic() + 30
+        while not scheduler.leads() and time.monotonic() < deadline:
+            time.sleep(max(0.0, min(scheduler.tick(), 0.05)))
+        elected = time.time()
+        stop = time.monotonic() + 1.5
+        while time.monotonic() < stop:
+            time.sleep(max(0.0, min(scheduler.tick(), 0.05)))
+    finally:
+        beat_slot_sent.disconnect(on_sent)
+        scheduler.close()
+    assert all(slot > elected - 1 for slot in sent), f"sent a past run: {sent}, elected {elected}"
