@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..core.clients import AsyncRedisClient
 from ..core.info import PrimitiveInfo
 from ..core.keys import DEFAULT_PREFIX
 from ..core.lock_scripts import RENEW, LockScripts, acquire_reply, refused_holder
@@ -48,7 +49,7 @@ class AsyncRedisLock(AsyncPrimitive):
 
     def __init__(
         self,
-        client: Any,
+        client: AsyncRedisClient,
         name: str,
         *,
         ttl: float = 30.0,

@@ -26,6 +26,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from ..core.clients import AsyncRedisClient
 from ..core.notifier import (
     IDLE_UNSUBSCRIBE,
     SUBSCRIBE_CONFIRM_TIMEOUT,
@@ -139,7 +140,7 @@ class AsyncNotifier:
     """The subscriber of one event loop for one ``redis.asyncio`` client."""
 
     @classmethod
-    def for_client(cls, client: Any) -> AsyncNotifier:
+    def for_client(cls, client: AsyncRedisClient) -> AsyncNotifier:
         """The running loop's notifier for ``client``, made on first use."""
         loop = asyncio.get_running_loop()
         per_loop = _registry.get(loop)
@@ -151,7 +152,7 @@ class AsyncNotifier:
         return notifier
 
     @staticmethod
-    def current(client: Any) -> AsyncNotifier | None:
+    def current(client: AsyncRedisClient) -> AsyncNotifier | None:
         """The running loop's notifier for ``client`` if it has one (none is made)."""
         per_loop = _registry.get(asyncio.get_running_loop())
         notifier = None if per_loop is None else per_loop.get(id(client))
@@ -159,7 +160,7 @@ class AsyncNotifier:
             return None
         return notifier
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: AsyncRedisClient) -> None:
         self._client = weakref.ref(client)
         # This loop's waiter tag (the process's and a number): a semaphore waiter's token
         # ends in ".<tag>", so releases wake it on a channel only this loop reads, and a

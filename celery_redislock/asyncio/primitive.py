@@ -26,6 +26,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from ..core.clients import AsyncRedisClient
 from ..core.operations import PrimitiveOperations
 from ..core.primitive import PrimitiveBase, check_owner
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
@@ -79,7 +80,7 @@ class AsyncPrimitive(PrimitiveBase):
 
     def __init__(
         self,
-        client: Any,
+        client: AsyncRedisClient,
         name: str,
         *,
         ttl: float,
@@ -100,7 +101,7 @@ class AsyncPrimitive(PrimitiveBase):
         self._held: dict[asyncio.Task[Any], list[AsyncLease]] = {}
 
     @staticmethod
-    def _checked_client(client: Any) -> Any:
+    def _checked_client(client: AsyncRedisClient) -> Any:
         # Checked once per class: a lock is built per call (`async with
         # AsyncRedisLock(client, f"user:{uid}")`), and isinstance against the
         # client classes costs a quarter of building one.

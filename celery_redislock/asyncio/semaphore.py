@@ -12,8 +12,8 @@ import contextlib
 import logging
 import math
 import time
-from typing import Any
 
+from ..core.clients import AsyncRedisClient
 from ..core.info import PrimitiveInfo
 from ..core.keys import DEFAULT_PREFIX
 from ..core.primitive import fresh_token
@@ -50,7 +50,7 @@ class AsyncRedisSemaphore(AsyncPrimitive):
 
     def __init__(
         self,
-        client: Any,
+        client: AsyncRedisClient,
         name: str,
         *,
         limit: int,

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import Final
 
 from .keys import DEFAULT_PREFIX
 from .parking import as_bytes
-from .scripts import LuaScript, as_text
+from .scripts import LuaScript, RedisClient, as_text
 from .validate import ttl_to_ms
 
 __all__ = ["MARKS_KEPT", "ParkJournal"]
@@ -42,7 +42,7 @@ _DROP = LuaScript("journal_drop.lua")
 class ParkJournal:
     """The journal of parked runs under ``prefix`` on ``client`` (see the module)."""
 
-    def __init__(self, client: Any, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(self, client: RedisClient, prefix: str = DEFAULT_PREFIX) -> None:
         self.client = client
         base = f"{prefix}:journal:{{parked}}"
         self.entries_key, self.due_key, self.marks_key = (

@@ -33,7 +33,7 @@ from .lock_scripts import (
 from .operations import run
 from .primitive import ServerPrimitive, fresh_token
 from .replicas import DEFAULT_REPLICA_TIMEOUT
-from .scripts import LuaScript, reply_deadline, sees_resends
+from .scripts import LuaScript, RedisClient, reply_deadline, sees_resends
 from .validate import acquire_deadline
 from .waiting import Grant, Notifier, poll_slice, wait_until_granted
 
@@ -75,7 +75,7 @@ class RedisLock(ServerPrimitive):
 
     def __init__(
         self,
-        client: Any,
+        client: RedisClient,
         name: str,
         *,
         ttl: float = 30.0,

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from .scripts import LuaScript, reply_deadline
+from .scripts import LuaScript, RedisClient, reply_deadline
 
 __all__ = ["Call", "Operation", "PrimitiveOperations", "reply_of", "run"]
 
@@ -102,7 +102,7 @@ def reply_of(call: Call) -> Operation[Any]:
     return (yield call)
 
 
-def run(client: Any, operation: Operation[T]) -> T:
+def run(client: RedisClient, operation: Operation[T]) -> T:
     """Run ``operation`` on a sync ``client``: each call sent in turn, its reply (or
     its exception) given back to the operation; the operation's result."""
     try:
@@ -125,7 +125,7 @@ def run(client: Any, operation: Operation[T]) -> T:
         return result
 
 
-def _send(client: Any, call: Call) -> Any:
+def _send(client: RedisClient, call: Call) -> Any:
     if call.sends is None:
         return call.script(client, call.keys, call.args)
     return call.script(client, call.keys, call.args, sends=call.sends)

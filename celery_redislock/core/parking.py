@@ -49,7 +49,7 @@ from .lock import SCRIPT_CONSTANTS
 from .ratelimit_rates import check_cost
 from .ratelimit_scripts import DEFAULT_SLOTS, RateLimitScripts
 from .restart import grace_args
-from .scripts import LuaScript, as_text
+from .scripts import LuaScript, RedisClient, as_text
 from .semaphore import RedisSemaphore
 from .validate import ttl_to_ms
 
@@ -155,7 +155,9 @@ def pools_key(prefix: str, kind: str = "semaphore") -> str:
     return f"{prefix}:parking:pools" if kind == "semaphore" else f"{prefix}:parking:{kind}:pools"
 
 
-def parking_pools(client: Any, prefix: str = DEFAULT_PREFIX, kind: str = "semaphore") -> list[str]:
+def parking_pools(
+    client: RedisClient, prefix: str = DEFAULT_PREFIX, kind: str = "semaphore"
+) -> list[str]:
     """The names of the pools of capacity ``kind`` that may hold parked runs."""
     members = client.smembers(pools_key(prefix, kind))
     return sorted(decode_name(as_text(name)) for name in members)
@@ -313,7 +315,7 @@ class RateCapacity:
 
     def __init__(
         self,
-        client: Any,
+        client: RedisClient,
         name: str,
         *,
         rate: str | list[str] | tuple[str, ...],
@@ -618,7 +620,7 @@ class ParkingSemaphore(RedisSemaphore, ParkingQueue):
 
     def __init__(
         self,
-        client: Any,
+        client: RedisClient,
         name: str,
         *,
         limit: int,

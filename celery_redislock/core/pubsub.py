@@ -34,6 +34,8 @@ from typing import Any
 from redis.cluster import ClusterPubSub, RedisCluster
 from redis.exceptions import RedisError
 
+from .scripts import RedisClient
+
 __all__ = ["CLASSIC", "SHARDED", "SHARDED_TAG", "PubSubMode", "pubsub_mode", "use_sharded_pubsub"]
 
 log = logging.getLogger(__name__)
@@ -82,7 +84,7 @@ _modes: dict[int, PubSubMode] = {}  # id(client) -> mode; dropped with the clien
 _modes_lock = threading.Lock()
 
 
-def pubsub_mode(client: Any) -> PubSubMode:
+def pubsub_mode(client: RedisClient) -> PubSubMode:
     """The mode of ``client``'s wake-ups, chosen on first use (see module docs)."""
     mode = _modes.get(id(client))
     if mode is None:
@@ -95,7 +97,7 @@ def pubsub_mode(client: Any) -> PubSubMode:
     return mode
 
 
-def use_sharded_pubsub(client: Any, sharded: bool) -> None:
+def use_sharded_pubsub(client: RedisClient, sharded: bool) -> None:
     """Choose ``client``'s mode instead of detecting it (call before its first wait).
 
     ``sharded=True`` needs Redis >= 7 on every node; ``False`` (classic pub/sub, as on
@@ -108,7 +110,7 @@ def use_sharded_pubsub(client: Any, sharded: bool) -> None:
             weakref.finalize(client, _modes.pop, id(client), None)
 
 
-def _detect(client: Any) -> PubSubMode:
+def _detect(client: RedisClient) -> PubSubMode:
     """Sharded for a ``RedisCluster`` whose first primary to answer runs Redis >= 7.
 
     One node stands for all (a cluster runs one version but for the length of a

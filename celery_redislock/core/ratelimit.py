@@ -36,7 +36,6 @@ call.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from .keys import DEFAULT_PREFIX, decode_name
 from .operations import run
@@ -51,7 +50,7 @@ from .ratelimit_scripts import (
     state_key,
     stored_rates,
 )
-from .scripts import as_text
+from .scripts import RedisClient, as_text
 from .validate import acquire_deadline, check_client, check_name
 
 __all__ = ["RedisRateLimiter", "limiter_names"]
@@ -69,7 +68,7 @@ class RedisRateLimiter:
 
     def __init__(
         self,
-        client: Any,
+        client: RedisClient,
         name: str,
         *,
         rate: str | list[str] | tuple[str, ...],
@@ -82,7 +81,12 @@ class RedisRateLimiter:
 
     @classmethod
     def attach(
-        cls, client: Any, name: str, *, prefix: str = DEFAULT_PREFIX, slots: int = DEFAULT_SLOTS
+        cls,
+        client: RedisClient,
+        name: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        slots: int = DEFAULT_SLOTS,
     ) -> RedisRateLimiter | None:
         """The limiter ``name`` with the rates its last admitting caller configured (as
         stored in Redis), for tools that know only its name (the CLI); None when Redis
@@ -166,7 +170,7 @@ class RedisRateLimiter:
         return f"<RedisRateLimiter {self.name!r} {describe(self.rates)}>"
 
 
-def limiter_names(client: Any, *, prefix: str = DEFAULT_PREFIX) -> list[str]:
+def limiter_names(client: RedisClient, *, prefix: str = DEFAULT_PREFIX) -> list[str]:
     """The names of the limiters Redis holds state for under ``prefix``, sorted (by
     ``SCAN``: every node of a cluster client); each opens with
     :meth:`RedisRateLimiter.attach`."""

@@ -31,7 +31,7 @@ from ..errors import ConfigurationError
 from .keys import KeySpace
 from .operations import Call, Operation
 from .ratelimit_rates import MAX_COST, Rate, check_cost, from_wire, parse_rates, wire
-from .scripts import LuaScript, as_text, key_encoder
+from .scripts import LuaScript, RedisClient, as_text, key_encoder
 from .validate import MAX_SECONDS, check_bool, check_positive_int, ttl_to_ms
 
 __all__ = [
@@ -139,7 +139,7 @@ _SEEN: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionar
 _SEEN_GUARD = threading.Lock()
 
 
-def remember(client: Any, base: str, keep: int) -> None:
+def remember(client: RedisClient, base: str, keep: int) -> None:
     """Note that ``client``'s server keeps ``base``'s state until ``keep`` (µs)."""
     with _SEEN_GUARD:
         seen = _SEEN.setdefault(client, {})
@@ -147,7 +147,7 @@ def remember(client: Any, base: str, keep: int) -> None:
             seen[base] = keep
 
 
-def seen(client: Any, base: str) -> int:
+def seen(client: RedisClient, base: str) -> int:
     """The ``keep`` last told to ``client`` for ``base`` (0: never)."""
     with _SEEN_GUARD:
         return _SEEN.get(client, {}).get(base, 0)
@@ -158,7 +158,7 @@ class RateLimitScripts:
 
     def __init__(
         self,
-        client: Any,
+        client: RedisClient,
         name: str,
         rate: object,
         prefix: str,
@@ -339,7 +339,7 @@ class RateLimitScripts:
         )
 
 
-def state_key(client: Any, name: str, prefix: str) -> Any:
+def state_key(client: RedisClient, name: str, prefix: str) -> Any:
     """The key of ``name``'s state (where the scripts store its configured rates)."""
     return key_encoder(client)(KeySpace.build(prefix, KIND, name).key("state"))
 

@@ -22,7 +22,7 @@ from .operations import run
 from .primitive import ServerPrimitive, fresh_token
 from .replicas import DEFAULT_REPLICA_TIMEOUT
 from .restart import grace_ms
-from .scripts import LuaScript, reply_deadline
+from .scripts import LuaScript, RedisClient, reply_deadline
 from .semaphore_scripts import (
     ACQUIRE,
     RENEW,
@@ -82,7 +82,7 @@ class RedisSemaphore(ServerPrimitive):
 
     def __init__(
         self,
-        client: Any,
+        client: RedisClient,
         name: str,
         *,
         limit: int,

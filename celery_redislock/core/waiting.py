@@ -18,14 +18,14 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Generator
-from typing import Any, Protocol
+from typing import Protocol
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .notifier import WAKE_ALL, Notifier, Waiter
-from .scripts import reply_deadline
+from .scripts import RedisClient, reply_deadline
 
 __all__ = [
     "ATTEMPT",
@@ -180,7 +180,7 @@ class WaitClock:
 
 
 def wait_until_granted(
-    client: Any,
+    client: RedisClient,
     channel: str,
     token: str,
     attempt: Callable[[], Grant | int],

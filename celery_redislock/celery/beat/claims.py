@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from ...core.keys import KeySpace
-from ...core.scripts import LuaScript, as_text
+from ...core.scripts import LuaScript, RedisClient, as_text
 
 __all__ = ["BeatKeys", "BeatState", "Claims", "EntryState", "lock_name", "read_state"]
 
@@ -46,7 +46,7 @@ class BeatKeys:
 class Claims:
     """Claims of slots for one beat process (its token marks its claims)."""
 
-    def __init__(self, client: Any, keys: BeatKeys, owner: str) -> None:
+    def __init__(self, client: RedisClient, keys: BeatKeys, owner: str) -> None:
         self._client = client
         self._keys = keys
         self.owner = owner
@@ -89,7 +89,7 @@ class BeatState:
 
 
 def read_state(
-    client: Any, prefix: str, group: str, leader: str | None, since: float | None
+    client: RedisClient, prefix: str, group: str, leader: str | None, since: float | None
 ) -> BeatState:
     """The group's last slots sent; ``leader`` holds the lease since ``since`` (epoch
     seconds; None: nobody leads)."""

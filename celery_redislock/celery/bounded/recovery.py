@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any
 
 from celery import Celery
 from redis.cluster import RedisCluster
 
+from ...core.scripts import RedisClient
 from ..client import get_redis
 from .journal import journal_for, read_value
 from .parking import queue_for
@@ -72,7 +72,7 @@ def recover(app: Celery, mark: str) -> int | None:
     return parked
 
 
-def _run_id(client: Any) -> str:
+def _run_id(client: RedisClient) -> str:
     """The lock Redis server's ``run_id`` (new at every start and on every other
     server); "" on a cluster, whose nodes each have their own."""
     if isinstance(client, RedisCluster):

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Final
+from typing import Final
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -49,6 +49,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from ...core.inventory import Entry
+from ...core.scripts import RedisClient
 from .read import DEFAULT_MAX_NAMES, Histogram, read_counters, read_state
 from .schema import BUCKETS
 
@@ -106,7 +107,9 @@ def _buckets(histogram: Histogram) -> list[tuple[str, float]]:
 class RedisLockCollector(Collector):
     """Reads the counters and gauges under ``prefix`` from ``client`` at each scrape."""
 
-    def __init__(self, client: Any, prefix: str, *, max_names: int = DEFAULT_MAX_NAMES) -> None:
+    def __init__(
+        self, client: RedisClient, prefix: str, *, max_names: int = DEFAULT_MAX_NAMES
+    ) -> None:
         self._client = client
         self._prefix = prefix
         self._max_names = max_names

@@ -22,7 +22,7 @@ from ...core.inventory import Entry, describe
 from ...core.keys import decode_name
 from ...core.parking import ParkingQueue, RateCapacity
 from ...core.ratelimit import RedisRateLimiter, limiter_names
-from ...core.scripts import as_text
+from ...core.scripts import RedisClient, as_text
 from .schema import BUCKETS, HOLD, OUTCOMES, WAIT, counter_match, parse_counter_key
 
 __all__ = [
@@ -137,7 +137,7 @@ def _decode(fields: dict[Any, Any]) -> dict[str, str]:
     return {as_text(k): as_text(v) for k, v in fields.items()}
 
 
-def read_counters(client: Any, prefix: str) -> list[CounterSet]:
+def read_counters(client: RedisClient, prefix: str) -> list[CounterSet]:
     """Every counter hash under ``prefix``, sorted by kind and name."""
     found: list[tuple[str, str, Any]] = []
     for raw in client.scan_iter(match=counter_match(prefix), count=_SCAN_COUNT):
@@ -171,7 +171,7 @@ def _parse(key: str, prefix: str) -> tuple[str, str, str] | None:
     return kind, decode_name(encoded), suffix
 
 
-def _scan_primitives(client: Any, prefix: str) -> tuple[set[str], set[str], set[str]]:
+def _scan_primitives(client: RedisClient, prefix: str) -> tuple[set[str], set[str], set[str]]:
     """Names of the locks held, the locks waited for, and the pools with any state.
 
     One ``SCAN`` pass; its pattern lets through only the keys that tell (``holders``,
@@ -203,7 +203,7 @@ def _first(names: Iterable[str], limit: int) -> tuple[list[str], int]:
 
 
 def read_state(
-    client: Any,
+    client: RedisClient,
     prefix: str,
     *,
     max_names: int = DEFAULT_MAX_NAMES,

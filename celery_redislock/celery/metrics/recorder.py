@@ -24,6 +24,7 @@ import weakref
 from collections import Counter
 from typing import Any, Final
 
+from ...core.scripts import RedisClient
 from .schema import HOLD, WAIT, bucket_of, counter_key
 
 __all__ = ["SPACING", "Recorder", "flush", "record", "recorder_for"]
@@ -46,7 +47,7 @@ _Field = tuple[str, str]  # (key, field)
 class Recorder:
     """Pending increments of one process for one client, and the thread sending them."""
 
-    def __init__(self, client: Any, spacing: float = 0.0) -> None:
+    def __init__(self, client: RedisClient, spacing: float = 0.0) -> None:
         self._client = client
         self._spacing = spacing
         self._flushing = 0
@@ -149,7 +150,7 @@ _recorders: weakref.WeakKeyDictionary[Any, tuple[int, Recorder]] = weakref.WeakK
 _lock = threading.Lock()
 
 
-def recorder_for(client: Any) -> Recorder:
+def recorder_for(client: RedisClient) -> Recorder:
     """This process's recorder for ``client``."""
     pid = os.getpid()
     found = _recorders.get(client)
@@ -164,7 +165,7 @@ def recorder_for(client: Any) -> Recorder:
 
 
 def record(
-    client: Any,
+    client: RedisClient,
     prefix: str,
     kind: str,
     name: str,

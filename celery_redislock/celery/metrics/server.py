@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from ...core.scripts import RedisClient
 from .collector import RedisLockCollector
 from .read import DEFAULT_LOCK_DETAILS, DEFAULT_MAX_NAMES, read_state
 
@@ -38,7 +39,7 @@ class Exporter:
 
     def __init__(
         self,
-        client: Any,
+        client: RedisClient,
         prefix: str,
         *,
         host: str = "",
