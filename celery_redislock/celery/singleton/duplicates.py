@@ -20,6 +20,7 @@ from celery.exceptions import Ignore
 from celery.result import AsyncResult
 from celery.states import PENDING, READY_STATES
 
+from ...core import RedisLock
 from ...errors import DuplicateTask
 from ..execution import AnyTask, RunState, resend
 from ..logs import DUPLICATE, quiet_ignored
@@ -167,8 +168,13 @@ def runtime_duplicate(
         # still runs (visibility_timeout: running it later would run it twice), or its
         # child died and Celery requeued it (acks_late + reject_on_worker_lost, when no
         # signal tells the main process to release): the dead run's lease then expires
-        # within lock_ttl. Look once more after lock_ttl; a holder still there is alive.
-        action = "recheck" if redelivered and RECHECK_HEADER not in headers else "skip"
+        # unrenewed. Look again when it would have lapsed (or after lock_ttl, if
+        # sooner); a lease that ends later than it did was renewed: alive (#24).
+        mark = headers.get(RECHECK_HEADER)
+        if mark is None:
+            action = "recheck" if redelivered else "skip"
+        else:
+            action = "recheck" if _unrenewed(task, key, options, mark) else "skip"
     else:
         action = options.on_running_duplicate
     if action == "skip":
@@ -184,8 +190,13 @@ def runtime_duplicate(
             _store_skipped(task, run.task_id, key, existing_id, state)
     else:
         recheck = action == "recheck"
-        countdown = options.lock_ttl + 0.5 if recheck else options.reschedule_countdown
-        extra = {RECHECK_HEADER: "1"} if recheck else {}
+        countdown = options.reschedule_countdown
+        extra = {}
+        if recheck:
+            end, left = _lease_end(task, key, options)
+            countdown = min(options.lock_ttl, options.lock_ttl if left is None else left) + 0.5
+            first = headers.get(RECHECK_HEADER)  # the first look's, kept across looks
+            extra = {RECHECK_HEADER: str(first or ("1" if end is None else end))}
         resend(task, countdown, {**extra, **(headers_kept or {})})
         DUPLICATE.info(
             "celery_redislock: %s[%s] found %s[%s] %s; re-sent to run in %gs%s",
@@ -195,9 +206,7 @@ def runtime_duplicate(
             existing_id,
             state,
             countdown,
-            " (a redelivery: skipped then if its first run still holds the lock)"
-            if recheck
-            else "",
+            " (a redelivery: skipped then if its first run renewed the lock)" if recheck else "",
         )
         action = "reschedule"
     singleton_duplicate.send(
@@ -211,6 +220,36 @@ def runtime_duplicate(
     if not request.is_eager:
         quiet_ignored(run.task_id)  # logged above: Celery's "ignored" line would repeat it
     raise Ignore()
+
+
+def _lease_end(
+    task: AnyTask, key: str, options: SingletonOptions
+) -> tuple[int | None, float | None]:
+    """``(end, left)``: when the holder's lease of ``key`` ends unless renewed, in ms of
+    the lock Redis's own clock, and the seconds it has left; ``(None, None)`` when the
+    lock is free or over Redlock masters (no one clock)."""
+    lock = lock_for(task, key, options)
+    if not isinstance(lock, RedisLock):
+        return None, None
+    seconds, micros = lock.client.time()
+    left = ttl_left(lock)
+    if left is None:
+        return None, None
+    return int(seconds) * 1000 + int(micros) // 1000 + int(left * 1000), left
+
+
+def _unrenewed(task: AnyTask, key: str, options: SingletonOptions, mark: Any) -> bool:
+    """True when the holder's lease still ends when it did at the first look
+    (``mark``, see :func:`_lease_end`): its holder has not renewed it since -- dead,
+    or dead soon, not alive. A renewal moves the end a third of a lease or more; 50 ms
+    allow for the two reads' round trips. A mark without a time (Redlock, or a copy
+    re-sent before #24's review) is taken for a live holder's, as before."""
+    try:
+        first = int(str(mark))
+    except ValueError:
+        return False
+    end, _ = _lease_end(task, key, options)
+    return first > 1 and end is not None and end <= first + 50
 
 
 def _store_skipped(

@@ -82,3 +82,29 @@ def test_a_redelivered_copy_of_a_live_singleton_run_never_runs_beside_it(
         wait_until(lambda: _runs(locks), timeout=20, what="the first run ended")
     assert [attempt for _, _, attempt in _runs(locks)] == [1]
     assert locks.llen("starts") == 1
+
+
+def test_a_killed_run_with_a_longer_per_call_lock_ttl_runs_again_from_its_redelivered_message(
+    tmp_path: Path, redis_url: str, locks: redis.Redis
+) -> None:
+    # apply_async(lock_ttl=20): the dead run's lock lasts up to 20 s, the task's
+    # lock_ttl is 2. The redelivered copy must run once that lock lapsed unrenewed --
+    # one look after the task's 2 s found it still there and skipped the copy as a
+    # live run's duplicate: the run was lost. Looks spaced by at most lock_ttl (a
+    # countdown beyond visibility_timeout would be delivered again by the broker).
+    module = AppModule(tmp_path, redis_url, BODY, conf=CONF)
+    tasks = module.load()
+    with WorkerProcess(module, concurrency=1, name="a") as a:
+        tasks.sync.apply_async((1,), lock_ttl=20)
+        wait_until(lambda: locks.llen("starts") == 1, timeout=20, what="the first run")
+        assert a.process is not None
+        os.kill(a.process.pid, signal.SIGKILL)  # its pool process dies with it
+        a.process.wait(5)
+        killed = time.time()
+    with WorkerProcess(module, concurrency=1, name="b") as b:
+        wait_until(lambda: _runs(locks), timeout=60, what="the run, from its redelivered copy")
+        time.sleep(3)
+        log = b.log()
+    ((start, _, attempt),) = _runs(locks)
+    assert attempt == 2 and start > killed
+    assert "] skipped: " not in log  # never taken for a live run's duplicate
