@@ -14,6 +14,8 @@ import secrets
 import time
 from typing import Any
 
+from redis.typing import EncodableT, KeyT
+
 from ..errors import RedisRestarting
 from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
@@ -118,31 +120,31 @@ class LockScripts:
         base = self._base = encode(keys.base)
         holders, fence, queue = base + b":holders", base + b":fence", base + b":queue"
         alive, asks = base + b":alive", base + b":asks"
-        self.acquire_keys: list[Any] = [holders, fence, queue, alive, asks]
-        self.release_keys: list[Any] = [holders, queue, alive, asks, fence]
+        self.acquire_keys: list[KeyT] = [holders, fence, queue, alive, asks]
+        self.release_keys: list[KeyT] = [holders, queue, alive, asks, fence]
 
     @property
-    def queue_keys(self) -> list[Any]:
+    def queue_keys(self) -> list[KeyT]:
         """KEYS of the queue scripts: holders, queue, alive, asks."""
         return self.release_keys[:4]
 
     @property
-    def adopt_keys(self) -> list[Any]:
+    def adopt_keys(self) -> list[KeyT]:
         """KEYS of ``lock_adopt.lua`` (before its record key): holders, fence."""
         return [self.acquire_keys[0], self.acquire_keys[1]]
 
     @property
-    def holders_key(self) -> list[Any]:
+    def holders_key(self) -> list[KeyT]:
         """KEYS of the one-key scripts: holders."""
         return [self.acquire_keys[0]]
 
     @property
-    def info_keys(self) -> list[Any]:
+    def info_keys(self) -> list[KeyT]:
         """KEYS of ``lock_info.lua``: holders, queue, alive (live waiters counted)."""
         return [self.acquire_keys[0], self.acquire_keys[2], self.acquire_keys[3]]
 
     @property
-    def add_keys(self) -> list[Any]:
+    def add_keys(self) -> list[KeyT]:
         """KEYS of ``lock_extend_add.lua``: holders, added."""
         return [self.acquire_keys[0], self._base + b":added"]
 
@@ -153,7 +155,7 @@ class LockScripts:
 
     def acquire_args(
         self, token: str, ttl_ms: int, owner: str | None, wait: bool = False
-    ) -> list[Any]:
+    ) -> list[EncodableT]:
         """``lock_acquire.lua``'s ARGV: one that joins (or stays in) the wait queue
         when refused if ``wait``; the script's trailing defaults (no owner, no wait)
         left out of an attempt that does not (each argument costs client CPU)."""
@@ -194,42 +196,42 @@ class LockScripts:
         return refusal_wait_ms(answer)
 
     @staticmethod
-    def extend_args(token: str, ttl_ms: int, gen: int = 0) -> list[Any]:
+    def extend_args(token: str, ttl_ms: int, gen: int = 0) -> list[EncodableT]:
         """``lock_extend.lua``'s ARGV (``gen``: an explicit change's generation, left out
         when 0)."""
         return [token, ttl_ms, gen] if gen else [token, ttl_ms]
 
     @staticmethod
-    def add_args(token: str, ttl_ms: int, nonce: str, gen: int = 0) -> list[Any]:
+    def add_args(token: str, ttl_ms: int, nonce: str, gen: int = 0) -> list[EncodableT]:
         """``lock_extend_add.lua``'s (and ``semaphore_extend_add.lua``'s) ARGV."""
         return [token, ttl_ms, nonce, gen] if gen else [token, ttl_ms, nonce]
 
     @staticmethod
-    def leave_args(token: str) -> list[Any]:
+    def leave_args(token: str) -> list[EncodableT]:
         """Waiter ``token`` gives up (``queue_leave.lua`` with the lock's rule)."""
         return [token, _LOCK_RULE]
 
     def adopt_call(
         self, token: str, new_token: str, ttl_ms: int, owner: str | None
-    ) -> tuple[list[Any], list[Any]]:
+    ) -> tuple[list[KeyT], list[EncodableT]]:
         """KEYS and ARGV handing lease ``token`` over to ``new_token``, with a fresh
         nonce: a re-send of this call is told the lease it made, another call is not."""
         nonce = secrets.token_hex(16)
         keys = [*self.adopt_keys, self._encode(self._keys.done(nonce))]
         return keys, [token, new_token, ttl_ms, owner or "", nonce]
 
-    def release_call(self, token: str) -> list[Any]:
+    def release_call(self, token: str) -> list[KeyT]:
         """KEYS releasing ``token`` (ARGV: ``[token]``), with its record for re-sends."""
         return [*self.release_keys, self._base + b":done:" + self._encode(token)]
 
-    def release_owner_call(self, owner: str) -> tuple[list[Any], list[Any]]:
+    def release_owner_call(self, owner: str) -> tuple[list[KeyT], list[EncodableT]]:
         """KEYS and ARGV releasing the leases of ``owner`` ("": every lease), with a
         fresh nonce: a re-send of this call gets the same count."""
         nonce = secrets.token_hex(16)
         return [*self.queue_keys, self._encode(self._keys.done(nonce))], [nonce, owner]
 
     @staticmethod
-    def info_args() -> list[Any]:
+    def info_args() -> list[EncodableT]:
         """ARGV of ``lock_info.lua``: a nonce that stamps its reply."""
         return [secrets.token_hex(8)]
 

@@ -34,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+from redis.typing import EncodableT, KeyT
+
 from .scripts import LuaScript, RedisClient, reply_deadline
 
 __all__ = ["Call", "Operation", "PrimitiveOperations", "reply_of", "run"]
@@ -54,8 +56,8 @@ class Call(NamedTuple):
     """
 
     script: LuaScript
-    keys: list[Any]
-    args: list[Any]
+    keys: list[KeyT]
+    args: list[EncodableT]
     deadline: float | None = None
     sends: list[None] | None = None
 

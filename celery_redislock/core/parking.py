@@ -42,6 +42,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from redis.typing import EncodableT, KeyT
+
 from ..errors import ConfigurationError
 from .keys import DEFAULT_PREFIX, decode_name, encode_name
 from .lease import Lease, OnLost
@@ -210,11 +212,11 @@ class Capacity(Protocol):
         """The key ``part`` next to the capacity's own keys (same hash tag)."""
         ...
 
-    def script_keys(self) -> list[str | bytes]:
+    def script_keys(self) -> list[KeyT]:
         """The capacity's KEYS, after the queue's (see ``capacity_of``)."""
         ...
 
-    def script_args(self) -> list[Any]:
+    def script_args(self) -> list[EncodableT]:
         """The capacity's ARGV, its kind first, after the script's own arguments."""
         ...
 
@@ -265,12 +267,12 @@ class SemaphoreCapacity:
         """``<prefix>:semaphore:{name}:<part>``."""
         return self.semaphore.keys.key(part)
 
-    def script_keys(self) -> list[str | bytes]:
+    def script_keys(self) -> list[KeyT]:
         """holders, leases, fence, meta, queue, alive, asks."""
         k = self.semaphore.keys
         return [k.holders, k.leases, k.fence, k.meta, k.queue, k.alive, k.asks]
 
-    def script_args(self) -> list[Any]:
+    def script_args(self) -> list[EncodableT]:
         """``semaphore``, the limit, fair, the restart grace (or "")."""
         sem = self.semaphore
         return [
@@ -353,11 +355,11 @@ class RateCapacity:
         """``<prefix>:ratelimit:{name}:<part>``."""
         return self.scripts.space.key(part)
 
-    def script_keys(self) -> list[str | bytes]:
+    def script_keys(self) -> list[KeyT]:
         """log, state."""
         return list(self.scripts.keys)
 
-    def script_args(self) -> list[Any]:
+    def script_args(self) -> list[EncodableT]:
         """``rate``, the cost, then the limiter's own (spec, slots, seen, start spent)."""
         return [self.kind, self.cost, *self.scripts.lib_args()]
 
@@ -427,7 +429,7 @@ class ParkingQueue:
             key("dead"),
         )
 
-    def _script_keys(self, done: str) -> list[str | bytes]:
+    def _script_keys(self, done: str) -> list[KeyT]:
         """The KEYS of a parking script: the queue's, ``done`` (a key of the call's
         own), the capacity's."""
         return [

@@ -27,6 +27,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from redis.typing import EncodableT, KeyT
+
 from ..errors import ConfigurationError
 from .keys import KeySpace
 from .operations import Call, Operation
@@ -177,7 +179,7 @@ class RateLimitScripts:
         self.base = self.space.base
         self.log = encode(self.space.key("log"))
         self.state = encode(self.space.key("state"))
-        self.keys = [self.log, self.state]
+        self.keys: list[KeyT] = [self.log, self.state]
         self.spec = wire(self.rates)
         self.smallest = min(rate.limit for rate in self.rates)
 
@@ -217,7 +219,7 @@ class RateLimitScripts:
                 f"cost must be at most the smallest limit of {self.name!r} "
                 f"({self.smallest}), got {cost!r}"
             )
-        args = [
+        args: list[EncodableT] = [
             secrets.token_hex(4),
             self.spec,
             units,
@@ -275,7 +277,7 @@ class RateLimitScripts:
         nonce = secrets.token_hex(8)
         encode = key_encoder(self.client)
         adjusted = self.space.key(f"adjusted:{round(target.at * _US)}:{target.id}")
-        keys = [*self.keys, encode(self.space.done(nonce)), encode(adjusted)]
+        keys: list[KeyT] = [*self.keys, encode(self.space.done(nonce)), encode(adjusted)]
         return Call(ADJUST, keys, [nonce, target.id, target.cost, delta, self.slots])
 
     def adjust(self, delta: object, admission: Admission | None) -> Operation[int]:
@@ -289,7 +291,7 @@ class RateLimitScripts:
             raise ConfigurationError(f"seconds must be a number >= 0, got {seconds!r}")
         if not 0 <= seconds <= MAX_SECONDS:
             raise ConfigurationError(f"seconds must be from 0 to {MAX_SECONDS}, got {seconds!r}")
-        args = [secrets.token_hex(4), round(seconds * _US)]
+        args: list[EncodableT] = [secrets.token_hex(4), round(seconds * _US)]
         reply = yield Call(PENALIZE, [self.state], args)
         return int(reply[1]) / _US
 
@@ -297,7 +299,7 @@ class RateLimitScripts:
         """Admit by ``rate`` instead of the configured rates for ``ttl`` seconds."""
         rates = parse_rates(rate, "rate")
         ms = ttl_to_ms(ttl, "ttl")
-        args = [secrets.token_hex(4), wire(rates), describe(rates), ms * 1000]
+        args: list[EncodableT] = [secrets.token_hex(4), wire(rates), describe(rates), ms * 1000]
         yield Call(OVERRIDE, [self.state], args)
 
     def clear_override(self) -> Operation[None]:
@@ -310,7 +312,7 @@ class RateLimitScripts:
 
     def info(self, cost: object = 1) -> Operation[RateLimitInfo]:
         """The limiter's state now, the next admission computed for ``cost``."""
-        args = [
+        args: list[EncodableT] = [
             secrets.token_hex(4),
             self.spec,
             check_cost(cost),

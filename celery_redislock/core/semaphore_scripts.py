@@ -20,6 +20,8 @@ import secrets
 import time
 from typing import Any
 
+from redis.typing import EncodableT, KeyT
+
 from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
 from .lock_scripts import FORCED, LEAVE, SCRIPT_CONSTANTS, LockScripts, leave_reply
@@ -106,27 +108,27 @@ class SemaphoreScripts:
             )
         )
         self._flags = [b"%d" % limit, b"1" if fair else b"0"]  # limit, fair
-        self.acquire_keys: list[Any] = [holders, leases, fence, queue, alive, meta, asks]
+        self.acquire_keys: list[KeyT] = [holders, leases, fence, queue, alive, meta, asks]
         self._acquire_args = [*self._flags, b"%d" % round(PATIENCE_MS * 1000)]
-        self.release_keys: list[Any] = [holders, leases, queue, alive, meta, asks, fence]
-        self.state_keys: list[Any] = [holders, leases, queue, alive, meta, asks]
-        self.leave_keys: list[Any] = [holders, queue, alive, asks, leases]
-        self.info_keys: list[Any] = [holders, leases, queue, meta, alive]
-        self.add_keys: list[Any] = [holders, leases, base + b":added"]
+        self.release_keys: list[KeyT] = [holders, leases, queue, alive, meta, asks, fence]
+        self.state_keys: list[KeyT] = [holders, leases, queue, alive, meta, asks]
+        self.leave_keys: list[KeyT] = [holders, queue, alive, asks, leases]
+        self.info_keys: list[KeyT] = [holders, leases, queue, meta, alive]
+        self.add_keys: list[KeyT] = [holders, leases, base + b":added"]
         # The restart grace (ms) sent, if any (see restart.py).
         self.grace: bytes | None = b"%d" % grace_ms if grace_ms else None
         self.warned_limit = False  # an acquire replaced the stored limit: logged once
 
-    def acquire_args(self, token: str, owner: str, ttl_ms: int, wait: bool) -> list[Any]:
+    def acquire_args(self, token: str, owner: str, ttl_ms: int, wait: bool) -> list[EncodableT]:
         """``semaphore_acquire.lua``'s ARGV (owner left out when none: its default)."""
-        args = [token, ttl_ms, *self._acquire_args, b"1" if wait else b"0"]
+        args: list[EncodableT] = [token, ttl_ms, *self._acquire_args, b"1" if wait else b"0"]
         if self.grace is not None:
             args += [owner, self.grace]
         elif owner:
             args.append(owner)
         return args
 
-    def release_args(self, token: str, here: str | None = None) -> list[Any]:
+    def release_args(self, token: str, here: str | None = None) -> list[EncodableT]:
         """``semaphore_release.lua``'s ARGV (``here``: the caller's own waiter tag,
         whose waiters granted by this release the reply names; read it with
         :func:`release_reply`)."""
@@ -134,11 +136,11 @@ class SemaphoreScripts:
             return [token, *self._flags, here or "", self.grace]
         return [token, *self._flags, here] if here else [token, *self._flags]
 
-    def release_call(self, token: str) -> list[Any]:
+    def release_call(self, token: str) -> list[KeyT]:
         """``semaphore_release.lua``'s KEYS for ``token``, with its record for re-sends."""
         return [*self.release_keys, self._encode(self._keys.done(token))]
 
-    def release_owner_call(self, owner: str) -> tuple[list[Any], list[Any]]:
+    def release_owner_call(self, owner: str) -> tuple[list[KeyT], list[EncodableT]]:
         """``semaphore_release_owner.lua``'s KEYS and ARGV ("": every permit), with a
         fresh nonce: a re-send of this call gets the same count."""
         nonce = secrets.token_hex(16)
@@ -146,20 +148,22 @@ class SemaphoreScripts:
         return keys, [nonce, owner, *self._flags]
 
     @staticmethod
-    def info_args() -> list[Any]:
+    def info_args() -> list[EncodableT]:
         """``semaphore_info.lua``'s ARGV: a nonce that stamps its reply."""
         return [secrets.token_hex(8)]
 
-    def extend_args(self, token: str, ttl_ms: int, gen: int = 0) -> list[Any]:
+    def extend_args(self, token: str, ttl_ms: int, gen: int = 0) -> list[EncodableT]:
         """``semaphore_extend.lua``'s ARGV (``gen``: an explicit change's generation,
         left out when 0)."""
         return [token, ttl_ms, *self._flags, gen] if gen else [token, ttl_ms, *self._flags]
 
-    def extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
+    def extend_call(
+        self, token: str, ttl_ms: int
+    ) -> tuple[LuaScript, list[KeyT], list[EncodableT]]:
         """The script, keys and args of an extend (to pipeline it, see :mod:`.replicas`)."""
         return EXTEND, self.state_keys, self.extend_args(token, ttl_ms)
 
-    def leave_args(self, token: str) -> list[Any]:
+    def leave_args(self, token: str) -> list[EncodableT]:
         """``queue_leave.lua``'s ARGV with the semaphore's rule (read its reply with
         :func:`.lock_scripts.leave_reply`)."""
         return [token, "semaphore", *self._flags]
@@ -214,7 +218,7 @@ class SemaphoreScripts:
     def revoke(self, token: str) -> Operation[bool]:
         """An operator's release of lease ``token`` (not its holder's): True when it
         was live. Leaves no record, so the holder's own release answers False."""
-        args = [token, *self._flags, "", self.grace or "", FORCED]
+        args: list[EncodableT] = [token, *self._flags, "", self.grace or "", FORCED]
         return bool((yield Call(RELEASE, self.release_call(token), args)))
 
     def extend(self, token: str, ttl_ms: int, gen: int = 0) -> Operation[bool]:
