@@ -172,8 +172,38 @@ async def call(
 async def _once(
     script: LuaScript, conn: Any, keys: list[Any], args: list[Any], sends: list[None] | None
 ) -> Any:
+    if sys.version_info < (3, 11):  # for mypy's 3.10: this package refuses to import there
+        raise RuntimeError("celery_redislock.asyncio needs Python 3.11+")
     if sends is not None:
         sends.append(None)
+    limit = conn.socket_timeout
+    if not limit:
+        return await _exchange(script, conn, keys, args)
+    # Under a socket timeout (redis-py 8's default: 5 s) redis.asyncio sends each
+    # command as a task of its own (``asyncio.wait_for``: on Python 3.11 a Task, a
+    # timer and two more turns of the loop per send) and reads it under another
+    # timer: a third of an uncontended lock's cycle (benchmarks/bench_asyncio.py,
+    # #30). One timer here bounds the send and the read together by the same
+    # timeout; the connection is this call's alone meanwhile (checked out of its
+    # pool), and its own timeout is back before anyone else can use it.
+    scope = asyncio.timeout(limit)
+    try:
+        async with scope:
+            conn.socket_timeout = None
+            try:
+                return await _exchange(script, conn, keys, args)
+            finally:
+                conn.socket_timeout = limit
+    except TimeoutError as exc:
+        if not scope.expired():
+            raise
+        # Interrupted mid-send or mid-read: redis.asyncio closed the connection, as
+        # after its own timeout; the same error as its own.
+        await conn.disconnect()
+        raise RedisTimeoutError(f"{script.name}: no reply within {limit} s") from exc
+
+
+async def _exchange(script: LuaScript, conn: Any, keys: list[Any], args: list[Any]) -> Any:
     # A health check only where the user configured one (else a coroutine per send).
     check = bool(conn.health_check_interval)
     try:

@@ -17,7 +17,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from celery_redislock import RedisLock
-from celery_redislock.asyncio import AsyncRedisLock, renewal
+from celery_redislock.asyncio import AsyncRedisLock, calls, renewal
 from celery_redislock.asyncio.calls import SPARE_MIN_POOL
 from celery_redislock.asyncio.notifier import AsyncNotifier
 from celery_redislock.core.lock_scripts import ACQUIRE, RELEASE
@@ -150,6 +150,52 @@ def test_a_read_past_the_socket_timeout_raises_and_closes(fault_proxy: FaultProx
     # The read, then the clean-up's grace (two calls of at most 0.5 s): not less
     # than the timeout either (a timer left from an earlier read must not cut it).
     assert 0.3 <= elapsed < 0.3 + 1.0 + 1.0, elapsed
+
+
+def test_a_call_gives_its_connection_back_with_the_users_socket_timeout(
+    fault_proxy: FaultProxy,
+) -> None:
+    """A call bounds its send and read by the connection's socket timeout itself (see
+    calls._once): whatever ends it -- a reply, the timeout, a cancellation -- the
+    connection has the user's timeout again before anyone else can use it."""
+
+    async def main() -> None:
+        pool = aioredis.ConnectionPool.from_url(
+            fault_proxy.url, socket_timeout=0.3, retry=Retry(NoBackoff(), 0)
+        )
+        client = aioredis.Redis(connection_pool=pool)
+
+        async def timeouts(pooled: bool = True) -> set[float | None]:
+            # The loop's kept connection, and the pool's next one (the last given
+            # back; a connection it makes while Redis is paused would time out).
+            kept = calls._KEPT.get(pool)
+            conns = [] if kept is None else [kept.conn()]
+            if pooled:
+                conns.append(await pool.get_connection())
+                await pool.release(conns[-1])
+            return {conn.socket_timeout for conn in conns if conn is not None}
+
+        try:
+            lease = await AsyncRedisLock(client, "calls:timeout").acquire(blocking=False)
+            assert lease is not None and await lease.release()
+            assert await timeouts() == {0.3}
+            fault_proxy.pause()
+            try:
+                with pytest.raises(redis.TimeoutError):
+                    await AsyncRedisLock(client, "calls:timeout").acquire(blocking=False)
+                assert await timeouts(pooled=False) <= {0.3}
+                task = asyncio.ensure_future(AsyncRedisLock(client, "calls:x").acquire())
+                await asyncio.sleep(0.1)  # sent, no reply yet
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            finally:
+                fault_proxy.resume()
+            assert await timeouts() == {0.3}
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
 
 
 def test_a_lost_reply_is_sent_again_and_answered_as_the_first(
