@@ -184,16 +184,20 @@ def test_a_call_gives_its_connection_back_with_the_users_socket_timeout(
                 with pytest.raises(redis.TimeoutError):
                     await AsyncRedisLock(client, "calls:timeout").acquire(blocking=False)
                 assert await timeouts(pooled=False) <= {0.3}
-                task = asyncio.ensure_future(AsyncRedisLock(client, "calls:x").acquire())
+                task = asyncio.ensure_future(
+                    AsyncRedisLock(client, "calls:x").acquire(blocking=False)
+                )
                 await asyncio.sleep(0.1)  # sent, no reply yet
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task
             finally:
                 fault_proxy.resume()
+            await asyncio.sleep(0.3)  # a cancelled call's clean-up ends
             assert await timeouts() == {0.3}
         finally:
             await client.aclose()
+            await pool.aclose()  # a pool given to the client is not closed by it
 
     asyncio.run(main())
 
