@@ -19,6 +19,7 @@ import operator
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from celery import Celery
 from celery.local import Proxy
 
 from .bounded.options import OPTIONS as BOUNDED_OPTIONS
@@ -91,7 +92,7 @@ def options_of(task: Any) -> TaskOptions:
     return options
 
 
-def _redlock_ttl(app: Any, singleton: SingletonOptions) -> float | None:
+def _redlock_ttl(app: Celery, singleton: SingletonOptions) -> float | None:
     if app.conf.get("redislock_urls") is None:
         return None
     return max(redlock_max_ttl(app, singleton.queued_ttl), singleton.lock_ttl)

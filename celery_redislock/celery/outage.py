@@ -34,7 +34,7 @@ import weakref
 from typing import Any, Final
 
 import redis
-from celery import signals
+from celery import Celery, signals
 
 from ..errors import ConfigurationError, RedisLockError, RedisRestarting, RedisUnavailable
 from .cleanup import guards_of
@@ -80,7 +80,7 @@ _answered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 _shared: weakref.WeakKeyDictionary[Any, ctypes.c_bool] = weakref.WeakKeyDictionary()
 
 
-def lock_redis(app: Any) -> str:
+def lock_redis(app: Celery) -> str:
     """``redislock_url='<masked>'`` of ``app``, or what it defaults to, for messages."""
     try:
         url = masked_url(redis_url(app))
@@ -91,7 +91,7 @@ def lock_redis(app: Any) -> str:
     return f"redislock_url={url!r}"
 
 
-def _answer(app: Any) -> None:
+def _answer(app: Celery) -> None:
     if app not in _answered:
         _answered[app] = True
     flag = _shared.get(app)
@@ -99,12 +99,12 @@ def _answer(app: Any) -> None:
         flag.value = True
 
 
-def _has_answered(app: Any) -> bool:
+def _has_answered(app: Celery) -> bool:
     flag = _shared.get(app)
     return app in _answered or (flag is not None and bool(flag.value))
 
 
-def outage_attempts(app: Any) -> int:
+def outage_attempts(app: Celery) -> int:
     """``redislock_outage_attempts``, checked: an int >= 1 (1: fail at once)."""
     value = app.conf.get("redislock_outage_attempts", DEFAULT_ATTEMPTS)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -167,7 +167,7 @@ def enter_guard(
     ) from error
 
 
-def client_error(app: Any, error: BaseException) -> BaseException:
+def client_error(app: Celery, error: BaseException) -> BaseException:
     """An error of the lock Redis met by ``apply_async``, saying so: a connection error
     names the lock Redis (``redislock_url``, masked; the broker may be the same
     server, but this call failed on the locks), a ``RedisRestarting`` the setting its

@@ -33,6 +33,7 @@ from itertools import repeat
 from typing import Any, Final
 
 from celery.signals import worker_shutting_down
+from celery.worker.request import Request
 
 from ...core.parking import ParkingQueue
 
@@ -44,11 +45,11 @@ KEPT: Final = 4096
 """Hand-overs remembered at most (the oldest forgotten first: a run revoked before it
 started is never accepted)."""
 
-_pending: OrderedDict[int, tuple[Any, ParkingQueue, str]] = OrderedDict()
+_pending: OrderedDict[int, tuple[Request, ParkingQueue, str]] = OrderedDict()
 _guard = threading.Lock()
 
 
-def handed_over(request: Any, queue: ParkingQueue, entry_id: str) -> None:
+def handed_over(request: Request, queue: ParkingQueue, entry_id: str) -> None:
     """``request`` (in the main process) was handed the capacity reserved for its
     entry ``entry_id`` of ``queue``; its message is acknowledged."""
     with _guard:
@@ -57,7 +58,7 @@ def handed_over(request: Any, queue: ParkingQueue, entry_id: str) -> None:
             _pending.popitem(last=False)
 
 
-def accepted(request: Any) -> None:
+def accepted(request: Request) -> None:
     """A pool process accepted ``request``: its run takes its entry itself."""
     if _pending:
         with _guard:

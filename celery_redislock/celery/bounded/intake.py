@@ -58,8 +58,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from celery import Celery
 from celery.signals import worker_init
 from celery.worker import state as worker_state
+from celery.worker.request import Request
 from celery.worker.state import reserved_requests, task_ready
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -130,7 +132,7 @@ class NotAtIntake(Exception):
     """Raised by an intake rule: this run's guard decides in its pool process."""
 
 
-IntakeRule = Callable[[AnyTask, Any], Intake | None]
+IntakeRule = Callable[[AnyTask, Request], Intake | None]
 """A guard's rule for a fresh request of a task: None when the guard is off for the
 task, an :class:`Intake`, or :class:`NotAtIntake` raised."""
 
@@ -166,7 +168,7 @@ class BoundedRequest(QuietRequest):
         super().on_accepted(pid, time_accepted)
 
 
-def park_at_intake(request: Any) -> bool:
+def park_at_intake(request: Request) -> bool:
     """Park ``request`` (a worker's request, in the main process) if its run would be
     refused capacity; True when it was parked and acknowledged."""
     task = request.task
@@ -254,7 +256,7 @@ def park_at_intake(request: Any) -> bool:
     return True
 
 
-def _intake_of(task: AnyTask, request: Any, guards: tuple[Guard, ...]) -> Intake | None:
+def _intake_of(task: AnyTask, request: Request, guards: tuple[Guard, ...]) -> Intake | None:
     """The one queue the task's guards would park ``request`` in at intake; None when
     there is none, or more than one (the run's guards decide in its pool process), or
     a guard has no rule; NotAtIntake from a rule."""
@@ -271,14 +273,14 @@ def _intake_of(task: AnyTask, request: Any, guards: tuple[Guard, ...]) -> Intake
     return found
 
 
-def _singleton_intake(task: AnyTask, request: Any) -> Intake | None:
+def _singleton_intake(task: AnyTask, request: Request) -> Intake | None:
     """A singleton run takes its lock in its pool process first: not at intake."""
     if options_of(task).singleton.enabled:
         raise NotAtIntake("a singleton")
     return None
 
 
-def _concurrency_intake(task: AnyTask, request: Any) -> Intake | None:
+def _concurrency_intake(task: AnyTask, request: Request) -> Intake | None:
     """A bounded run parks at intake in its pool's queue (a permit free: reserved for
     it, unless standbys are kept), unless it may wait in place or re-publish."""
     resolved = options_of(task)
@@ -314,7 +316,7 @@ register_intake(SINGLETON, _singleton_intake)
 register_intake(CONCURRENCY, _concurrency_intake)
 
 
-def _a_process_is_free(app: Any) -> bool:
+def _a_process_is_free(app: Celery) -> bool:
     """False when this worker's requests waiting for or holding a pool process (this one
     included) outnumber its processes: a permit handed over would sit idle, reserved
     for a run queued behind busy processes, while other workers' runs stay parked."""
@@ -352,7 +354,7 @@ def connect() -> None:
     handover.connect()  # hand-overs a worker shutting down never started
 
 
-def intake_token(request: Any) -> str:
+def intake_token(request: Request) -> str:
     """The park token of ``request``'s intake park: the same for every delivery of one
     message, different for every publish (see the module docs, *Redelivery*)."""
     message = request.request_dict

@@ -35,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from celery import Celery
 from kombu import serialization
 
 from ...core.parking import Parked, ParkingQueue, ParkingSemaphore, new_entry_id
@@ -108,7 +109,7 @@ def encode_message(task: AnyTask, args: Any, kwargs: Any, options: dict[str, Any
 
 
 def decode_message(
-    app: Any, payload: bytes
+    app: Celery, payload: bytes
 ) -> tuple[str, list[Any], dict[str, Any], dict[str, Any]]:
     """``(task name, args, kwargs, options)`` of a parked message; raises ``ValueError``
     (or the serializer's error) for anything else. Only the content types the app
@@ -130,7 +131,7 @@ def decode_message(
 
 
 def parking_for(
-    app: Any,
+    app: Celery,
     pool: str,
     limit: int,
     ttl: float,
@@ -190,7 +191,7 @@ def kinds() -> list[str]:
     return list(_kinds)
 
 
-def queue_for(app: Any, spec: ParkSpec) -> ParkingQueue:
+def queue_for(app: Celery, spec: ParkSpec) -> ParkingQueue:
     """The queue ``spec`` names (``ConfigurationError`` for a kind not registered or
     terms its maker refuses)."""
     maker = _kinds.get(spec.kind)
@@ -204,7 +205,7 @@ def semaphore_spec(sem: ParkingSemaphore, limit: int) -> ParkSpec:
     return ParkSpec(SEMAPHORE, sem.name, sem.keys.prefix, (limit, sem.ttl))
 
 
-def _semaphore_queue(app: Any, spec: ParkSpec) -> ParkingQueue:
+def _semaphore_queue(app: Celery, spec: ParkSpec) -> ParkingQueue:
     # No terms (a sweeper's): the limit stored with the pool applies, the app's TTL.
     limit, ttl = spec.terms or (1, settings_for(app).lock_ttl)
     return parking_for(app, spec.pool, int(limit), float(ttl), spec.prefix)
@@ -213,7 +214,7 @@ def _semaphore_queue(app: Any, spec: ParkSpec) -> ParkingQueue:
 register_kind(SEMAPHORE, _semaphore_queue)
 
 
-def publish_claimed(app: Any, sem: ParkingQueue, claimed: list[Parked]) -> None:
+def publish_claimed(app: Celery, sem: ParkingQueue, claimed: list[Parked]) -> None:
     """Publish the parked runs a release (or a pump) claimed (one INFO line each). An
     entry that cannot be decoded goes to the dead-letter list (ERROR, with its task
     id) and its capacity on to the next; one the broker refuses goes back to its
@@ -284,7 +285,7 @@ def _quiet(task_id: str) -> None:
             _recently_parked.popitem(last=False)
 
 
-def park_attempt(request: Any) -> str | None:
+def park_attempt(request: object) -> str | None:
     """The park token of an earlier attempt to park this request, if any."""
     value = getattr(request, ATTEMPT, None)
     return value if isinstance(value, str) else None

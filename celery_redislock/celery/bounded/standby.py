@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+
+from celery import Celery
 
 from ...core import Lease
 from ...core.lease import OnLost
@@ -33,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 
 def take_parked(
-    app: Any,
+    app: Celery,
     sem: ParkingSemaphore,
     entry_id: str,
     owner: str,

@@ -30,7 +30,7 @@ import secrets
 import threading
 from typing import Any, Final
 
-from celery import signals
+from celery import Celery, signals
 
 from ...core.keys import DEFAULT_PREFIX, encode_name
 from ...core.parking import parking_pools, pools_key
@@ -55,7 +55,7 @@ _sweepers: dict[int, Sweeper] = {}
 _sweepers_guard = threading.Lock()
 
 
-def sweep(app: Any) -> tuple[int, int]:
+def sweep(app: Celery) -> tuple[int, int]:
     """One sweep of every pool with parked runs: ``(runs claimed and published, runs
     still parked or claimed)``."""
     client = get_redis(app)
@@ -82,7 +82,7 @@ def sweep(app: Any) -> tuple[int, int]:
     return published, waiting
 
 
-def epoch(app: Any) -> str:
+def epoch(app: Celery) -> str:
     """A random mark the lock Redis keeps (``<prefix>:parking:epoch``, set once): a
     new value means it lost its data (restarted empty, flushed, failed over to a
     replica without it)."""
@@ -95,7 +95,7 @@ def epoch(app: Any) -> str:
 class Sweeper(threading.Thread):
     """Calls :func:`sweep` every ``interval`` seconds until :meth:`stop`."""
 
-    def __init__(self, app: Any, interval: float) -> None:
+    def __init__(self, app: Celery, interval: float) -> None:
         super().__init__(name="celery_redislock-sweeper", daemon=True)
         self.app, self.interval = app, interval
         self._stop_event, self._poked = threading.Event(), threading.Event()
@@ -179,7 +179,7 @@ class Sweeper(threading.Thread):
         self._poked.set()
 
 
-def _uses_parking(app: Any) -> bool:
+def _uses_parking(app: Celery) -> bool:
     return any(
         getattr(task, "concurrency_limit", None) is not None
         or getattr(task, "global_rate_limit", None) is not None
@@ -208,7 +208,7 @@ def _on_shutdown(sender: Any = None, **_: Any) -> None:
         sweeper.join(timeout=5)
 
 
-def poke(app: Any) -> None:
+def poke(app: Celery) -> None:
     """Ask this process's sweeper of ``app`` (if any) to sweep now."""
     sweeper = _sweepers.get(id(app))
     if sweeper is not None:

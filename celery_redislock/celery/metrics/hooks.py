@@ -15,8 +15,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, TypeGuard
 
+from celery import Celery
 from celery.signals import worker_process_shutdown
 
 from ..config import check_prefix
@@ -54,13 +56,13 @@ _taken_guard = threading.Lock()
 _connected = False
 
 
-def enabled(app: Any) -> bool:
+def enabled(app: Celery | None) -> TypeGuard[Celery]:
     """True when ``app`` counts events (``redislock_metrics = True``)."""
     return app is not None and app.conf.get(SETTING, False) is True
 
 
 def _count(
-    app: Any,
+    app: Celery,
     kind: str,
     name: str,
     outcome: str,
@@ -195,7 +197,7 @@ def _on_rate_limited(sender: Any = None, key: str = "", **kw: Any) -> None:
     _count(sender.app, "ratelimit", name, "rate_limited")
 
 
-def _beat(outcome: str, label: str) -> Any:
+def _beat(outcome: str, label: str) -> Callable[..., None]:
     def receiver(sender: Any = None, **kw: Any) -> None:
         app = getattr(sender, "app", None)
         if enabled(app):
