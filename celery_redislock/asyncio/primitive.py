@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from redis.exceptions import RedisError
 
@@ -77,6 +77,7 @@ class AsyncPrimitive(PrimitiveBase):
     """Base of the async lock and semaphore (see the module docs)."""
 
     _scripts: PrimitiveOperations
+    _client: AsyncRedisClient
 
     def __init__(
         self,
@@ -101,13 +102,18 @@ class AsyncPrimitive(PrimitiveBase):
         self._held: dict[asyncio.Task[Any], list[AsyncLease]] = {}
 
     @staticmethod
-    def _checked_client(client: AsyncRedisClient) -> Any:
+    def _checked_client(client: object) -> AsyncRedisClient:
         # Checked once per class: a lock is built per call (`async with
         # AsyncRedisLock(client, f"user:{uid}")`), and isinstance against the
         # client classes costs a quarter of building one.
         if client.__class__ not in _CLIENT_CLASSES:
             _CLIENT_CLASSES.add(check_async_client(client).__class__)
-        return client
+        return cast("AsyncRedisClient", client)  # its class was checked (above)
+
+    @property
+    def client(self) -> AsyncRedisClient:
+        """The ``redis.asyncio`` client this talks to."""
+        return self._client
 
     async def acquire(
         self,

@@ -14,6 +14,8 @@ import secrets
 import time
 from typing import Any
 
+from redis.typing import EncodableT, KeyT
+
 from ..errors import ConfigurationError
 from .info import PrimitiveInfo
 from .keys import DEFAULT_PREFIX
@@ -294,7 +296,9 @@ class RedisLock(ServerPrimitive):
         deadline = acquire_deadline(blocking, timeout)
         return self._acquire(deadline, owner, ttl, renew, on_lost, max_hold)
 
-    def _extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
+    def _extend_call(
+        self, token: str, ttl_ms: int
+    ) -> tuple[LuaScript, list[KeyT], list[EncodableT]]:
         return EXTEND, self._scripts.holders_key, [token, ttl_ms]
 
     # -- the renewer's side (renewal.Renewable) ---------------------------------------

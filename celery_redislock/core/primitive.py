@@ -12,14 +12,16 @@ from types import TracebackType
 from typing import Any, ClassVar
 
 from redis.exceptions import RedisError
+from redis.typing import EncodableT, KeyT
 
 from ..errors import ConfigurationError, LockTimeout
+from .clients import AnyRedisClient
 from .keys import KeySpace
 from .lease import Lease, OnLost, current_pid
 from .operations import PrimitiveOperations, run
 from .pubsub import pubsub_mode
 from .replicas import DEFAULT_REPLICA_TIMEOUT, check_replica_ack, remaining_ms
-from .scripts import LuaScript
+from .scripts import LuaScript, RedisClient
 from .validate import capped_ttl_ms, check_bool, check_client, check_max_hold, ttl_to_ms
 
 __all__ = ["Primitive", "PrimitiveBase", "ServerPrimitive", "check_owner", "fresh_token"]
@@ -37,10 +39,11 @@ class PrimitiveBase:
     settings, keys and lease terms. Subclasses set :attr:`kind` (the key-space kind)."""
 
     kind: ClassVar[str]
+    _client: AnyRedisClient
 
     def __init__(
         self,
-        client: Any,
+        client: AnyRedisClient,
         name: str,
         *,
         ttl: float,
@@ -55,7 +58,7 @@ class PrimitiveBase:
         self.max_hold = check_max_hold(max_hold)
 
     @staticmethod
-    def _checked_client(client: Any) -> Any:
+    def _checked_client(client: object) -> AnyRedisClient:
         """``client`` if it is a client of the kind the subclass talks through."""
         return check_client(client)
 
@@ -65,7 +68,7 @@ class PrimitiveBase:
         return self._keys.name
 
     @property
-    def client(self) -> Any:
+    def client(self) -> AnyRedisClient:
         """The Redis client this talks to."""
         return self._client
 
@@ -106,9 +109,11 @@ class Primitive(PrimitiveBase):
     Subclasses implement ``acquire``.
     """
 
+    _client: RedisClient
+
     def __init__(
         self,
-        client: Any,
+        client: RedisClient,
         name: str,
         *,
         ttl: float,
@@ -136,6 +141,11 @@ class Primitive(PrimitiveBase):
         # rest of a lock built per call). Made here, not by the first `with`: an empty
         # dict costs less than the lock that two first `with`s at once would need.
         self._stacks: dict[int, list[Lease]] = {}
+
+    @property
+    def client(self) -> RedisClient:
+        """The Redis client this talks to."""
+        return self._client
 
     def acquire(
         self,
@@ -270,7 +280,9 @@ class Primitive(PrimitiveBase):
         """Set ``token``'s TTL in one round trip (the lease's side; see the subclass)."""
         raise NotImplementedError
 
-    def _extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
+    def _extend_call(
+        self, token: str, ttl_ms: int
+    ) -> tuple[LuaScript, list[KeyT], list[EncodableT]]:
         """The script, keys and args of :meth:`_extend_token` (replica confirmation)."""
         raise NotImplementedError
 
@@ -324,7 +336,7 @@ class Primitive(PrimitiveBase):
 _process = (0, "")
 
 
-def fresh_token(client: Any = None) -> tuple[str, str]:
+def fresh_token(client: RedisClient | None = None) -> tuple[str, str]:
     """A fresh unguessable token (128 bits from ``secrets``) ended by ``.<tag>``, the
     tag of this process: wake-ups for the token are published on ``<channel>:<tag>``
     (see ``notify`` in lib_lock.lua), so only this process's subscriber reads them.

@@ -15,6 +15,8 @@ import math
 import time
 from typing import Any
 
+from redis.typing import EncodableT, KeyT
+
 from .info import PrimitiveInfo
 from .keys import DEFAULT_PREFIX
 from .lease import Lease, OnLost
@@ -238,7 +240,9 @@ class RedisSemaphore(ServerPrimitive):
             acked.append(answer)
         return reply
 
-    def _extend_call(self, token: str, ttl_ms: int) -> tuple[LuaScript, list[Any], list[Any]]:
+    def _extend_call(
+        self, token: str, ttl_ms: int
+    ) -> tuple[LuaScript, list[KeyT], list[EncodableT]]:
         return self._scripts.extend_call(token, ttl_ms)
 
     # -- the renewer's side (renewal.Renewable) ---------------------------------------
