@@ -24,6 +24,7 @@ nothing twice: claims of an entry only move forward in time.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import secrets
@@ -99,6 +100,7 @@ class LeaderScheduler(Scheduler):
         self._leadership: Leadership | None = None
         self._claims: Claims | None = None
         self._aligned_for: Lease | None = None
+        self._unsure: dict[str, int] = {}
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         super().__init__(app, *args, **kwargs)
         if getattr(self, "lock_key", None):
@@ -218,11 +220,24 @@ class LeaderScheduler(Scheduler):
             log.debug("beat: not the leader: %s not sent", entry.name)
             return None
         name = str(entry.name)
+        claiming: int | None = None
+        decided_upto = -1
+        # A slot whose claim call failed first: the claim may have run with its reply
+        # lost, recording the slot as this beat's (a claim again by the same beat is
+        # granted), and no catch-up would send it (#26).
+        unsure = self._unsure.pop(name, None)
         try:
-            for slot in self._slots(entry, claims):
+            for slot in itertools.chain(
+                () if unsure is None else (unsure,), self._slots(entry, claims)
+            ):
+                if slot <= decided_upto:
+                    continue
                 if not leadership.leads():
                     break  # lost meanwhile: the one line was logged by _lost
+                claiming = slot
                 granted, last = claims.claim(name, slot)
+                claiming = None
+                decided_upto = slot
                 when = slots.as_datetime(slot)
                 if not granted:
                     self._skipped(name, when, slots.as_datetime(last))
@@ -241,7 +256,10 @@ class LeaderScheduler(Scheduler):
                     raise
                 beat_slot_sent.send(sender=self, entry=name, slot=when)
         except (RedisError, RedisLockError) as exc:
-            # Not sent; the next leader (or this one, later) sends it in its catch-up.
+            # Not sent; this beat claims it again first at the entry's next send (its
+            # claim may have run), else the next leader sends it in its catch-up.
+            if claiming is not None:
+                self._unsure[name] = claiming
             log.warning("beat: %s not sent: cannot claim its slot on the lock Redis: %s", name, exc)
         if advance:
             self.reserve(entry)
