@@ -99,7 +99,9 @@ class LeaderScheduler(Scheduler):
         self.beat_settings = BeatSettings.from_app(app)
         self._leadership: Leadership | None = None
         self._claims: Claims | None = None
-        self._aligned_for: Lease | None = None
+        # The lease the entries were last aligned for (see _align_entries); a fresh
+        # object at first, so the first tick that leads aligns them.
+        self._aligned_for: object = object()
         self._unsure: dict[str, int] = {}
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         super().__init__(app, *args, **kwargs)
