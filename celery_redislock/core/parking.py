@@ -165,7 +165,7 @@ def parking_pools(
     return sorted(decode_name(as_text(name)) for name in members)
 
 
-def read_entries(flat: Iterable[Any]) -> list[Parked]:
+def read_entries(flat: Iterable[bytes | str]) -> list[Parked]:
     """The entries of a script reply that lists them flat: id, payload, owner, ..."""
     items = list(flat)
     return [
@@ -174,7 +174,7 @@ def read_entries(flat: Iterable[Any]) -> list[Parked]:
     ]
 
 
-def as_bytes(value: Any) -> bytes:
+def as_bytes(value: bytes | str) -> bytes:
     """A reply element as ``bytes``, whether the client decodes responses or not."""
     return value if isinstance(value, bytes) else str(value).encode("utf-8")
 
@@ -199,7 +199,7 @@ class Capacity(Protocol):
         ...
 
     @property
-    def client(self) -> Any:
+    def client(self) -> RedisClient:
         """The Redis client its keys live on."""
         ...
 
@@ -254,7 +254,7 @@ class SemaphoreCapacity:
         return self.semaphore.name
 
     @property
-    def client(self) -> Any:
+    def client(self) -> RedisClient:
         """The semaphore's client."""
         return self.semaphore.client
 
@@ -342,7 +342,7 @@ class RateCapacity:
         return self.scripts.name
 
     @property
-    def client(self) -> Any:
+    def client(self) -> RedisClient:
         """The limiter's client."""
         return self._client
 

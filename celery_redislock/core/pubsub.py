@@ -31,6 +31,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from redis.client import PubSub
 from redis.cluster import ClusterPubSub, RedisCluster
 from redis.exceptions import RedisError
 
@@ -60,14 +61,14 @@ class PubSubMode:
     message: str
     ended: str
 
-    def pinned(self, pubsub: Any) -> bool:
+    def pinned(self, pubsub: PubSub) -> bool:
         """True for a classic subscriber on a cluster: its one connection is on one
         node, which redis-py reconnects to and only to; when that node fails (a
         failover), the notifier makes a new subscriber (see ``Notifier._read``).
         Sharded subscriptions follow their slots by themselves."""
         return not self.sharded and isinstance(pubsub, ClusterPubSub)
 
-    def read(self, pubsub: Any, timeout: float) -> dict[str, Any] | None:
+    def read(self, pubsub: PubSub, timeout: float) -> dict[str, Any] | None:
         """The next message of ``pubsub``, waiting up to ``timeout`` seconds."""
         if not self.sharded or not isinstance(pubsub, ClusterPubSub):
             message: dict[str, Any] | None = pubsub.get_message(timeout=timeout)

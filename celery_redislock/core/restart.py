@@ -51,15 +51,16 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from ..errors import ConfigurationError
+from .clients import AnyRedisClient
 from .operations import Call, Operation, run
 from .renewal.schedule import DUE, LATE
-from .scripts import LuaScript
+from .scripts import LuaScript, RedisClient
 from .validate import ttl_to_ms
 
 __all__ = ["default_grace_ms", "grace_args", "grace_ms", "mark", "marking"]
 
 _MARK = LuaScript("boot_mark.lua")
-_marked: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+_marked: weakref.WeakKeyDictionary[AnyRedisClient, set[str]] = weakref.WeakKeyDictionary()
 _guard = threading.Lock()
 
 
@@ -69,7 +70,9 @@ def default_grace_ms(ttl_ms: int) -> int:
     return min(ttl_ms, math.ceil(ttl_ms * DUE) + round(LATE * 1000))
 
 
-def grace_ms(value: object, ttl_ms: int, client: Any, name: str = "restart_grace") -> int:
+def grace_ms(
+    value: object, ttl_ms: int, client: AnyRedisClient, name: str = "restart_grace"
+) -> int:
     """The restart grace in ms for ``value``: None or False -- none (0); True -- the
     default for leases of ``ttl_ms`` (:func:`default_grace_ms`); seconds > 0. 0 as
     well on Redis Cluster (see the module). Anything else raises
@@ -85,13 +88,13 @@ def grace_ms(value: object, ttl_ms: int, client: Any, name: str = "restart_grace
     return 0 if isinstance(client, (RedisCluster, AsyncRedisCluster)) else ms
 
 
-def mark(client: Any, prefix: str) -> None:
+def mark(client: RedisClient, prefix: str) -> None:
     """Set ``prefix``'s boot marker on ``client``'s server unless this client did so
     before (one round trip, once per client and prefix)."""
     run(client, marking(client, prefix))
 
 
-def marking(client: Any, prefix: str) -> Operation[None]:
+def marking(client: AnyRedisClient, prefix: str) -> Operation[None]:
     """:func:`mark` as an operation (see :mod:`.operations`), for any driver (an
     asyncio client's too)."""
     with _guard:
