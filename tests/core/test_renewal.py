@@ -17,6 +17,10 @@ from celery_redislock.core import lock as lock_module
 from celery_redislock.core import renewal
 from celery_redislock.testing import RedisServer
 
+# Leases of a few hundred ms renewed in the background, and holder processes killed:
+# a loaded machine makes a renewal late, so these run alone, after the parallel part.
+pytestmark = pytest.mark.serial
+
 
 def script_calls(client: redis.Redis) -> int:
     """Script calls the server has run so far (EVALSHA, plus EVAL after a NOSCRIPT)."""
