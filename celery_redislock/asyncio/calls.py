@@ -48,6 +48,7 @@ import contextlib
 import sys
 import time
 import weakref
+from types import TracebackType
 from typing import Any, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -172,46 +173,70 @@ async def call(
 async def _once(
     script: LuaScript, conn: Any, keys: list[Any], args: list[Any], sends: list[None] | None
 ) -> Any:
-    if sys.version_info < (3, 11):  # for mypy's 3.10: this package refuses to import there
-        raise RuntimeError("celery_redislock.asyncio needs Python 3.11+")
     if sends is not None:
         sends.append(None)
-    limit = conn.socket_timeout
-    if not limit:
-        return await _exchange(script, conn, keys, args)
-    # Under a socket timeout (redis-py 8's default: 5 s) redis.asyncio sends each
-    # command as a task of its own (``asyncio.wait_for``: on Python 3.11 a Task, a
-    # timer and two more turns of the loop per send) and reads it under another
-    # timer: a third of an uncontended lock's cycle (benchmarks/bench_asyncio.py,
-    # #30). One timer here bounds the send and the read together by the same
-    # timeout; the connection is this call's alone meanwhile (checked out of its
-    # pool), and its own timeout is back before anyone else can use it.
-    scope = asyncio.timeout(limit)
-    try:
-        async with scope:
-            conn.socket_timeout = None
-            try:
-                return await _exchange(script, conn, keys, args)
-            finally:
-                conn.socket_timeout = limit
-    except TimeoutError as exc:
-        if not scope.expired():
-            raise
-        # Interrupted mid-send or mid-read: redis.asyncio closed the connection, as
-        # after its own timeout; the same error as its own.
-        await conn.disconnect()
-        raise RedisTimeoutError(f"{script.name}: no reply within {limit} s") from exc
-
-
-async def _exchange(script: LuaScript, conn: Any, keys: list[Any], args: list[Any]) -> Any:
     # A health check only where the user configured one (else a coroutine per send).
     check = bool(conn.health_check_interval)
-    try:
-        await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args, check_health=check)
-        return await conn.read_response()
-    except NoScriptError:
-        await conn.send_command("EVAL", script.text, len(keys), *keys, *args, check_health=check)
-        return await conn.read_response()
+    async with _OwnTimeout(conn, script.name):
+        try:
+            await conn.send_command(
+                "EVALSHA", script.sha, len(keys), *keys, *args, check_health=check
+            )
+            return await conn.read_response()
+        except NoScriptError:
+            await conn.send_command(
+                "EVAL", script.text, len(keys), *keys, *args, check_health=check
+            )
+            return await conn.read_response()
+
+
+class _OwnTimeout:
+    """A connection's ``socket_timeout`` put on a call's send and read(s) together,
+    by one ``asyncio.timeout``, instead of on each by redis.asyncio.
+
+    Why: under a socket timeout (redis-py 8's default: 5 s) redis.asyncio sends each
+    command as a task of its own (``asyncio.wait_for``: on Python 3.11 a Task, a
+    timer and two more turns of the loop per send) and reads each reply under
+    another timer: a fifth of an uncontended lock's cycle
+    (``benchmarks/bench_asyncio.py``, #30). Inside, the connection's own timeout is
+    cleared; the connection is this call's alone meanwhile (checked out of its pool
+    or kept), and its timeout is back before anyone else can use it, whatever ends
+    the call. On expiry the connection is closed and ``redis.TimeoutError`` raised,
+    as redis.asyncio does after its own timeout."""
+
+    __slots__ = ("conn", "limit", "scope", "what")
+    conn: Any
+    what: str
+    limit: float | None
+    scope: contextlib.AbstractAsyncContextManager[object] | None
+
+    def __init__(self, conn: Any, what: str) -> None:
+        if sys.version_info < (3, 11):  # for mypy's 3.10: this package refuses to import there
+            raise RuntimeError("celery_redislock.asyncio needs Python 3.11+")
+        self.conn = conn
+        self.what = what
+        self.limit = conn.socket_timeout
+        self.scope = asyncio.timeout(self.limit) if self.limit else None
+
+    async def __aenter__(self) -> None:
+        if self.scope is not None:
+            await self.scope.__aenter__()
+            self.conn.socket_timeout = None
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self.scope is None:
+            return
+        self.conn.socket_timeout = self.limit
+        try:
+            await self.scope.__aexit__(exc_type, exc, traceback)
+        except TimeoutError as error:  # this scope's: another's passes on as ``exc``
+            await self.conn.disconnect()  # mid-send or mid-read: out of step
+            raise RedisTimeoutError(f"{self.what}: no reply within {self.limit} s") from error
 
 
 async def _put_back(
@@ -366,24 +391,25 @@ async def _send_batch(pool: Any, items: list[_Item]) -> None:
         commands = [
             ("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args, _ in items
         ]
-        await conn.send_packed_command(
-            conn.pack_commands(commands), check_health=bool(conn.health_check_interval)
-        )
-        for script, _keys, args, future in items:
-            try:
-                reply = await conn.read_response()
-            except ResponseError:  # an error reply to this call alone (NOSCRIPT too)
-                reply = _ALONE
-            if reply is not _ALONE:
+        async with _OwnTimeout(conn, "batched script calls"):
+            await conn.send_packed_command(
+                conn.pack_commands(commands), check_health=bool(conn.health_check_interval)
+            )
+            for script, _keys, args, future in items:
                 try:
-                    reply = script.checked(reply, args)
-                except StaleReply:
-                    await conn.disconnect()  # out of step: the rest sent alone
-                    break
-            if not future.done():
-                future.set_result(reply)
-        else:
-            clean = True
+                    reply = await conn.read_response()
+                except ResponseError:  # an error reply to this call alone (NOSCRIPT too)
+                    reply = _ALONE
+                if reply is not _ALONE:
+                    try:
+                        reply = script.checked(reply, args)
+                    except StaleReply:
+                        await conn.disconnect()  # out of step: the rest sent alone
+                        break
+                if not future.done():
+                    future.set_result(reply)
+            else:
+                clean = True
     except Exception:
         if conn is not None:
             await conn.disconnect()  # replies may be left unread
