@@ -39,6 +39,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from celery.app.task import Context
+
 from ...core import Lease
 from ...core.parking import DUPLICATE, ParkingSemaphore
 from ...core.redelivery import mark_ran
@@ -102,14 +104,14 @@ def permit_owner(task_id: str, seed: str | None) -> str:
     return f"{task_id}@{hashlib.sha256(f'{seed}:permit'.encode()).hexdigest()[:12]}"
 
 
-def _seed(headers: Any) -> str | None:
+def _seed(headers: Mapping[str, object] | None) -> str | None:
     if not headers:
         return None
     seed = headers.get(TOKEN_HEADER) or headers.get(NONCE_HEADER)
     return seed if isinstance(seed, str) and seed else None
 
 
-def _wait_state(request: Any) -> tuple[float | None, int]:
+def _wait_state(request: Context) -> tuple[float | None, int]:
     """(first refusal in epoch seconds, re-schedules so far) from the wait header."""
     raw = (request.headers or {}).get(WAIT_HEADER)
     try:

@@ -30,12 +30,14 @@ import logging
 import threading
 from collections import OrderedDict
 from itertools import repeat
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from celery.signals import worker_shutting_down
-from celery.worker.request import Request
 
 from ...core.parking import ParkingQueue
+
+if TYPE_CHECKING:
+    from celery.worker.request import Request
 
 __all__ = ["accepted", "connect", "give_back_all", "handed_over"]
 
@@ -73,7 +75,7 @@ def give_back_all() -> int:
     return _give_back(pending)
 
 
-def give_back_dropped(requests: list[Any]) -> None:
+def give_back_dropped(requests: list[Request]) -> None:
     """Celery dropped ``requests`` without running them (a task's rate-limit bucket
     cleared when the broker connection closed: their messages, it trusts, come back
     from the broker): give back those that were handed over, off the caller's thread
@@ -86,7 +88,7 @@ def give_back_dropped(requests: list[Any]) -> None:
         ).start()
 
 
-def _give_back(pending: list[tuple[Any, ParkingQueue, str]]) -> int:
+def _give_back(pending: list[tuple[Request, ParkingQueue, str]]) -> int:
     returned = 0
     for request, queue, entry_id in pending:
         try:

@@ -56,7 +56,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 from celery.signals import worker_init
@@ -87,6 +87,9 @@ from .parking import (
     sent_token,
 )
 
+if TYPE_CHECKING:
+    from celery.worker import WorkController
+
 __all__ = [
     "INTAKE_BUDGET",
     "INTAKE_REST",
@@ -106,8 +109,10 @@ INTAKE_REST = 5.0
 """Seconds an app's intake is skipped after a park call timed out (its runs park in
 their pool process, as before)."""
 
-_resting: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()  # app -> until
-_workers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # app -> its worker
+_resting: weakref.WeakKeyDictionary[Celery, float] = weakref.WeakKeyDictionary()  # app -> until
+_workers: weakref.WeakKeyDictionary[Celery, weakref.ref[WorkController]] = (
+    weakref.WeakKeyDictionary()
+)  # app -> its worker
 
 logger = logging.getLogger("celery_redislock.celery.bounded.parking")
 

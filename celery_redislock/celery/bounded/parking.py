@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from celery import Celery
+from celery.app.task import Context
 from kombu import serialization
 
 from ...core.parking import Parked, ParkingQueue, ParkingSemaphore, new_entry_id
@@ -174,7 +175,7 @@ def parking_for(
 SEMAPHORE: Final = "semaphore"
 """The kind of a bounded pool's capacity: its semaphore's permits."""
 
-QueueMaker = Callable[[Any, ParkSpec], ParkingQueue]
+QueueMaker = Callable[[Celery, ParkSpec], ParkingQueue]
 """Makes the queue of a :class:`~.journal.ParkSpec` on an app's lock Redis, publishing
 what it claims through the app (:func:`publish_claimed`)."""
 
@@ -309,7 +310,7 @@ def sent_token(task_id: Any, retries: Any, sent: Any) -> str:
     return park_token(str(task_id), int(retries or 0), f"sent {sent}".encode())
 
 
-def park_state(request: Any, header: str = PARK_HEADER) -> tuple[str, float] | None:
+def park_state(request: Context, header: str = PARK_HEADER) -> tuple[str, float] | None:
     """``(park token, first refusal in epoch seconds)`` of a parked run's message (its
     ``header``: the bounded queue's, or another guard's), or None (no header, or one a
     ``retry()`` copied from an earlier attempt)."""

@@ -23,7 +23,9 @@ May import the core and the shared glue.
 from __future__ import annotations
 
 import time
-from typing import Any, Final
+from typing import Final
+
+from celery.app.task import Context
 
 from ...core import Lease
 from ...core.lease import OnLost
@@ -107,5 +109,5 @@ _PUBLISHED_RUNNING: Final = (
 _ENDED: Final = "is another message of a parked run of pool %r that ran already: dropped"
 
 
-def _redelivered(request: Any) -> bool:
+def _redelivered(request: Context) -> bool:
     return bool((request.delivery_info or {}).get("redelivered"))

@@ -8,10 +8,11 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Any, Final
+from typing import Final
 
 import celery.app.task as celery_task_module
 from celery import states
+from celery.app.task import Context
 from celery.exceptions import Ignore
 
 from ...core.parking import ParkingSemaphore
@@ -103,7 +104,7 @@ def reschedule(
     raise Ignore()
 
 
-def _tracks_started(task: AnyTask, request: Any) -> bool:
+def _tracks_started(task: AnyTask, request: Context) -> bool:
     """True when the worker stored STARTED before ``before_start`` (as the tracer decides)."""
     if not task.track_started:
         return False

@@ -22,6 +22,7 @@ from celery import Celery
 from celery.signals import worker_process_shutdown
 
 from ..config import check_prefix
+from ..execution import AnyTask
 from ..signals import (
     lease_lost,
     permit_acquired,
@@ -79,7 +80,7 @@ def _count(
         logger.exception("celery_redislock: could not count a %s %s event", kind, outcome)
 
 
-def _pool_label(task: Any, pool: str) -> str:
+def _pool_label(task: AnyTask, pool: str) -> str:
     from ..options import options_of
 
     key = options_of(task).bounded.key

@@ -22,7 +22,7 @@ import os
 import threading
 import weakref
 from collections import Counter
-from typing import Any, Final
+from typing import Final
 
 from ...core.scripts import RedisClient
 from .schema import HOLD, WAIT, bucket_of, counter_key
@@ -146,7 +146,9 @@ class Recorder:
 
 
 # Per process (a recorder's thread does not survive a fork) and per client object.
-_recorders: weakref.WeakKeyDictionary[Any, tuple[int, Recorder]] = weakref.WeakKeyDictionary()
+_recorders: weakref.WeakKeyDictionary[RedisClient, tuple[int, Recorder]] = (
+    weakref.WeakKeyDictionary()
+)
 _lock = threading.Lock()
 
 

@@ -12,7 +12,7 @@ nothing -- it holds nothing.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...core import Lease, RedisLock, RedlockLock
@@ -287,7 +287,7 @@ class SingletonGuard(Guard):
                     _cleanup_release(task, event, key, done)
 
 
-def _parked(headers: Any, retries: int | None) -> bool:
+def _parked(headers: Mapping[str, object], retries: int | None) -> bool:
     """True for a parked run's message (not a header a ``retry()`` copied)."""
     parts = str(headers.get(PARK_HEADER) or "").split()
     return len(parts) == 3 and parts[1] == str(retries or 0)
