@@ -19,6 +19,7 @@ from typing import Any
 from celery.exceptions import Ignore
 from celery.result import AsyncResult
 from celery.states import PENDING, READY_STATES
+from redis.cluster import RedisCluster
 
 from ...core import RedisLock
 from ...errors import DuplicateTask
@@ -231,7 +232,13 @@ def _lease_end(
     lock = lock_for(task, key, options)
     if not isinstance(lock, RedisLock):
         return None, None
-    seconds, micros = lock.client.time()
+    client = lock.client
+    if isinstance(client, RedisCluster):  # the clock of the node the lease lives on
+        cluster: Any = client  # redis-py leaves get_node_from_key untyped
+        node = cluster.get_node_from_key(lock.keys.key("holders"))
+        seconds, micros = cluster.time(target_nodes=node)
+    else:
+        seconds, micros = client.time()
     left = ttl_left(lock)
     if left is None:
         return None, None

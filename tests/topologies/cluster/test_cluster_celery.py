@@ -82,3 +82,31 @@ def test_singleton_and_bounded_tasks_lock_on_the_cluster(app: Celery) -> None:
         running += step
         most = max(most, running)
     assert len(runs) == 6 and most <= 2
+
+
+def test_a_redelivered_copys_look_reads_the_lease_end_on_the_leases_node(app: Celery) -> None:
+    # singleton/duplicates.py decides whether a first run renewed its lock by the end
+    # of its lease on the lock Redis's clock (#24 review): on a cluster, the clock of
+    # the node the lock lives on. Unrenewed, the end stays put; renewed, it moves.
+    from celery_redislock.celery.options import options_of
+    from celery_redislock.celery.singleton.duplicates import _lease_end, _unrenewed
+    from celery_redislock.celery.singleton.leases import lock_for
+
+    @singleton_task(app=app, shared=False, lock_ttl=5)
+    def sync(user_id: int) -> None:
+        return None
+
+    options = options_of(sync).singleton
+    key = f"redislock:test:{uuid.uuid4().hex[:8]}"
+    lease = lock_for(sync, key, options).acquire(blocking=False)
+    assert lease is not None
+    try:
+        end, left = _lease_end(sync, key, options)
+        assert end is not None and left is not None and 4.0 < left <= 5.0
+        time.sleep(0.3)
+        assert not _unrenewed(sync, key, options, str(end - 1000))  # it ends later
+        assert _unrenewed(sync, key, options, str(end))  # the same end: not renewed
+        assert lease.extend(5)
+        assert not _unrenewed(sync, key, options, str(end))  # renewed: it moved
+    finally:
+        lease.release()
