@@ -110,5 +110,7 @@ def mark_ran(sem: ParkingSemaphore, entry_id: str, memory: float) -> None:
 
 def mark_token(sem: ParkingSemaphore, entry_id: str, token: str, memory: float) -> None:
     """The run of consumed ``entry_id`` holds the permit of ``token`` (not the id's):
-    its liveness is that lease's."""
-    sem.client.set(run_key(sem, entry_id), f"l {token}", px=max(1, int(memory * 1000)))
+    its liveness is that lease's. Never over a mark already there: written off the
+    run's path, it may come after a short run ended and marked its entry as run."""
+    key = run_key(sem, entry_id)
+    sem.client.set(key, f"l {token}", px=max(1, int(memory * 1000)), nx=True)

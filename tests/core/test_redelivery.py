@@ -163,3 +163,19 @@ def test_a_dead_runs_copy_told_to_park_again_is_told_so_again_when_the_reply_is_
     assert fault_proxy.dropped == 1  # it ran twice
     assert retake(sem, entry_id, "t1@third", ttl=1, memory=60)[0] == ENDED  # another's
     other.release()
+
+
+def test_a_standbys_run_that_ended_before_it_named_its_permit_stays_ended(
+    r: redis.Redis,
+) -> None:
+    # A standby's run names its permit off the run's path (a thread): a short body can
+    # end (and mark its entry as run) first. The late name must not undo that mark, or
+    # a later message of the entry finds the named permit released and runs again.
+    sem, entry_id = _taken(r, ttl=0.3)
+    early = ParkingSemaphore(r, "api", limit=2, ttl=5).acquire(blocking=False)
+    assert early is not None
+    mark_ran(sem, entry_id, 60)  # the run ended ...
+    assert early.release()
+    mark_token(sem, entry_id, early.token, 60)  # ... before its thread named the permit
+    time.sleep(0.4)
+    assert retake(sem, entry_id, "t1@copy", ttl=1, memory=60)[0] == ENDED
