@@ -14,12 +14,11 @@ import math
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ..core.clients import AsyncRedisClient
 from ..core.info import PrimitiveInfo
 from ..core.keys import DEFAULT_PREFIX
-from ..core.lock_scripts import RENEW, LockScripts, acquire_reply, refused_holder
+from ..core.lock_scripts import RENEW, LockScripts, ReplyArray, acquire_reply, refused_holder
 from ..core.primitive import fresh_token
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
 from ..core.scripts import reply_deadline, sees_resends
@@ -123,7 +122,7 @@ class AsyncRedisLock(AsyncPrimitive):
         ttl_ms, max_hold = self._lease_terms(ttl, max_hold, owner)
         token, tag = fresh_token()  # classic pub/sub: the async notifier's
         channel = f"{self._channel}:{tag}"
-        reply: list[Any] = [0, 0, b""]
+        reply: ReplyArray = [0, 0, b""]
         check = cancel_check()
         capped = deadline is not None and deadline != math.inf
         try:
@@ -165,7 +164,7 @@ class AsyncRedisLock(AsyncPrimitive):
         owner: str | None,
         ttl_ms: int,
         channel: str,
-        reply: list[Any],
+        reply: ReplyArray,
         deadline: float,
         check: Callable[[], None],
     ) -> Grant | None:

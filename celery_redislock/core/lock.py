@@ -29,6 +29,7 @@ from .lock_scripts import (
     RENEW,
     SCRIPT_CONSTANTS,
     LockScripts,
+    ReplyArray,
     acquire_reply,
     refused_holder,
 )
@@ -176,7 +177,7 @@ class RedisLock(ServerPrimitive):
             self._prepare_renewal(renew)
         token, tag = fresh_token(self._client)
         channel = f"{self._keys.channel}:{tag}"
-        reply: list[Any] = [0, 0, b""]
+        reply: ReplyArray = [0, 0, b""]
         grant: Grant | None = None
         acked: Any = None
         if (
@@ -215,7 +216,7 @@ class RedisLock(ServerPrimitive):
         owner: str | None,
         ttl_ms: int,
         channel: str,
-        reply: list[Any],
+        reply: ReplyArray,
         deadline: float,
     ) -> Grant | None:
         """Queue as ``token`` until granted (see :func:`.waiting.wait_until_granted`);

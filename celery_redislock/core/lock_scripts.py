@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Any
+from typing import Any, TypeAlias
 
 from redis.typing import EncodableT, KeyT
 
@@ -40,6 +40,7 @@ __all__ = [
     "RELEASE_MEMORY_MS",
     "RELEASE_OWNER",
     "RENEW",
+    "ReplyArray",
     "SCRIPT_CONSTANTS",
     "LockScripts",
     "acquire_reply",
@@ -95,6 +96,10 @@ FORCED = b"f"
 (``release_all``): no release record at all, so the holder's own release later finds
 the lease gone and reports it lost (#30)."""
 _LOCK_RULE = "lock"
+
+ReplyArray: TypeAlias = list[int | bytes | str]
+"""A script's array reply, as its header describes it: integers and strings (bytes,
+or str on a client that decodes responses)."""
 
 
 class LockScripts:
@@ -183,7 +188,7 @@ class LockScripts:
         return (yield Call(ACQUIRE, self.acquire_keys, args)), sent_at
 
     def queued_attempt(
-        self, token: str, ttl_ms: int, owner: str | None, refusal: list[Any]
+        self, token: str, ttl_ms: int, owner: str | None, refusal: ReplyArray
     ) -> Operation[Grant | int]:
         """A waiter's attempt (it joins, or stays in, the queue when refused): the
         grant, else the ms the holder has left (0: unknown); ``refusal`` keeps the
@@ -292,7 +297,7 @@ class LockScripts:
         return adopt_reply((yield Call(ADOPT, keys, args)), sent_at, ttl_ms)
 
 
-def acquire_reply(answer: Any, sent_at: float, ttl_ms: int) -> Grant | None:
+def acquire_reply(answer: int | ReplyArray, sent_at: float, ttl_ms: int) -> Grant | None:
     """The grant in a ``lock_acquire.lua`` reply to an attempt sent at ``sent_at``, or
     None when it was refused (``{0, wait_ms, holder}``: see :func:`refusal_wait_ms`)."""
     if isinstance(answer, int):
@@ -302,7 +307,7 @@ def acquire_reply(answer: Any, sent_at: float, ttl_ms: int) -> Grant | None:
     return None
 
 
-def release_reply(answer: Any, sends: list[None], deadline: float) -> bool:
+def release_reply(answer: int, sends: list[None], deadline: float) -> bool:
     """Whether a ``lock_release.lua`` call sent with :data:`NO_RECORD` released the lease
     of local ``deadline``: it answered 1, or it found the lease gone after being sent
     again (``sends``, see :class:`.LuaScript`) and the answer came before ``deadline``.
@@ -322,7 +327,7 @@ def refusal_wait_ms(answer: Any) -> int:
     return int(answer[1])
 
 
-def refused_holder(answer: Any) -> str | None:
+def refused_holder(answer: ReplyArray) -> str | None:
     """:func:`refusal_holder`, but :class:`RedisRestarting` for a free lock refused
     within a restart grace (see ``core/restart.py``)."""
     if len(answer) > 3:
@@ -339,13 +344,13 @@ def refusal_holder(answer: Any) -> str | None:
     return as_text(answer[2]) or None
 
 
-def leave_reply(answer: Any) -> int:
+def leave_reply(answer: ReplyArray) -> int:
     """The fence of a lease granted to the leaving waiter meanwhile (``queue_leave.lua``),
     else 0."""
     return int(answer[1])
 
 
-def adopt_reply(answer: Any, sent_at: float, ttl_ms: int) -> Grant | None:
+def adopt_reply(answer: ReplyArray, sent_at: float, ttl_ms: int) -> Grant | None:
     """The new lease in a ``lock_adopt.lua`` reply to a call sent at ``sent_at`` (its
     fence and when it counts from), None when not adopted."""
     if answer[0] != 1:

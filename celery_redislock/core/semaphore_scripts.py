@@ -24,7 +24,7 @@ from redis.typing import EncodableT, KeyT
 
 from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
-from .lock_scripts import FORCED, LEAVE, SCRIPT_CONSTANTS, LockScripts, leave_reply
+from .lock_scripts import FORCED, LEAVE, SCRIPT_CONSTANTS, LockScripts, ReplyArray, leave_reply
 from .operations import Call, Operation
 from .restart import marking
 from .scripts import LuaScript, as_text, key_encoder
@@ -249,7 +249,7 @@ class SemaphoreScripts:
         return info_reply(name, limit, (yield Call(INFO, self.info_keys, self.info_args())))
 
 
-def acquire_reply(reply: Any) -> tuple[int, int, int, int]:
+def acquire_reply(reply: ReplyArray) -> tuple[int, int, int, int]:
     """A ``semaphore_acquire.lua`` reply: ``(1, fence, previous, ms_left)`` granted,
     ``(0, wait_ms, previous, 0)`` refused.
 
@@ -260,7 +260,7 @@ def acquire_reply(reply: Any) -> tuple[int, int, int, int]:
     return int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]) if reply[0] else 0
 
 
-def release_reply(reply: Any) -> tuple[bool, list[tuple[str, int]]]:
+def release_reply(reply: int | ReplyArray) -> tuple[bool, list[tuple[str, int]]]:
     """A ``semaphore_release.lua`` reply: whether the lease was released, and the
     ``(token, fence)`` of each waiter of the caller's tag it granted a permit (none
     unless the call passed ``here``, see :meth:`SemaphoreScripts.release_args`)."""
