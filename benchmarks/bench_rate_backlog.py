@@ -18,7 +18,9 @@ the most starts in any window of one period (interval sweep over the recorded st
 the rate's N is the bound), the drain (first send to last end) over the ideal
 (``tasks / N`` periods), publishes per task (the broker's LPUSH calls), the workers'
 CPU ms per task, the p50/p99 start lateness against the admission schedule (run k,
-in start order, is due ``(k // N)`` periods after the first start), and for ours the
+in start order, is due ``(k // N)`` periods after the first start) and how much of it
+is drift (how much later each period's first start comes than a period after the
+last one's: a slope in ms per period), and for ours the
 plain task's wait. The load average is printed with the table.
 
     python benchmarks/bench_rate_backlog.py                 # 200 x 20 ms at 20/s
@@ -103,6 +105,19 @@ def most_in_window(starts: list[float], period: float) -> int:
     return most
 
 
+def _drift(starts: list[float], limit: int, period: float) -> float:
+    """Seconds per period the first start of each period's ``limit`` starts comes
+    later than a period after the one before (a least-squares slope, over the whole
+    periods after the first)."""
+    firsts = [starts[k] - k // limit * period for k in range(0, len(starts), limit)]
+    if len(firsts) < 2:
+        return 0.0
+    xs = range(len(firsts))
+    mean_x, mean_y = sum(xs) / len(firsts), sum(firsts) / len(firsts)
+    top = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, firsts, strict=True))
+    return top / sum((x - mean_x) ** 2 for x in xs)
+
+
 def batch(
     tasks: Any,
     way: str,
@@ -152,6 +167,7 @@ def batch(
         "cpu ms": (_cpu(pids) - cpu) / n * 1000,
         "late p50": percentile(late, 50) * 1000,
         "late p99": percentile(late, 99) * 1000,
+        "drift": _drift(starts, limit, period) * 1000,
         "plain wait": plain_wait,
     }
 
@@ -203,6 +219,7 @@ def main() -> None:
         "CPU ms/task",
         "late p50 ms",
         "late p99 ms",
+        "drift ms/period",
         "plain task wait s",
     )
     print(" | ".join(head))
@@ -220,6 +237,7 @@ def main() -> None:
             f"{r['cpu ms']:.1f}",
             f"{r['late p50']:.0f}",
             f"{r['late p99']:.0f}",
+            f"{r['drift']:.0f}",
             "-" if r["plain wait"] is None else f"{r['plain wait']:.3f}",
         )
         print(" | ".join(str(c) for c in cells))

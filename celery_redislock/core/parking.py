@@ -48,8 +48,9 @@ from ..errors import ConfigurationError
 from .keys import DEFAULT_PREFIX, decode_name, encode_name
 from .lease import Lease, OnLost
 from .lock import SCRIPT_CONSTANTS
+from .operations import run
 from .ratelimit_rates import check_cost
-from .ratelimit_scripts import DEFAULT_SLOTS, RateLimitScripts
+from .ratelimit_scripts import DEFAULT_SLOTS, RateLimitScripts, seen
 from .restart import grace_args
 from .scripts import LuaScript, RedisClient, as_text
 from .semaphore import RedisSemaphore
@@ -94,18 +95,26 @@ take, so the limit holds on the starts of the runs' bodies too (the take's reply
 Celery's hooks come between); a window then admits a little less than N per period
 only when admissions follow each other back to back."""
 
+START_SLACK_US: Final = 4_000
+"""A run claimed ahead by a :class:`RateCapacity` (``ahead``) keeps its claim's charge
+-- counted from its admission time plus :data:`START_MARGIN_US` -- when it takes it at
+least this long (µs) before that charge counts: time for the take's reply and Celery's
+hooks before its body starts; a later take moves the charge to its own start."""
+
 PARKING_CONSTANTS: Final = {
     **SCRIPT_CONSTANTS,
     "TAKEN_MEMORY_MS": TAKEN_MEMORY_MS,
     "DEAD_LETTERS": DEAD_LETTERS,
     "SENT_WINDOW_US": SENT_WINDOW_US,
     "START_MARGIN_US": START_MARGIN_US,
+    "START_SLACK_US": START_SLACK_US,
 }
 """The ``{{NAME}}`` constants of the parking scripts."""
 
 _PARK = LuaScript("park.lua", PARKING_CONSTANTS)
 _RELEASE = LuaScript("park_release.lua", PARKING_CONSTANTS)
 _TAKE = LuaScript("park_take.lua", PARKING_CONSTANTS)
+_EARLY: Final = 2  # park_take.lua's status of a run come before its admission time
 _RETURN = LuaScript("park_return.lua", PARKING_CONSTANTS)
 _INFO = LuaScript("park_info.lua", PARKING_CONSTANTS)
 
@@ -116,6 +125,10 @@ HANDED_OVER: Final = -2
 """``park(intake=True, hand_over=True)``'s answer when capacity was free for the entry."""
 
 TAKEN, REFUSED, DUPLICATE = "granted", "refused", "duplicate"  # what take() answers
+
+MAX_AHEAD: Final = 1.0
+"""The most seconds a :class:`RateCapacity` claims ahead (its runs wait up to that
+long in place when they come early: a short wait, not a process held)."""
 
 OnClaimed = Callable[["ParkingQueue", list["Parked"]], None]
 """Called with the entries an operation claimed; it publishes them (and hands any it
@@ -311,6 +324,11 @@ class RateCapacity:
     ``"rate"``); the queue's keys live under the limiter's hash tag. Nothing frees
     capacity but time: whoever parks runs here pumps the queue at
     :meth:`retry_after`'s time.
+
+    ``ahead`` (seconds, default 0): a pump may claim a run up to that long before its
+    admission time, charged at that time, so that a run published at once (about
+    ``ahead`` on its way to a worker) starts on time; its :meth:`ParkingQueue.take`
+    waits for that time when it comes early (#25).
     """
 
     kind: Final = "rate"
@@ -325,9 +343,17 @@ class RateCapacity:
         prefix: str = DEFAULT_PREFIX,
         slots: int = DEFAULT_SLOTS,
         start_spent: bool = True,
+        ahead: float = 0.0,
     ) -> None:
         self.scripts = RateLimitScripts(client, name, rate, prefix, slots, start_spent)
         self.cost = check_cost(cost)
+        if (
+            isinstance(ahead, bool)
+            or not isinstance(ahead, int | float)
+            or not 0 <= ahead <= MAX_AHEAD
+        ):
+            raise ConfigurationError(f"ahead must be seconds in [0, {MAX_AHEAD}], got {ahead!r}")
+        self.ahead_us = round(ahead * 1_000_000)
         if self.cost > self.scripts.smallest:
             raise ConfigurationError(
                 f"cost must be at most the smallest limit of {name!r} "
@@ -360,8 +386,19 @@ class RateCapacity:
         return list(self.scripts.keys)
 
     def script_args(self) -> list[EncodableT]:
-        """``rate``, the cost, then the limiter's own (spec, slots, seen, start spent)."""
-        return [self.kind, self.cost, *self.scripts.lib_args()]
+        """``rate``, the cost, then the limiter's own (spec, slots, seen, start spent).
+
+        A client that never heard from this limiter first asks it when ``cost`` is
+        admitted (charging nothing), once: the reply tells until when its state is
+        kept (``seen``), so that a later parking call finds the state lost (Redis
+        restarted empty) and starts it spent. The parking scripts' replies do not
+        carry it: without this, a worker or sender that only parked and took never
+        knew, and a fresh burst passed after a loss (#25).
+        """
+        scripts = self.scripts
+        if seen(self._client, scripts.base) == 0:
+            run(self._client, scripts.attempt(self.cost, False))
+        return [self.kind, self.cost, *scripts.lib_args(), self.ahead_us]
 
     def take_ttl(self, ttl: float | None, owner: str | None) -> int:
         """Nothing is held after an admission: 1 ms (unused)."""
@@ -527,16 +564,24 @@ class ParkingQueue:
         is parked ahead; ``("refused", None)`` -- the id is consumed but no capacity is
         free (park the run again, under a new id); ``("duplicate", None)`` -- the id
         was consumed before: do not run. A re-sent take with the same ``owner`` (its
-        reply lost) gets its lease again.
+        reply lost) gets its lease again. A run of a :class:`RateCapacity` claimed
+        ahead that comes before its admission time waits for it here (at most
+        ``ahead`` and a slot).
         """
         ttl_ms = self.capacity.take_ttl(ttl, owner)
-        sent_at = time.monotonic()
-        reply = _TAKE(
-            self.capacity.client,
-            self._script_keys(f"{entry_id}:take"),
-            [entry_id, ttl_ms, owner or "", self._taken_ms, *self.capacity.script_args()],
-        )
-        status = int(reply[0])
+        while True:
+            sent_at = time.monotonic()
+            reply = _TAKE(
+                self.capacity.client,
+                self._script_keys(f"{entry_id}:take"),
+                [entry_id, ttl_ms, owner or "", self._taken_ms, *self.capacity.script_args()],
+            )
+            status = int(reply[0])
+            if status != _EARLY:
+                break
+            # Came before its admission time (a rate claim charged ahead): at most
+            # ``ahead`` and a slot, by the server's clock.
+            time.sleep(min(int(reply[1]) / 1_000_000, MAX_AHEAD))
         if status < 0:
             return DUPLICATE, None
         if status == 0:

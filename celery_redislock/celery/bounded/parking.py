@@ -69,6 +69,7 @@ __all__ = [
     "publish_claimed",
     "queue_for",
     "register_kind",
+    "register_park_header",
     "semaphore_spec",
     "sent_at",
     "sent_token",
@@ -418,12 +419,25 @@ def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float, 
     return position
 
 
+_park_headers: set[str] = {PARK_HEADER}
+
+
+def register_park_header(header: str) -> None:
+    """Messages carrying ``header`` were published from a parking queue (another
+    guard's, e.g. the rate limit's): a run of one refused here parks under a fresh
+    token (see :func:`_fresh_token`)."""
+    _park_headers.add(header)
+
+
 def _fresh_token(request: Any, header: str) -> str:
     """The park token of a run refused in its pool process: a fresh message's is its
     intake token (see intake.py), so a delivery of it again (``acks_late``: a main killed
     before the ack) parks under the same token and changes nothing; a published parked
-    run refused at its take, or one without :data:`SENT_HEADER`, gets a random one."""
+    run refused at its take -- published by any parking queue: a run parked for the
+    rate, then refused a permit, has its intake token consumed in the permit queue
+    already, and parking under it again was taken for a copy of a run that started and
+    dropped (#25) -- or one without :data:`SENT_HEADER`, gets a random one."""
     sent = (request.headers or {}).get(SENT_HEADER)
-    if sent is None or park_state(request, header) is not None:
+    if sent is None or any(park_state(request, each) is not None for each in _park_headers):
         return new_entry_id()
     return sent_token(request.id, request.retries, sent)

@@ -36,7 +36,7 @@ from ...core.parking import DUPLICATE, REFUSED, ParkingQueue, new_entry_id
 from ...errors import RateLimited
 from ..bounded.intake import Intake, NotAtIntake, register_intake
 from ..bounded.journal import forget
-from ..bounded.parking import ATTEMPT, park_message, park_state
+from ..bounded.parking import ATTEMPT, park_message, park_state, register_park_header
 from ..execution import AnyTask, Guard, Hold, RunState
 from ..logs import mark_resent_by
 from ..signals import rate_limited
@@ -61,6 +61,7 @@ RATE_PARK_HEADER: Final = "redislock_rate_park"
 (as the bounded feature's park header, for the rate queue)."""
 
 mark_resent_by(RATE_PARK_HEADER)  # published from the rate queue: logged once
+register_park_header(RATE_PARK_HEADER)  # its run parks under a fresh token when refused
 
 
 class RateHold(Hold):

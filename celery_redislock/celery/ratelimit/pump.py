@@ -36,6 +36,10 @@ logger = logging.getLogger(__name__)
 IDLE: Final = 0.25
 """Seconds the pump sleeps at most (no admission time known: no parked run seen)."""
 
+_LEAST: Final = 0.001
+"""Seconds the pump sleeps at least while runs are parked (no busy loop when the next
+admission is within AHEAD but a pump claimed nothing: it is taken meanwhile)."""
+
 _pumps: dict[int, RatePump] = {}
 _pumps_guard = threading.Lock()
 
@@ -43,7 +47,7 @@ _pumps_guard = threading.Lock()
 def pump_once(app: Any) -> float:
     """Pump every rate-limited pool with parked runs once; the seconds until the next
     admission of any of them (:data:`IDLE` when none is parked)."""
-    from .queues import RATE, attached_queue
+    from .queues import AHEAD, RATE, attached_queue
 
     client = get_redis(app)
     nearest = IDLE
@@ -53,8 +57,8 @@ def pump_once(app: Any) -> float:
             continue
         queue, limiter = attached
         parked, _ = queue.pump()
-        if parked:
-            nearest = min(nearest, limiter.retry_after())
+        if parked:  # claimed AHEAD of the admission time (see queues.AHEAD)
+            nearest = min(nearest, max(limiter.retry_after() - AHEAD, _LEAST))
     return max(nearest, 0.0)
 
 

@@ -19,8 +19,12 @@
 --                state (see lib_ratelimit.lua); ARGV "rate", cost (units per run),
 --                spec ("L:P,..."), slots, seen (server µs, loss detection; 0:
 --                none), spent ("1": a limiter whose state was lost starts spent),
---                as rl_prepare takes them. A claim
---                is an admission charged when it is claimed; it is never given back
+--                as rl_prepare takes them, then optionally ahead (µs a pump may
+--                claim before the admission time; 0 or absent: none). A claim
+--                is an admission charged when it is claimed -- with ahead, at the
+--                admission time it is claimed for, so its run, published ahead by
+--                about its way through the broker, starts at that time (a take that
+--                comes early is told to wait, capacity_due); it is never given back
 --                (a lapsed or returned claim stays charged: the limit is never
 --                exceeded, the run is charged again when claimed again). A pump at
 --                the next admission time (its caller's timer) claims the head.
@@ -39,7 +43,7 @@ local function capacity_of(keys, kfirst, args, afirst)
     return {kind = kind, log = keys[kfirst], state = keys[kfirst + 1],
       cost = tonumber(args[afirst + 1]), spec = args[afirst + 2],
       slots = tonumber(args[afirst + 3]), seen = tonumber(args[afirst + 4]),
-      spent = tonumber(args[afirst + 5])}
+      spent = tonumber(args[afirst + 5]), ahead = tonumber(args[afirst + 6] or '') or 0}
   end
   return nil
 end
@@ -87,6 +91,54 @@ local function capacity_free(c, now)
   return 0
 end
 
+-- The µs a rate claim's note counts from (the earliest end of its slots): its run
+-- starting by then is covered by it for a whole period.
+local function rl_note_start(note)
+  local start
+  for member in string.gmatch(note, '[^,]+') do
+    local slot = tonumber(string.match(member, ':(%d+)$'))
+    if slot and (not start or slot < start) then start = slot end
+  end
+  return start or 0
+end
+
+-- Whether every slot of a rate claim's note still counts at `now_us`.
+local function rl_note_live(c, note, now_us)
+  for member in string.gmatch(note, '[^,]+') do
+    local expiry = redis.call('ZSCORE', c.log, member)
+    if not (expiry and tonumber(expiry) > now_us) then return false end
+  end
+  return true
+end
+
+-- How many parked entries may be claimed now (claim_heads): capacity_free, except
+-- that a rate limiter with `ahead` also admits a run whose admission time is at
+-- most `ahead` µs away, charged at that time (c.at, for capacity_reserve): its run is
+-- published now and starts then (#25: a claim charged at the run's start lost the
+-- way through the broker, ~10-30 ms, every period).
+local function capacity_claimable(c, now)
+  if c.kind == 'rate' and c.active and c.ahead > 0 then
+    local at = rl_when(c.log, c.state, c.active, c.cost, c.now_us)
+    if at >= 0 and at <= c.now_us + c.ahead then
+      c.at = math.max(at, c.now_us)
+      return 1
+    end
+    return 0
+  end
+  return capacity_free(c, now)
+end
+
+-- The server µs before which the run of a claimed entry may not start (a rate
+-- limiter's claim charged ahead, capacity_claimable: the end of the latest slot its
+-- note charged, never before its admission time); 0: it may start now. `claim`: the
+-- entry's claim expiry (ms), false when not claimed; `note`: its reservation's note.
+local function capacity_due(c, claim, note, now)
+  if c.kind ~= 'rate' or c.ahead <= 0 or not note or not (claim and tonumber(claim) > now) then
+    return 0
+  end
+  return rl_note_start(note) - {{START_MARGIN_US}}
+end
+
 -- Runs waiting for capacity in place, outside the queue (a semaphore's waiters).
 local function capacity_waiting(c)
   if c.kind == 'semaphore' then return redis.call('ZCARD', c.queue) end
@@ -101,6 +153,11 @@ local function capacity_reserve(c, id, owner, reserve, now, now_us)
     local fence = next_fence(c.fence, now_us)
     grant_permit(c.holders, c.leases, id, owner, reserve, now, fence)
   elseif c.kind == 'rate' then
+    if c.ahead > 0 then -- charged from its admission time on, START_MARGIN_US wide
+      local at = (c.at or c.now_us) + {{START_MARGIN_US}}
+      c.at = nil
+      return rl_charge(c.log, c.state, c.charged, c.cost, c.slots, at)
+    end
     return rl_charge(c.log, c.state, c.charged, c.cost, c.slots, c.now_us)
   end
   return nil
@@ -132,6 +189,21 @@ local function capacity_take_reserved(c, id, ttl, owner, now, now_us, claim, not
   if c.kind == 'rate' then
     if not (claim and tonumber(claim) > now) then return nil end
     if not note then return {0, ttl} end
+    if c.ahead > 0 and rl_note_live(c, note, now_us) then
+      -- Claimed ahead (capacity_claimable), charged from its admission time on: a
+      -- run starting within START_MARGIN_US of it (capacity_due held it until
+      -- then) keeps that charge, so a period's starts do not drift by the way
+      -- through the broker. A run later than that moves its charge to its start:
+      -- a live charge moved later only counts longer, so nothing is asked again
+      -- (what the claim decided still holds; asking again would count the runs
+      -- claimed ahead after it twice and refuse it).
+      if now_us + {{START_SLACK_US}} > rl_note_start(note) then
+        capacity_ready(c, now, now_us, false)
+        rl_adjust(c.log, c.state, note, c.cost, -c.cost, c.slots, now_us)
+        rl_charge(c.log, c.state, c.charged, c.cost, c.slots, now_us + {{START_MARGIN_US}})
+      end
+      return {0, ttl}
+    end
     -- The admission moves from the claim to the start, so the limit holds on the
     -- runs' starts (a start comes later than its claim: the way through the broker):
     -- the claim's charge is refunded and the run charged now, if the limiter admits

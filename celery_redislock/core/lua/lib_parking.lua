@@ -75,7 +75,7 @@ end
 -- Returns {id, payload, owner, ...} of the entries claimed, in queue order.
 local function claim_heads(k, c, now, now_us, reserve)
   local out = {}
-  local free = capacity_free(c, now)
+  local free = capacity_claimable(c, now)
   while free > 0 do
     local head = redis.call('ZRANGE', k.parked, 0, 0)[1]
     if not head then break end
@@ -89,7 +89,7 @@ local function claim_heads(k, c, now, now_us, reserve)
       out[#out + 1] = row[1]
       out[#out + 1] = row[2] or ''
       free = free - 1
-      if free == 0 then free = capacity_free(c, now) end
+      if free == 0 then free = capacity_claimable(c, now) end
     end
   end
   if #out > 0 then keep_claimed(k, reserve) end

@@ -29,7 +29,9 @@
 -- again); {-1}: the id was consumed before: this message is a duplicate and must not
 -- run. A re-sent take (same id and owner, its reply lost) answers as the first did:
 -- {1, fence, ms left} while what it granted lasts, {0} if it was refused (its owner
--- is kept as "r:<id>" in payloads).
+-- is kept as "r:<id>" in payloads). {2, µs}: the run came before its admission time
+-- (a rate limiter's claim charged ahead, capacity_due): nothing is consumed; take
+-- again in that many µs.
 
 --!include lib_lock.lua
 --!include lib_semaphore.lua
@@ -50,6 +52,9 @@ if redis.call('ZSCORE', k.taken, id) then
   if owner ~= '' and redis.call('HGET', k.payloads, 'r:' .. id) == owner then return {STAMP, {0}} end
   return {STAMP, {-1}}
 end
+local due = capacity_due(c, redis.call('ZSCORE', k.claimed, id),
+  redis.call('HGET', k.payloads, 'n:' .. id), now)
+if due > now_us then return {STAMP, {2, due - now_us}} end
 redis.call('ZREMRANGEBYSCORE', k.taken, '-inf', string.format('%d', now))
 local memory = tonumber(ARGV[4]) or {{TAKEN_MEMORY_MS}}
 redis.call('ZADD', k.taken, string.format('%d', now + memory), id)

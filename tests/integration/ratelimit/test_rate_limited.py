@@ -3,6 +3,7 @@ started at its admission time, never retried, never holding a worker process."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -119,6 +120,32 @@ def test_a_rate_and_a_concurrency_limit_hold_together(
         running += step
         peak = max(peak, running)
     assert peak <= 2  # the concurrency limit
+
+
+def test_a_run_admitted_by_the_rate_but_refused_a_permit_is_not_lost(
+    app: Celery, locks: redis.Redis, worker: Any
+) -> None:
+    """Runs parked for the rate come back while the concurrency limit is full (runs
+    longer than the rate's spacing): refused a permit, each parks for it and runs
+    once it is free -- none is held back until its claim lapses (#25)."""
+    spans: list[tuple[float, float, int]] = []
+
+    @rate_limited_task(
+        app=app, global_rate_limit="4/s", concurrency_limit=1, concurrency_key="api1", bind=True
+    )
+    def call(self: Any, n: int) -> int:
+        start = time.time()
+        time.sleep(0.3)
+        spans.append((start, time.time(), self.request.retries))
+        return n
+
+    worker(app, concurrency=4)
+    results = [call.delay(n) for n in range(8)]
+    assert sorted(r.get(timeout=30) for r in results) == list(range(8))
+    assert len(spans) == 8 and all(retries == 0 for _, _, retries in spans)
+    assert _windows([start for start, _, _ in spans], 1.0) <= 4
+    ordered = sorted(spans)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))  # one at once
 
 
 def test_a_singleton_with_a_rate_runs_each_signature_once_at_the_rate(
