@@ -261,7 +261,7 @@ class SentinelGroup:
         finally:
             client.close()
 
-    def _role(self, port: int) -> list[Any]:
+    def _role(self, port: int) -> list[str]:
         client = self.node_client(port, 0.5)
         try:
             role = client.execute_command("ROLE")

@@ -48,7 +48,7 @@ _remembered: OrderedDict[str, tuple[dict[str, str], ...]] = OrderedDict()
 _remembered_lock = threading.Lock()
 
 
-def guards_of(task: Any) -> tuple[Guard, ...]:
+def guards_of(task: object) -> tuple[Guard, ...]:
     """The guards of a ``RedisLockTask`` (empty for any other task)."""
     guards = getattr(task, "redislock_guards", None)
     return guards if isinstance(guards, tuple) else ()
@@ -123,7 +123,7 @@ def _on_revoked(
 def _on_failure(
     sender: Any = None,
     task_id: str | None = None,
-    exception: Any = None,
+    exception: BaseException | None = None,
     args: Any = None,
     kwargs: Any = None,
     **_: Any,

@@ -34,6 +34,7 @@ from typing import Any
 
 from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
+from redis.typing import EncodableT, KeyT
 
 from ..errors import ConfigurationError, NotReplicated
 from .scripts import LuaScript, RedisClient
@@ -62,7 +63,7 @@ class ReplicaAck:
         return ("WAIT", self.min_replicas, self.timeout_ms)
 
     def run(
-        self, client: RedisClient, script: LuaScript, keys: list[Any], args: list[Any]
+        self, client: RedisClient, script: LuaScript, keys: list[KeyT], args: list[EncodableT]
     ) -> tuple[Any, Any]:
         """``script`` then the wait, pipelined on one connection (one round trip; the
         script's text after a NOSCRIPT): ``(reply, acked)``, ``acked`` as the wait
@@ -109,7 +110,12 @@ class ReplicaAck:
             )
 
     def confirm(
-        self, client: RedisClient, name: str, script: LuaScript, keys: list[Any], args: list[Any]
+        self,
+        client: RedisClient,
+        name: str,
+        script: LuaScript,
+        keys: list[KeyT],
+        args: list[EncodableT],
     ) -> None:
         """Run the lease's extend ``script`` and the wait on one connection; raise
         :class:`NotReplicated` when too few replicas acknowledged or the lease was no

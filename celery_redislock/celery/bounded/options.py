@@ -59,6 +59,7 @@ from typing import Any, Final, TypeAlias
 
 from ...errors import ConfigurationError
 from ..config import task_option
+from ..execution import AnyTask
 from .settings import DEFAULT_COUNTDOWN, DEFAULT_JITTER, DEFAULT_STANDBY, DEFAULT_WAIT
 from .settings import check_flag as _flag
 from .settings import check_limit as _limit
@@ -103,7 +104,7 @@ class BoundedOptions:
     park: bool = True
     standby: int = DEFAULT_STANDBY
 
-    def check_call(self, task: Any, args: Any, kwargs: Any) -> None:
+    def check_call(self, task: AnyTask, args: Any, kwargs: Any) -> None:
         """At ``delay()``: a callable ``concurrency_key`` that cannot take this call's
         arguments fails here, naming the option and the task -- not as a bare
         ``TypeError`` in the worker, where the run could only fail."""
@@ -126,7 +127,7 @@ class BoundedOptions:
         """True when the task's runs need a permit (it has a ``concurrency_limit``)."""
         return self.limit is not None
 
-    def pool(self, task: Any, args: Any, kwargs: Any) -> str:
+    def pool(self, task: AnyTask, args: Any, kwargs: Any) -> str:
         """The pool (semaphore name) of a call with the arguments the worker received."""
         key = self.key
         if key is None:
@@ -161,11 +162,11 @@ def _signature(key: Callable[..., str]) -> inspect.Signature | None:
         return None
 
 
-def _name(task: Any) -> str:
+def _name(task: object) -> str:
     return str(getattr(task, "name", None) or getattr(task, "__name__", "?"))
 
 
-def _task_level(task: Any) -> dict[str, Any]:
+def _task_level(task: object) -> dict[str, Any]:
     """The options as set on the task, validated; None stays None (use the app's)."""
     where = f"task {_name(task)!r}: option"
     raw = {name: task_option(task, name) for name in OPTIONS}
@@ -202,7 +203,7 @@ def _task_level(task: Any) -> dict[str, Any]:
     return values
 
 
-def check_bounded_options(task: Any) -> None:
+def check_bounded_options(task: object) -> None:
     """Validate the bounded-concurrency options set on a task; raise if one is bad."""
     _task_level(task)
 
@@ -217,7 +218,7 @@ _UNBOUNDED: Final = BoundedOptions(
 )
 
 
-def resolve_bounded(task: Any) -> BoundedOptions:
+def resolve_bounded(task: AnyTask) -> BoundedOptions:
     """The task's bounded-concurrency options: its own, else the app's settings.
 
     A task that sets neither ``concurrency_limit`` nor ``concurrency_key`` takes no

@@ -32,6 +32,7 @@ from typing import Any, Final
 from ...core import RedisLock, RedlockLock
 from ...errors import ConfigurationError
 from ..config import Settings, check_on_duplicate, check_ttl, task_option
+from ..execution import AnyTask
 from ..literals import MODES as _MODES
 from ..literals import ON_RUNNING_DUPLICATE as _ON_RUNNING_DUPLICATE
 from ..upstream import pydantic_dumper
@@ -102,11 +103,11 @@ class SingletonOptions:
         return self.mode != "until_started"
 
 
-def _name(task: Any) -> str:
+def _name(task: object) -> str:
     return str(getattr(task, "name", None) or getattr(task, "__name__", "?"))
 
 
-def _choice(task: Any, option: str, value: object, choices: tuple[str, ...]) -> str:
+def _choice(task: object, option: str, value: object, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ConfigurationError(
             f"task {_name(task)!r}: option {option} must be one of {choices}, got {value!r}"
@@ -114,14 +115,14 @@ def _choice(task: Any, option: str, value: object, choices: tuple[str, ...]) -> 
     return value
 
 
-def _seconds(task: Any, option: str, value: object) -> float:
+def _seconds(task: object, option: str, value: object) -> float:
     try:
         return check_ttl(value, option)
     except ConfigurationError as exc:
         raise ConfigurationError(f"task {_name(task)!r}: option {exc}") from None
 
 
-def _flag(task: Any, option: str, value: object) -> bool:
+def _flag(task: object, option: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ConfigurationError(
             f"task {_name(task)!r}: option {option} must be True or False, got {value!r}"
@@ -129,7 +130,7 @@ def _flag(task: Any, option: str, value: object) -> bool:
     return value
 
 
-def _task_level(task: Any) -> dict[str, Any]:
+def _task_level(task: object) -> dict[str, Any]:
     """The options as set on the task, validated; None stays None (use the app's)."""
     get = task_option
     values: dict[str, Any] = {"singleton": _flag(task, "singleton", get(task, "singleton", False))}
@@ -175,7 +176,7 @@ def _task_level(task: Any) -> dict[str, Any]:
     return values
 
 
-def check_singleton_options(task: Any) -> None:
+def check_singleton_options(task: object) -> None:
     """Validate the singleton options set on a task (class or instance); raise if one is bad."""
     _task_level(task)
 
@@ -195,7 +196,7 @@ OPTIONS: Final = (
 """The task options of singleton tasks."""
 
 
-def resolve_singleton(task: Any, settings: Settings) -> SingletonOptions:
+def resolve_singleton(task: AnyTask, settings: Settings) -> SingletonOptions:
     """The task's singleton options under ``settings``: its own, else the app's.
 
     Called by :func:`celery_redislock.celery.options.options_of` only, which keeps the
