@@ -21,7 +21,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from celery import Celery, Task
+from celery.canvas import Signature
 from celery.result import AsyncResult
+from kombu import Producer
 
 from ..errors import RateLimited
 from . import cleanup, logs, outage, upstream
@@ -162,9 +164,9 @@ class RedisLockTask(Task[_P, _R]):
         args: Any = None,
         kwargs: Any = None,
         task_id: str | None = None,
-        producer: Any = None,
-        link: Any = None,
-        link_error: Any = None,
+        producer: Producer | None = None,
+        link: Signature[Any] | list[Signature[Any]] | None = None,
+        link_error: Signature[Any] | list[Signature[Any]] | None = None,
         shadow: str | None = None,
         *,
         on_duplicate: OnDuplicate | None = None,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from .info import PrimitiveInfo
 from .keys import decode_name
@@ -83,7 +83,7 @@ class Holder:
     fence: int | None
     token: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The holder as a JSON object with stable keys (see the CLI's help)."""
         return {
             "owner": self.owner,
@@ -139,7 +139,7 @@ class Entry:
         """Seconds until the longest lease expires unless renewed (0 when free)."""
         return max((h.ttl for h in self.holders), default=0.0)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The primitive as a JSON object with stable keys (see the CLI's help)."""
         return {
             "kind": self.kind,

@@ -13,12 +13,12 @@ A few held locks are described for the page (``lock_details``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
-from ...core.inventory import Entry, describe
+from ...core.inventory import Entry, OwnerParser, describe
 from ...core.keys import decode_name
 from ...core.parking import ParkingQueue, RateCapacity
 from ...core.ratelimit import RedisRateLimiter, limiter_names
@@ -96,7 +96,7 @@ class Limiter:
     parked: int = 0
     oldest_parked: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The limiter as JSON (the page's state)."""
         return {
             "name": self.name,
@@ -120,7 +120,7 @@ class State:
     omitted: dict[str, int] = field(default_factory=dict)
     read_at: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The state as JSON (the page's ``/state.json``)."""
         return {
             "locks_held": self.locks_held,
@@ -133,13 +133,13 @@ class State:
         }
 
 
-def _decode(fields: dict[Any, Any]) -> dict[str, str]:
+def _decode(fields: Mapping[bytes | str, bytes | str]) -> dict[str, str]:
     return {as_text(k): as_text(v) for k, v in fields.items()}
 
 
 def read_counters(client: RedisClient, prefix: str) -> list[CounterSet]:
     """Every counter hash under ``prefix``, sorted by kind and name."""
-    found: list[tuple[str, str, Any]] = []
+    found: list[tuple[str, str, bytes | str]] = []
     for raw in client.scan_iter(match=counter_match(prefix), count=_SCAN_COUNT):
         parsed = parse_counter_key(as_text(raw), prefix)
         if parsed is not None:
@@ -208,7 +208,7 @@ def read_state(
     *,
     max_names: int = DEFAULT_MAX_NAMES,
     lock_details: int = 0,
-    parse_owner: Any = None,
+    parse_owner: OwnerParser | None = None,
 ) -> State:
     """The gauges under ``prefix`` now (see the module's docs)."""
     from ..tokens import parse_owner as celery_owner
