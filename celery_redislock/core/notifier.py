@@ -62,7 +62,7 @@ WAKE_ALL = "*"
 """Message payload that wakes every waiter on the channel."""
 
 
-def read_wake(data: Any) -> tuple[str, int]:
+def read_wake(data: bytes | str | None) -> tuple[str, int]:
     """A wake-up message: the token it names (or :data:`WAKE_ALL`) and the fence of the
     lease a release granted that waiter (0: only woken, it asks again). Shared by the
     sync notifier and the async one."""

@@ -27,6 +27,7 @@ from typing import Any
 
 import redis
 from redis.exceptions import ResponseError
+from redis.typing import EncodableT, KeyT
 
 try:  # redis-py >= 7: maintenance notifications (one more handshake round trip)
     from redis.maint_notifications import MaintNotificationsConfig
@@ -168,10 +169,10 @@ class Sender:
 # -- what the sync sender and the async renewer share (no I/O) ------------------------
 
 
-def batch_call(items: list[tuple[Entry, int]]) -> tuple[list[Any], list[Any]]:
+def batch_call(items: list[tuple[Entry, int]]) -> tuple[list[KeyT], list[EncodableT]]:
     """KEYS and ARGV of one batch renewal call (see ``entry.Renewable``)."""
-    keys = [key for entry, _ in items for key in entry.keys]
-    args: list[Any] = [entry.token for entry, _ in items]
+    keys: list[KeyT] = [key for entry, _ in items for key in entry.keys]
+    args: list[EncodableT] = [entry.token for entry, _ in items]
     args += [ttl_ms for _, ttl_ms in items]
     graces = [restart_grace_ms(entry.holder) for entry, _ in items]
     if any(entry.gen for entry, _ in items) or any(graces):  # an explicit change: the order
