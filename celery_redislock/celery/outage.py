@@ -70,14 +70,14 @@ _START_PING: Final = 3.0  # seconds the worker's start waits for the lock Redis'
 _ANSWERS: Final = (RedisRestarting, redis.BusyLoadingError)
 
 # Apps whose lock Redis answered this process (or the worker's main before the fork).
-_answered: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+_answered: weakref.WeakKeyDictionary[Celery, bool] = weakref.WeakKeyDictionary()
 
 # Per app, a flag in memory shared by the worker's main and every pool process it
 # forks (made on worker_init, before the pool): set by whichever process first sees
 # the lock Redis answer, so a child forked later, or one that never ran a task yet,
 # knows it answered (#29 item 5: a fresh child failed its run at once through an
 # outage of a Redis that answered after the worker started, instead of waiting).
-_shared: weakref.WeakKeyDictionary[Any, ctypes.c_bool] = weakref.WeakKeyDictionary()
+_shared: weakref.WeakKeyDictionary[Celery, ctypes.c_bool] = weakref.WeakKeyDictionary()
 
 
 def lock_redis(app: Celery) -> str:

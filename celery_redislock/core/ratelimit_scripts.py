@@ -30,10 +30,11 @@ from typing import Any
 from redis.typing import EncodableT, KeyT
 
 from ..errors import ConfigurationError
+from .clients import AnyRedisClient
 from .keys import KeySpace
 from .operations import Call, Operation
 from .ratelimit_rates import MAX_COST, Rate, check_cost, from_wire, parse_rates, wire
-from .scripts import LuaScript, RedisClient, as_text, key_encoder
+from .scripts import LuaScript, as_text, key_encoder
 from .validate import MAX_SECONDS, check_bool, check_positive_int, ttl_to_ms
 
 __all__ = [
@@ -137,11 +138,11 @@ class RateLimitInfo:
 _LAST: ContextVar[Admission | None] = ContextVar("celery_redislock_admission", default=None)
 
 # Per client object: limiter key base -> the `keep` (server µs) its last reply told.
-_SEEN: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+_SEEN: weakref.WeakKeyDictionary[AnyRedisClient, dict[str, int]] = weakref.WeakKeyDictionary()
 _SEEN_GUARD = threading.Lock()
 
 
-def remember(client: RedisClient, base: str, keep: int) -> None:
+def remember(client: AnyRedisClient, base: str, keep: int) -> None:
     """Note that ``client``'s server keeps ``base``'s state until ``keep`` (µs)."""
     with _SEEN_GUARD:
         seen = _SEEN.setdefault(client, {})
@@ -149,7 +150,7 @@ def remember(client: RedisClient, base: str, keep: int) -> None:
             seen[base] = keep
 
 
-def seen(client: RedisClient, base: str) -> int:
+def seen(client: AnyRedisClient, base: str) -> int:
     """The ``keep`` last told to ``client`` for ``base`` (0: never)."""
     with _SEEN_GUARD:
         return _SEEN.get(client, {}).get(base, 0)
@@ -160,7 +161,7 @@ class RateLimitScripts:
 
     def __init__(
         self,
-        client: RedisClient,
+        client: Any,  # sync or asyncio (AnyRedisClient once key_encoder takes both)
         name: str,
         rate: object,
         prefix: str,
@@ -185,7 +186,7 @@ class RateLimitScripts:
 
     # -- for other scripts that include lib_ratelimit.lua -----------------------
 
-    def lib_args(self) -> list[Any]:
+    def lib_args(self) -> list[EncodableT]:
         """``[spec, slots, seen, spent]``: what ``rl_prepare`` takes besides the keys
         (:attr:`keys`: log, state) and ``now``, for a script of another module that
         admits by this limiter (the Celery side's parking). Its reply should carry
@@ -341,12 +342,12 @@ class RateLimitScripts:
         )
 
 
-def state_key(client: RedisClient, name: str, prefix: str) -> Any:
+def state_key(client: Any, name: str, prefix: str) -> bytes:  # sync or asyncio client
     """The key of ``name``'s state (where the scripts store its configured rates)."""
     return key_encoder(client)(KeySpace.build(prefix, KIND, name).key("state"))
 
 
-def stored_rates(value: Any) -> list[str] | None:
+def stored_rates(value: bytes | str | None) -> list[str] | None:
     """The rate strings of a state's stored ``rates`` field (None: none stored)."""
     rates = from_wire(as_text(value)) if value else ()
     return [rate.text for rate in rates] or None

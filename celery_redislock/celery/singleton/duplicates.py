@@ -245,7 +245,7 @@ def _lease_end(
     return int(seconds) * 1000 + int(micros) // 1000 + int(left * 1000), left
 
 
-def _unrenewed(task: AnyTask, key: str, options: SingletonOptions, mark: Any) -> bool:
+def _unrenewed(task: AnyTask, key: str, options: SingletonOptions, mark: object) -> bool:
     """True when the holder's lease still ends when it did at the first look
     (``mark``, see :func:`_lease_end`): its holder has not renewed it since -- dead,
     or dead soon, not alive. A renewal moves the end a third of a lease or more; 50 ms

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -133,7 +133,7 @@ _CELERY_CALL_OPTIONS: Final = (
 )
 
 
-def _parameters(*functions: Any) -> set[str]:
+def _parameters(*functions: Callable[..., object]) -> set[str]:
     return {name for f in functions for name in inspect.signature(f).parameters}
 
 
@@ -187,7 +187,7 @@ class CallOptions:
 NO_CALL_OPTIONS: Final = CallOptions()
 
 
-def _task_name(task: Any) -> str:
+def _task_name(task: object) -> str:
     return str(getattr(task, "name", None) or "?")
 
 
