@@ -3,7 +3,7 @@ pages include (pymdownx.snippets) and this module runs, against private redis-se
 
 from __future__ import annotations
 
-import runpy
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,8 +31,16 @@ ONE_REDIS = [
 
 
 def run_example(name: str) -> None:
-    """Run docs/examples/<name>.py as a script, as a reader would."""
-    runpy.run_path(str(EXAMPLES / f"{name}.py"), run_name="__main__")
+    """Run docs/examples/<name>.py as a script, as a reader would: in a process of its
+    own, so that its tasks (``app.task`` makes shared tasks, which join every app
+    created later in the process) never reach the apps of other tests."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, f"{name}.py exited {done.returncode}:\n{done.stderr[-4000:]}"
 
 
 @pytest.mark.parametrize("name", ONE_REDIS)
