@@ -102,6 +102,7 @@ def beat_app(redis_url: str) -> Iterator[Celery]:
     yield app
 
 
+@pytest.mark.serial  # two schedulers must meet on a slot in time: not under parallel load
 def test_two_beats_that_both_believe_they_lead_send_each_slot_once(
     beat_app: Celery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
