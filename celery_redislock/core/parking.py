@@ -95,19 +95,12 @@ take, so the limit holds on the starts of the runs' bodies too (the take's reply
 Celery's hooks come between); a window then admits a little less than N per period
 only when admissions follow each other back to back."""
 
-START_SLACK_US: Final = 4_000
-"""A run claimed ahead by a :class:`RateCapacity` (``ahead``) keeps its claim's charge
--- counted from its admission time plus :data:`START_MARGIN_US` -- when it takes it at
-least this long (µs) before that charge counts: time for the take's reply and Celery's
-hooks before its body starts; a later take moves the charge to its own start."""
-
 PARKING_CONSTANTS: Final = {
     **SCRIPT_CONSTANTS,
     "TAKEN_MEMORY_MS": TAKEN_MEMORY_MS,
     "DEAD_LETTERS": DEAD_LETTERS,
     "SENT_WINDOW_US": SENT_WINDOW_US,
     "START_MARGIN_US": START_MARGIN_US,
-    "START_SLACK_US": START_SLACK_US,
 }
 """The ``{{NAME}}`` constants of the parking scripts."""
 

@@ -190,14 +190,15 @@ local function capacity_take_reserved(c, id, ttl, owner, now, now_us, claim, not
     if not (claim and tonumber(claim) > now) then return nil end
     if not note then return {0, ttl} end
     if c.ahead > 0 and rl_note_live(c, note, now_us) then
-      -- Claimed ahead (capacity_claimable), charged from its admission time on: a
-      -- run starting within START_MARGIN_US of it (capacity_due held it until
-      -- then) keeps that charge, so a period's starts do not drift by the way
-      -- through the broker. A run later than that moves its charge to its start:
-      -- a live charge moved later only counts longer, so nothing is asked again
-      -- (what the claim decided still holds; asking again would count the runs
-      -- claimed ahead after it twice and refuse it).
-      if now_us + {{START_SLACK_US}} > rl_note_start(note) then
+      -- Claimed ahead (capacity_claimable), charged from its admission time plus
+      -- START_MARGIN_US; capacity_due held the run until its admission time. Its
+      -- charge moves to its take plus START_MARGIN_US (the margin for the take's
+      -- reply and Celery's hooks before its body starts, as for any take) when that
+      -- is later: a period's starts drift by the margin and the wake-up, not by the
+      -- way through the broker. A live charge moved later only counts longer, so
+      -- nothing is asked again (what the claim decided still holds; asking again
+      -- would count the runs claimed ahead after it twice and refuse it).
+      if now_us + {{START_MARGIN_US}} > rl_note_start(note) then
         capacity_ready(c, now, now_us, false)
         rl_adjust(c.log, c.state, note, c.cost, -c.cost, c.slots, now_us)
         rl_charge(c.log, c.state, c.charged, c.cost, c.slots, now_us + {{START_MARGIN_US}})
