@@ -49,9 +49,12 @@ log = logging.getLogger(__name__)
 
 MAX_DUE = 3
 """Most replies a connection may owe: a master that owes this many is not sent the
-round's request (it counts as not answering, at no cost to the round) until it has
-caught up; its connection is closed once the oldest reply is overdue. A stopped
-master's requests do not pile up, and it never costs a round its deadline."""
+round's request until it has caught up -- its owed replies are read as they arrive
+during the round, and it is sent the request once it owes fewer; the round waits for
+it only while the masters that were sent the request cannot make ``enough`` without
+it (else it counts as not answering, at no cost to the round). Its connection is
+closed once the oldest reply is overdue. A stopped master's requests do not pile up,
+and it never costs a round that a majority decides its deadline."""
 
 WAIT_SLICE = 0.001
 """Longest wait, in seconds, on one master's connection while the others are looked
@@ -88,6 +91,7 @@ def fan_out(
     expires = time.monotonic() + timeout
     fresh: list[int] = []  # to connect first: sent last (a handshake may be slow)
     idle: set[int] = set()  # sent on a connection that owed nothing: see below
+    behind: list[int] = []  # owing MAX_DUE replies: sent the request once caught up
     for index, link in enumerate(links):
         owed = bool(link.due)
         if not link.connected:
@@ -96,6 +100,8 @@ def fan_out(
             pending.append(index)
             if not owed:
                 idle.add(index)
+        elif isinstance(results[index], Behind):
+            behind.append(index)
         elif not owed and not link.connected:  # closed while idle (the write failed)
             fresh.append(index)
     for index in fresh:
@@ -105,7 +111,14 @@ def fan_out(
     good = 0
     deadline = time.monotonic() + timeout
     empty: dict[int, int] = {}  # master index -> waits on it that found nothing
-    while pending and good < need:
+    # A master that is behind is waited for only while the round needs it: once the
+    # masters sent the request all answered, the round goes on only if the behind ones
+    # could still make ``enough`` (never when every master's answer is wanted: need is
+    # then count + 1). Its owed replies are read as they arrive, and once it owes fewer
+    # than MAX_DUE it is sent the request: a master that is slow, not stopped, catches
+    # up and answers instead of being counted as not answering round after round (a
+    # burst of rounds outruns it; a held() that needed it was RedlockUnavailable).
+    while good < need and (pending or (behind and good + len(behind) >= need)):
         left = deadline - time.monotonic()
         if left <= 0:
             for index in pending:
@@ -113,11 +126,11 @@ def fan_out(
                     f"{masters[index].label} did not answer within the call's deadline"
                 )
                 links[index].drop()
-            break
+            break  # the behind keep their connections: their replies are still to come
         # Wait on the connection owing the fewest earlier replies (one that owes more
         # is behind: the likeliest to be slow) and found empty the fewest times; then
         # read what every connection has.
-        index = min(pending, key=lambda i: (len(links[i].due), empty.get(i, 0)))
+        index = min(pending or behind, key=lambda i: (len(links[i].due), empty.get(i, 0)))
         try:
             if not links[index].conn.can_read(min(left, WAIT_SLICE)):
                 empty[index] = empty.get(index, 0) + 1
@@ -147,6 +160,12 @@ def fan_out(
                 results[index] = reply
                 if counts is not None and counts(reply):
                     good += 1
+        for index in list(behind):  # read what arrived; sent the request once caught up
+            if _started(masters[index], links[index], calls[index], expires, results, index):
+                behind.remove(index)
+                pending.append(index)
+            elif not isinstance(results[index], Behind):  # overdue or failed: closed
+                behind.remove(index)
     for master, link in zip(masters, links, strict=True):
         master.give_back(link)
     return results

@@ -389,10 +389,12 @@ class RedlockLock(Primitive):
         if len(self._masters) - gone < self.quorum:
             return 0
         errors = {i: r for i, r in enumerate(replies) if isinstance(r, BaseException)}
+        # "Answered" is not enough to tell: a master that answered 0 (it never had the
+        # lease, or it expired there) neither confirms it nor, alone, loses it.
         raise RedlockUnavailable(
-            f"Redlock {self.name!r}: held() had answers from {len(replies) - len(errors)} "
-            f"of {len(self._masters)} masters, {self.quorum} needed: "
-            f"{rounds.errors_text(self._masters, errors)}"
+            f"Redlock {self.name!r}: held() found it live on {len(lefts)} and not held on "
+            f"{gone} of {len(self._masters)} masters ({self.quorum} needed either way), "
+            f"no answer from {len(errors)}: {rounds.errors_text(self._masters, errors)}"
         )
 
     def _extend_all(self, token: str, ttl_ms: int, gen: int = 0) -> tuple[bool | None, float, str]:

@@ -13,9 +13,11 @@ import redis
 
 from celery_redislock import RedisLock, RedlockLock
 from celery_redislock.core.redlock import rounds
+from celery_redislock.core.redlock.fanout import MAX_DUE
 from celery_redislock.core.redlock.masters import RECONNECT_MAX
 from celery_redislock.core.redlock.wait import SPLIT_RETRIES
 from celery_redislock.testing import RedisServer
+from tests.faults import FaultProxy
 from tests.topologies.redlock.conftest import GRACE, mark_booted
 
 # Bounds on how long a round takes beside a stopped master.
@@ -131,3 +133,44 @@ def test_a_master_that_is_down_is_tried_again_after_a_backoff_not_every_round(
     while probe()[0] is not None:  # back in use once its backoff is over
         assert time.monotonic() < deadline, "the master was not reconnected"
         time.sleep(0.01)
+
+
+def test_masters_that_were_slow_catch_up_and_answer_when_a_round_needs_them(
+    masters: list[RedisServer],
+) -> None:
+    # A burst of acquires outruns two slow masters: each round ends once the three
+    # fast ones granted, so the slow ones owe a reply more each round and, owing
+    # MAX_DUE, are sent nothing (the last leases are on the three fast masters only).
+    # Then two of those three turn slow: held() of such a lease gets a live answer
+    # from one master and "not held" from the two that never had it -- it needs the
+    # slow ones, which must catch up (their owed replies read as they arrive) and be
+    # asked, not be counted as not answering (RedlockUnavailable, "answers from 3 of
+    # 5, 3 needed": the serial run's failure of the renewal test).
+    proxies = [FaultProxy("127.0.0.1", server.port).start() for server in masters]
+    try:
+        clients = [redis.Redis(port=proxy.port) for proxy in proxies]
+        mark_booted(clients, 5.0)
+        locks = [
+            RedlockLock(clients, f"job-{i}", ttl=5.0, master_timeout=3.0)  # type: ignore[arg-type]
+            for i in range(MAX_DUE + 2)
+        ]
+        warm = locks[0].acquire(blocking=False)  # connections made, scripts loaded
+        assert warm is not None and warm.release()
+        for proxy in proxies[3:]:
+            proxy.delay = 0.2
+        leases = [lock.acquire(blocking=False) for lock in locks]
+        assert all(lease is not None for lease in leases)
+        for proxy in proxies[3:]:
+            proxy.delay = 0.0
+        for proxy in proxies[:2]:
+            proxy.delay = 0.1
+        time.sleep(0.5)  # the slow masters' replies are in (not read yet)
+        last = f"redislock:lock:{{job-{MAX_DUE + 1}}}:holders"
+        assert [client.exists(last) for client in clients] == [1, 1, 1, 0, 0]
+        for lease in leases:
+            assert lease is not None and lease.held() > 0, lease
+        for lease in leases:
+            assert lease is not None and lease.release()
+    finally:
+        for proxy in proxies:
+            proxy.stop()
