@@ -32,8 +32,8 @@
 -- ARGV[9]… the capacity's arguments (see capacity_of in lib_capacity.lua); a
 --                    semaphore's limit is obeyed and stored for the releases and the
 --                    sweepers, as an acquire stores it.
--- Constants (see lib_lock.lua, lib_parking.lua): FENCE_MEMORY_MS, RELEASE_MEMORY_MS,
--- SENT_WINDOW_US.
+-- Constants (see lib_lock.lua, lib_parking.lua, lib_capacity.lua): FENCE_MEMORY_MS,
+-- RELEASE_MEMORY_MS, SENT_WINDOW_US, START_MARGIN_US.
 --
 -- Returns {stamp, reply} (stamp: 'pk' and the first 8 characters of ARGV[1]); reply
 -- is {position, id, payload, ...}: the entry's 1-based place in the queue (0

@@ -25,8 +25,8 @@
 --                    semaphore's limit is used when the semaphore stores none.
 -- The wake-up channel is derived from the semaphore's holders key (see
 -- wake_channel in lib_lock.lua).
--- Constants (see lib_lock.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS,
--- RELEASE_MEMORY_MS.
+-- Constants (see lib_lock.lua, lib_capacity.lua): FENCE_MEMORY_MS, WAITER_HEARTBEAT_MS,
+-- RELEASE_MEMORY_MS, START_MARGIN_US.
 --
 -- Returns {stamp, reply} (stamp: 'pr' and the first 8 characters of ARGV[1]);
 -- reply {released, parked, id, payload, ...}: released is 1 when the lease was
