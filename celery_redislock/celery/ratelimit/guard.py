@@ -40,7 +40,7 @@ from ..bounded.parking import ATTEMPT, park_message, park_state, register_park_h
 from ..execution import AnyTask, Guard, Hold, RunState
 from ..logs import mark_resent_by
 from ..signals import rate_limited
-from ..tokens import PARK_HEADER
+from ..tokens import PARK_HEADER, running_owner
 from .options import RateOptions, rate_options
 from .pump import poke
 from .queues import limiter_for, rate_queue, rate_spec
@@ -94,7 +94,9 @@ class RateGuard(Guard):
             _park(task, run, queue, options, pool, since)
         if parked is not None:
             forget(task.app, parked[0])  # before the token is consumed: see journal.py
-        status, _ = queue.take(new_entry_id() if parked is None else parked[0], run.task_id)
+        status, _ = queue.take(
+            new_entry_id() if parked is None else parked[0], _owner(request, run.task_id)
+        )
         if status == DUPLICATE:
             logger.warning(
                 "celery_redislock: %s[%s] is a second message of a run parked for the rate "
@@ -115,6 +117,27 @@ class RateGuard(Guard):
                 max(0.0, time.time() - since),
             )
         return RateHold(run.task_id, pool)
+
+
+_OWNER: Final = "_redislock_rate_owner"
+"""Attribute of a request: the owner its takes send (see :func:`_owner`)."""
+
+
+def _owner(request: Any, task_id: str) -> str:
+    """The owner this delivery's takes send: ``"<task id>@<nonce>"``
+    (:func:`running_owner`), one per message run, kept on its request for the guard's
+    attempts after an outage. Never the bare task id: every message of a parked run
+    carries its task id, and a take of a consumed token by the owner that consumed it
+    is a re-sent take (its reply lost), answered as the first was -- so a second
+    message of one park token was granted too and ran the task twice (#25: the lock
+    Redis stopped mid-backlog; after its restart recovery parks every journaled run
+    again, and a re-sent park publishes again the entries it claimed that are still
+    claimed)."""
+    owner = getattr(request, _OWNER, None)
+    if not isinstance(owner, str):
+        owner = running_owner(task_id)
+        setattr(request, _OWNER, owner)
+    return owner
 
 
 RATE: Final = RateGuard()

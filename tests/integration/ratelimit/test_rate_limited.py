@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ import redis
 from celery import Celery
 
 from celery_redislock import RateLimited, rate_limited_task
+from celery_redislock.celery.ratelimit import queues
 from celery_redislock.celery.signals import rate_limited
 from celery_redislock.errors import ConfigurationError
 
@@ -202,3 +204,38 @@ def test_runs_sent_past_apply_async_are_parked_at_the_workers_intake(
     assert all(retries == 0 for _, _, retries in runs)
     assert _windows([at for at, _, _ in runs], 1.0) <= 3
     assert len(limited) == 4
+
+
+def test_a_parked_run_whose_claim_is_published_twice_runs_once(
+    app: Celery, locks: redis.Redis, worker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two messages of one park token (a claim published again: by a park re-sent or
+    recovered after the lock Redis restarted, which hands back the entries it claimed
+    that are still claimed): the second finds its token consumed and is skipped. It ran
+    too while the guard's take sent the task id as its owner -- the owner of a re-sent
+    take, whose consumed token answers as the first take did (#25, the outage test's
+    two runs twice)."""
+    # A prefix of its own: the pump threads of earlier tests' in-process workers may
+    # still run and pump the default prefix's pools, publishing through their own apps.
+    app.conf.redislock_prefix = "twice"
+    runs: list[str] = []
+
+    @rate_limited_task(app=app, global_rate_limit="4/s", global_rate_key="twice", bind=True)
+    def call(self: Any, n: int) -> int:
+        runs.append(self.request.id)
+        return n
+
+    published = queues.publish_claimed
+
+    def twice(app_: Celery, queue: Any, claimed: Any) -> None:
+        published(app_, queue, claimed)
+        published(app_, queue, claimed)
+
+    monkeypatch.setattr(queues, "publish_claimed", twice)
+    worker(app, concurrency=2)
+    results = [call.delay(n) for n in range(8)]  # 4 admitted, 4 parked and pumped
+    assert [r.get(timeout=20) for r in results] == list(range(8))
+    time.sleep(1.0)  # the second messages have come
+    counts = Counter(runs)
+    assert sorted(counts) == sorted(r.id for r in results)
+    assert max(counts.values()) == 1, counts
