@@ -76,8 +76,12 @@ def test_a_redelivered_copy_of_a_live_singleton_run_never_runs_beside_it(
         wait_until(lambda: locks.llen("starts") == 1, timeout=20, what="the first run")
         with WorkerProcess(module, concurrency=1, name="b") as b:
             # B's channel restores the running message (visibility_timeout shorter
-            # than the run): its copy finds the lock renewed and is skipped.
-            wait_until(lambda: "skipped" in b.log(), timeout=40, what="the copy skipped")
+            # than the run): its copy looks again once the lease would have lapsed,
+            # finds it renewed and is skipped. Wait for the skip itself: the re-send
+            # line before it says "skipped then if ...", and B leaving with the re-sent
+            # copy still due hands it to A, which runs it once the first run ended --
+            # Celery's own at-least-once for a visibility_timeout shorter than the run.
+            wait_until(lambda: "] skipped: " in b.log(), timeout=40, what="the copy skipped")
         locks.set("end", "1")
         wait_until(lambda: _runs(locks), timeout=20, what="the first run ended")
     assert [attempt for _, _, attempt in _runs(locks)] == [1]
