@@ -33,6 +33,7 @@ __all__ = [
     "permit_parked",
     "permit_released",
     "permit_rescheduled",
+    "rate_duplicate",
     "rate_limited",
     "singleton_acquired",
     "singleton_duplicate",
@@ -121,3 +122,12 @@ rate_limited = Signal(
 limiter's queue at 1-based place ``position`` (0: admitted again at once) and starts
 at its admission time; ``waited`` is the seconds since its first refusal (0.0 the
 first time)."""
+
+rate_duplicate = Signal(
+    name="rate_duplicate",
+    providing_args=("key", "task_id"),
+)
+"""A second message of a run parked for the rate of limiter ``key`` (published twice:
+a claim published again by a re-sent or recovered park) started after the first had
+taken its park token: it was skipped and ran nothing (as :data:`permit_duplicate`
+for a pool's permit)."""

@@ -22,6 +22,7 @@ NAMES = [
     "permit_rescheduled",
     "permit_released",
     "rate_limited",
+    "rate_duplicate",
 ]
 
 

@@ -30,6 +30,7 @@ from ..signals import (
     permit_parked,
     permit_released,
     permit_rescheduled,
+    rate_duplicate,
     rate_limited,
     singleton_acquired,
     singleton_duplicate,
@@ -191,11 +192,20 @@ def _on_permit_released(sender: Any = None, key: str = "", stage: str = "", **kw
 def _on_rate_limited(sender: Any = None, key: str = "", **kw: Any) -> None:
     if not enabled(getattr(sender, "app", None)):
         return
+    _count(sender.app, "ratelimit", _limiter_label(sender, key), "rate_limited")
+
+
+def _limiter_label(task: AnyTask, key: str) -> str:
     from ..ratelimit.options import rate_options
 
     # A callable global_rate_key may name a limiter per tenant: counted under the task.
-    name = key if isinstance(rate_options(sender).key, str) else str(sender.name)
-    _count(sender.app, "ratelimit", name, "rate_limited")
+    return key if isinstance(rate_options(task).key, str) else str(task.name)
+
+
+def _on_rate_duplicate(sender: Any = None, key: str = "", **kw: Any) -> None:
+    if not enabled(getattr(sender, "app", None)):
+        return
+    _count(sender.app, "ratelimit", _limiter_label(sender, key), "skipped_duplicate")
 
 
 def _beat(outcome: str, label: str) -> Callable[..., None]:
@@ -228,6 +238,7 @@ def connect() -> None:
         (permit_rescheduled, _on_permit_rescheduled),
         (permit_released, _on_permit_released),
         (rate_limited, _on_rate_limited),
+        (rate_duplicate, _on_rate_duplicate),
         (worker_process_shutdown, _on_process_shutdown),
     )
     for signal, receiver in receivers:

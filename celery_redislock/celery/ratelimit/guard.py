@@ -18,7 +18,8 @@ A body that raises :class:`~celery_redislock.errors.RateLimited` (the API answer
 period of its first rate) and parks this run again, behind the runs parked before
 it: not a retry (:func:`rate_limited_by_body`).
 
-Every limited run sends ``rate_limited`` and logs one line. In eager mode the run
+Every limited run sends ``rate_limited`` and logs one line; a second message of a
+parked run, skipped, sends ``rate_duplicate`` and logs one line. In eager mode the run
 waits for its admission in place.
 
 May import the core, the shared glue and the bounded feature's parking and intake.
@@ -38,8 +39,8 @@ from ..bounded.intake import Intake, NotAtIntake, register_intake
 from ..bounded.journal import forget
 from ..bounded.parking import ATTEMPT, park_message, park_state, register_park_header
 from ..execution import AnyTask, Guard, Hold, RunState
-from ..logs import mark_resent_by
-from ..signals import rate_limited
+from ..logs import mark_resent_by, quiet_ignored
+from ..signals import rate_duplicate, rate_limited
 from ..tokens import PARK_HEADER, running_owner
 from .options import RateOptions, rate_options
 from .pump import poke
@@ -105,6 +106,8 @@ class RateGuard(Guard):
                 run.task_id,
                 pool,
             )
+            rate_duplicate.send(sender=task, task_id=run.task_id, key=pool)
+            quiet_ignored(run.task_id)  # logged above: Celery's "ignored" line would repeat it
             raise Ignore()
         if status == REFUSED:
             _park(task, run, queue, options, pool, since)

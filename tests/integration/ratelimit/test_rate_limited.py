@@ -14,7 +14,7 @@ from celery import Celery
 
 from celery_redislock import RateLimited, rate_limited_task
 from celery_redislock.celery.ratelimit import queues
-from celery_redislock.celery.signals import rate_limited
+from celery_redislock.celery.signals import rate_duplicate, rate_limited
 from celery_redislock.errors import ConfigurationError
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
@@ -207,14 +207,15 @@ def test_runs_sent_past_apply_async_are_parked_at_the_workers_intake(
 
 
 def test_a_parked_run_whose_claim_is_published_twice_runs_once(
-    app: Celery, locks: redis.Redis, worker: Any, monkeypatch: pytest.MonkeyPatch
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two messages of one park token (a claim published again: by a park re-sent or
     recovered after the lock Redis restarted, which hands back the entries it claimed
     that are still claimed): the second finds its token consumed and is skipped. It ran
     too while the guard's take sent the task id as its owner -- the owner of a re-sent
     take, whose consumed token answers as the first take did (#25, the outage test's
-    two runs twice)."""
+    two runs twice). Each skipped message sends ``rate_duplicate``, as a pool's
+    ``permit_duplicate``."""
     # A prefix of its own: the pump threads of earlier tests' in-process workers may
     # still run and pump the default prefix's pools, publishing through their own apps.
     app.conf.redislock_prefix = "twice"
@@ -232,6 +233,7 @@ def test_a_parked_run_whose_claim_is_published_twice_runs_once(
         published(app_, queue, claimed)
 
     monkeypatch.setattr(queues, "publish_claimed", twice)
+    skipped = capture(rate_duplicate)
     worker(app, concurrency=2)
     results = [call.delay(n) for n in range(8)]  # 4 admitted, 4 parked and pumped
     assert [r.get(timeout=20) for r in results] == list(range(8))
@@ -239,3 +241,5 @@ def test_a_parked_run_whose_claim_is_published_twice_runs_once(
     counts = Counter(runs)
     assert sorted(counts) == sorted(r.id for r in results)
     assert max(counts.values()) == 1, counts
+    assert len(skipped) == 4 and {s["key"] for s in skipped} == {"twice"}
+    assert {s["task_id"] for s in skipped} <= {r.id for r in results}
