@@ -23,6 +23,7 @@ from celery import Celery
 from celery.local import Proxy
 
 from ..core.keys import DEFAULT_PREFIX
+from ..core.restart import check_grace
 from ..core.validate import check_name, ttl_to_ms
 from ..errors import ConfigurationError
 
@@ -136,13 +137,10 @@ def check_ttl(value: object, argument: str) -> float:
 def restart_grace(app: Celery) -> float | bool:
     """``redislock_restart_grace``, checked: True (default) -- one renewal period of
     each lock or pool plus 2 s, ``min(lock_ttl, lock_ttl / 3 + 2)`` (see
-    ``core/restart.py``); False or None -- none; seconds > 0. After the lock Redis lost its
-    data, singleton locks and permits are held this long for the runs that held them,
-    which their renewal puts back (see ``core/restart.py``)."""
-    value = app.conf.get("redislock_restart_grace", True)
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    return check_ttl(value, "redislock_restart_grace")
+    ``core/restart.py``); False or None -- none; seconds >= 2 (``MIN_GRACE``). After the
+    lock Redis lost its data, singleton locks and permits are held this long for the
+    runs that held them, which their renewal puts back (see ``core/restart.py``)."""
+    return check_grace(app.conf.get("redislock_restart_grace", True), "redislock_restart_grace")
 
 
 def check_on_duplicate(value: object, argument: str = "on_duplicate") -> str:

@@ -29,7 +29,10 @@ second). Its default (``restart_grace=True``) is just that, at most the TTL:
 ``min(TTL, TTL/3 + 2 s)`` -- 12 s for a 30 s lease, where it was the TTL before (#29
 item 4: a 10 s blip refused singleton enqueues for 30 s). Leases are renewed often
 enough for the grace they are given: a grace shorter than a TTL/3 period plus LATE
-shortens their renewal period (``renewal.schedule.period``). Leases that are not
+shortens their renewal period (``renewal.schedule.period``), so a grace given in
+seconds must be at least :data:`MIN_GRACE` (``LATE``): a shorter one could not be met
+by any renewal period, and would only make renewal spin (0.001 s: ~800 renewals a
+second for one lease, where 2 s sends one). Leases that are not
 renewed cannot be put back; the placeholders keep their permits from newcomers for
 the grace only.
 Standalone and Sentinel servers only: on Redis Cluster the marker keys are in another
@@ -45,7 +48,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from typing import Any
+from typing import Any, Final
 
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
@@ -57,7 +60,19 @@ from .renewal.schedule import DUE, LATE
 from .scripts import LuaScript, RedisClient
 from .validate import ttl_to_ms
 
-__all__ = ["default_grace_ms", "grace_args", "grace_ms", "mark", "marking"]
+__all__ = [
+    "MIN_GRACE",
+    "check_grace",
+    "default_grace_ms",
+    "grace_args",
+    "grace_ms",
+    "mark",
+    "marking",
+]
+
+MIN_GRACE: Final = LATE
+"""The shortest restart grace given in seconds: a renewal whose Redis was down may come
+this late after the server answers again (see the module)."""
 
 _MARK = LuaScript("boot_mark.lua")
 _marked: weakref.WeakKeyDictionary[AnyRedisClient, set[str]] = weakref.WeakKeyDictionary()
@@ -70,21 +85,31 @@ def default_grace_ms(ttl_ms: int) -> int:
     return min(ttl_ms, math.ceil(ttl_ms * DUE) + round(LATE * 1000))
 
 
+def check_grace(value: object, name: str = "restart_grace") -> float | bool:
+    """``value`` as a restart grace: None or False -- none (False); True -- the
+    default (see :func:`default_grace_ms`); seconds, at least :data:`MIN_GRACE` (not
+    more than ``validate.MAX_SECONDS``). Anything else raises
+    :class:`ConfigurationError` naming ``name`` and the value (0 too: False is none)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < MIN_GRACE:
+        raise ConfigurationError(
+            f"{name} must be True (the default grace), False or None (none) or seconds "
+            f">= {MIN_GRACE:g}, got {value!r}"
+        )
+    return ttl_to_ms(value, name) / 1000.0
+
+
 def grace_ms(
     value: object, ttl_ms: int, client: AnyRedisClient, name: str = "restart_grace"
 ) -> int:
-    """The restart grace in ms for ``value``: None or False -- none (0); True -- the
-    default for leases of ``ttl_ms`` (:func:`default_grace_ms`); seconds > 0. 0 as
-    well on Redis Cluster (see the module). Anything else raises
-    :class:`ConfigurationError` naming ``name``."""
-    if value is None or value is False:
+    """The restart grace in ms for ``value`` (checked by :func:`check_grace`): 0 for
+    none; True -- the default for leases of ``ttl_ms`` (:func:`default_grace_ms`);
+    seconds. 0 as well on Redis Cluster (see the module)."""
+    grace = check_grace(value, name)
+    if grace is False:
         return 0
-    if value is True:
-        ms = default_grace_ms(ttl_ms)
-    elif isinstance(value, (int, float)):
-        ms = ttl_to_ms(value, name)
-    else:
-        raise ConfigurationError(f"{name} must be None, a bool or seconds > 0, got {value!r}")
+    ms = default_grace_ms(ttl_ms) if grace is True else round(grace * 1000)
     return 0 if isinstance(client, (RedisCluster, AsyncRedisCluster)) else ms
 
 

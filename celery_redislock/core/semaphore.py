@@ -67,7 +67,8 @@ class RedisSemaphore(ServerPrimitive):
             as for ``RedisLock`` (see :mod:`.replicas`).
         restart_grace: after Redis lost its data, how long permits are held for their
             holders from before, which renewal puts back (see :mod:`.restart`): None
-            (default) -- not; True -- ``ttl``; seconds.
+            (default) -- not; True -- one renewal period plus 2 s, at most ``ttl``;
+            seconds, at least 2 (``restart.MIN_GRACE``).
 
     The limit rule: every acquire enforces the ``limit`` of the semaphore object that
     calls it, and stores it with the semaphore (its ``meta`` hash, which releases read

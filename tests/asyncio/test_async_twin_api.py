@@ -75,7 +75,7 @@ def test_restart_grace_is_validated(server: RedisServer) -> None:
     async def main() -> None:
         client = _async_client(server)
         try:
-            for bad in (0, -1, "5"):
+            for bad in (0, -1, "5", 0.001):
                 with pytest.raises(ConfigurationError, match="restart_grace"):
                     AsyncRedisLock(client, "lock", restart_grace=bad)  # type: ignore[arg-type]
                 with pytest.raises(ConfigurationError, match="restart_grace"):

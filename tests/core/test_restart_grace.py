@@ -102,11 +102,16 @@ def test_a_lease_taken_away_or_expired_is_still_lost(server: RedisServer) -> Non
 
 def test_restart_grace_is_validated(server: RedisServer) -> None:
     client = _client(server)
-    for bad in (0, -1.0, "30", float("nan")):
-        with pytest.raises(ConfigurationError, match="restart_grace"):
+    # Below MIN_GRACE (2 s) too: a renewal after an outage may come that late, and a
+    # grace of 0.001 s made renewal spin (~800 renewals a second for one lease).
+    for bad in (0, -1.0, "30", float("nan"), 0.001, 1.5):
+        with pytest.raises(ConfigurationError, match=f"restart_grace .*got {bad!r}"):
             RedisSemaphore(client, "pool", limit=1, restart_grace=bad)  # type: ignore[arg-type]
-        with pytest.raises(ConfigurationError, match="restart_grace"):
+        with pytest.raises(ConfigurationError, match=f"restart_grace .*got {bad!r}"):
             RedisLock(client, "lock", restart_grace=bad)  # type: ignore[arg-type]
+    for good in (2, 2.5):
+        RedisSemaphore(client, "pool", limit=1, restart_grace=good)
+        RedisLock(client, "lock", restart_grace=good)
 
 
 def test_a_flush_past_the_grace_does_not_put_a_lease_back_over_the_limit(

@@ -93,7 +93,7 @@ def test_restart_grace_setting(app: Celery) -> None:
     for value, expected in ((False, False), (None, False), (2.5, 2.5)):
         app.conf.redislock_restart_grace = value
         assert restart_grace(app) == expected
-    for value in ("30 s", 0, -1, float("nan"), [30]):
+    for value in ("30 s", 0, -1, float("nan"), [30], 0.001, 1.9):
         app.conf.redislock_restart_grace = value
         with pytest.raises(ConfigurationError, match=_naming("redislock_restart_grace", value)):
             restart_grace(app)
