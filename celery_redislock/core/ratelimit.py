@@ -148,7 +148,9 @@ class RedisRateLimiter:
 
     def reset(self) -> None:
         """Forget every charge and the penalty: the full limit is admitted at once.
-        An override stays (:meth:`clear_override`)."""
+        What was configured stays: an override (an operator's live rate; end it with
+        :meth:`clear_override`) and the stored rates (:meth:`attach` still finds the
+        limiter)."""
         run(self._client, self._scripts.reset())
 
     def override(self, rate: str | list[str] | tuple[str, ...], ttl: float) -> None:

@@ -153,6 +153,25 @@ def test_reset_admits_at_once(r: redis.Redis) -> None:
     assert limiter.acquire(blocking=False)
 
 
+def test_reset_keeps_the_override_and_the_stored_rates(r: redis.Redis) -> None:
+    """A reset forgets charges and penalty, not what was configured: an operator's
+    override holds on, and the limiter is still found by its name alone (the CLI,
+    the workers' pumps) -- its stored rates were dropped, and attach() said None."""
+    limiter = RedisRateLimiter(r, "api", rate=["10/s", "100/h"])
+    assert limiter.acquire(blocking=False)
+    limiter.override("1/m", ttl=60)
+    assert limiter.acquire(blocking=False) and not limiter.acquire(blocking=False)
+    limiter.reset()
+    attached = RedisRateLimiter.attach(r, "api")
+    assert attached is not None and [rate.text for rate in attached.rates] == ["10/s", "100/h"]
+    info = attached.info()
+    assert info.override == "1/m" and 0 < info.override_left <= 60
+    assert info.rates == ("10/s", "100/h") and info.wait == 0.0
+    assert attached.acquire(blocking=False) and not attached.acquire(blocking=False)
+    limiter.clear_override()
+    assert limiter.acquire(blocking=False)
+
+
 def test_memory_is_bounded_by_slots_not_by_n(r: redis.Redis) -> None:
     limiter = RedisRateLimiter(r, "tokens", rate="90000/m", slots=20)
     for _ in range(300):

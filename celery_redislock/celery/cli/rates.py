@@ -4,8 +4,11 @@ deploy (issue #25).
 ``rates`` lists each limiter (its rates, the override in force, when it admits next,
 its parked runs and the oldest one's wait); ``rates NAME`` shows one; ``rates NAME
 --set RATE --for SECONDS`` admits by RATE instead, in every worker, until the time is
-up (an API that lowered its quota for an hour); ``rates NAME --clear`` ends it. Imports
-click and the standard library when loaded (see :mod:`.group`).
+up (an API that lowered its quota for an hour); ``rates NAME --clear`` ends it;
+``rates NAME --reset`` forgets its charges and penalty (:meth:`RedisRateLimiter.reset
+<celery_redislock.core.ratelimit.RedisRateLimiter.reset>`: a temporary rate stays, as
+the API's reset keeps it; with ``--clear`` both). Imports click and the standard
+library when loaded (see :mod:`.group`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,12 @@ __all__ = ["rates_command"]
     help="With --set: seconds the temporary rate holds.",
 )
 @click.option("--clear", is_flag=True, help="End the temporary rate of NAME now.")
+@click.option(
+    "--reset",
+    is_flag=True,
+    help="Forget NAME's charges and penalty: its full rate is admitted at once "
+    "(a temporary rate stays; add --clear to end it too).",
+)
 @json_option
 @click.pass_context
 def rates_command(
@@ -45,10 +54,11 @@ def rates_command(
     set_rate: str | None,
     seconds: float,
     clear: bool,
+    reset: bool,
     as_json: bool,
 ) -> None:
-    """Show the global rate limiters (every one, or NAME), or set/clear NAME's
-    temporary rate.
+    """Show the global rate limiters (every one, or NAME), set/clear NAME's
+    temporary rate, or reset NAME's charges (the temporary rate stays).
 
     \b
     Columns: NAME, RATES (configured), OVERRIDE (the temporary rate and its seconds
@@ -67,8 +77,8 @@ def rates_command(
     conn = connect(ctx)
     with redis_errors(conn.url):
         names = [name] if name else limiter_names(conn.client, prefix=conn.prefix)
-        if (set_rate is not None or clear) and not name:
-            raise click.UsageError("--set and --clear need a NAME")
+        if (set_rate is not None or clear or reset) and not name:
+            raise click.UsageError("--set, --clear and --reset need a NAME")
         rows: list[dict[str, Any]] = []
         for each in names:
             limiter = RedisRateLimiter.attach(conn.client, each, prefix=conn.prefix)
@@ -84,6 +94,8 @@ def rates_command(
                     raise click.BadParameter(str(exc), param_hint="--set") from exc
             elif clear:
                 limiter.clear_override()
+            if reset:
+                limiter.reset()
             info = limiter.info()
             rates = [rate.text for rate in limiter.rates]
             queue = ParkingQueue(

@@ -62,6 +62,31 @@ def test_a_temporary_rate_is_set_shown_and_cleared(app: Celery, locks: redis.Red
     assert row["override"] is None and row["next"] == 0.0
 
 
+def test_a_reset_forgets_the_charges_and_keeps_the_temporary_rate(
+    app: Celery, locks: redis.Redis
+) -> None:
+    """The CLI's reset is the API's: charges and penalty go, an operator's temporary
+    rate stays (``--clear`` ends it), and the limiter is still listed by its name."""
+    limiter = RedisRateLimiter(locks, "api", rate="2/m")
+    assert limiter.acquire(blocking=False) and limiter.acquire(blocking=False)
+    assert _invoke(app, "rates", "api", "--set", "1/h", "--for", "600").exit_code == 0
+    limiter.penalize(100)
+    result = _invoke(app, "rates", "api", "--reset", "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["override"] == "1/h" and row["next"] == 0.0 and row["penalty_left"] == 0.0
+    assert row["rates"] == ["2/m"]
+    limiter.reset()
+    listed = _invoke(app, "rates", "--json")  # found by its name after the API's reset too
+    assert listed.exit_code == 0 and [row["name"] for row in json.loads(listed.output)] == ["api"]
+    (row,) = json.loads(_invoke(app, "rates", "api", "--json").output)
+    assert row["override"] == "1/h" and row["rates"] == ["2/m"]
+    assert limiter.acquire(blocking=False) and not limiter.acquire(blocking=False)  # 1/h
+    (row,) = json.loads(_invoke(app, "rates", "api", "--reset", "--clear", "--json").output)
+    assert row["override"] is None and row["next"] == 0.0
+    assert _invoke(app, "rates", "--reset").exit_code == 2  # needs a NAME
+
+
 def test_a_bad_rate_or_an_unknown_limiter_is_refused(app: Celery, locks: redis.Redis) -> None:
     RedisRateLimiter(locks, "api", rate="10/s").acquire()
     bad = _invoke(app, "rates", "api", "--set", "0/s")
