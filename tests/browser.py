@@ -1,6 +1,7 @@
 """A headless Chromium driven through chromedriver's W3C WebDriver HTTP API (urllib
-only: no Selenium), for the live page's tests (#27). Chromium and chromedriver come
-from the system packages (Debian: ``apt-get install chromium chromium-driver``)."""
+only: no Selenium), for the live page's tests (#27) and the documentation site's
+(#28). Chromium and chromedriver come from the system packages (Debian:
+``apt-get install chromium chromium-driver``)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ def _free_port() -> int:
 class Browser:
     """One chromedriver process and one headless Chromium session."""
 
-    def __init__(self, width: int = 1200, height: int = 800) -> None:
+    def __init__(
+        self, width: int = 1200, height: int = 800, extra_args: tuple[str, ...] = ()
+    ) -> None:
         assert CHROMIUM and CHROMEDRIVER
         port = _free_port()
         self._driver = subprocess.Popen(
@@ -54,6 +57,7 @@ class Browser:
                 "--disable-gpu",
                 "--disable-dev-shm-usage",
                 f"--window-size={width},{height}",
+                *extra_args,
             ],
         }
         reply = self._call(

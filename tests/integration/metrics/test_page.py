@@ -15,7 +15,7 @@ import redis
 from celery_redislock import RedisLock
 from celery_redislock.celery.metrics.server import Exporter
 
-from .browser import CHROMEDRIVER, CHROMIUM, Browser
+from ...browser import CHROMEDRIVER, CHROMIUM, Browser
 
 pytestmark = [
     pytest.mark.skipif(
