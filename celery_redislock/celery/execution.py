@@ -52,8 +52,11 @@ _ATTRIBUTE = "_redislock_run"
 class Hold:
     """Something a run holds until it ends (a lease, a permit)."""
 
-    def finish(self, reason: str) -> None:
-        """Give it back at the end of the run; ``reason`` is the outcome ("SUCCESS"...)."""
+    def finish(self, reason: str) -> bool:
+        """Give it back at the end of the run; ``reason`` is the outcome ("SUCCESS"...).
+        False when it was no longer held (lost: the hold's lease reports it); True when
+        given back, or nothing was left to give back."""
+        return True
 
     def __repr__(self) -> str:
         # A log line ("could not give back <...>") must say what it is.

@@ -10,8 +10,9 @@ has expired by itself (its lease's TTL since the failure: nothing renews it mean
 
 Each try is the hold's own ``finish`` again: a release by token, owner-checked on the
 server, so a lease that was lost meanwhile (expired, taken over, forgotten by a Redis
-restarted empty) is never touched -- the release answers "not ours" and the loss is
-reported as for any release.
+restarted empty) is never touched -- the release answers "not ours", the loss is
+reported as for any release (the lease's ``lease_lost``), and the give-back says it
+was not given back.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def _try(item: _Pending) -> bool:
     """One try of ``item``; True when it is settled (given back, not ours, expired)."""
     now = time.monotonic()
     try:
-        item.hold.finish(item.reason)
+        given_back = item.hold.finish(item.reason)
     except OUTAGE_ERRORS:
         if now < item.expires_at:
             return False
@@ -113,6 +114,17 @@ def _try(item: _Pending) -> bool:
             item.hold,
             item.task_name,
             item.task_id,
+        )
+        return True
+    if not given_back:
+        logger.error(
+            "celery_redislock: %r of %s[%s] was no longer held when the lock Redis answered "
+            "again %.1fs after its run ended (expired, released by force or lost with the "
+            "server's data): not given back, reported lost",
+            item.hold,
+            item.task_name,
+            item.task_id,
+            now - item.failed_at,
         )
         return True
     logger.warning(

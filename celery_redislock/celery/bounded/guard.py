@@ -124,16 +124,26 @@ def _wait_state(request: Context) -> tuple[float | None, int]:
 
 
 def _report_lost(task: AnyTask, task_id: str, pool: str, lease: Lease) -> None:
-    # Runs on the renewal thread. The body goes on (Celery cannot stop it safely); the
-    # pool may now run one more than its limit until this run ends.
-    LEASE.error(
-        "celery_redislock: task %s[%s] lost its permit of pool %r while running (%s); "
-        "the pool may run one more than its limit",
-        task.name,
-        task_id,
-        pool,
-        lease.lost_reason,
-    )
+    if lease.released:  # found by its own release: the run ended (or its give-back, later)
+        LEASE.error(
+            "celery_redislock: task %s[%s] found its permit of pool %r no longer held when "
+            "giving it back (%s)",
+            task.name,
+            task_id,
+            pool,
+            lease.lost_reason,
+        )
+    else:
+        # Runs on the renewal thread. The body goes on (Celery cannot stop it safely);
+        # the pool may now run one more than its limit until this run ends.
+        LEASE.error(
+            "celery_redislock: task %s[%s] lost its permit of pool %r while running (%s); "
+            "the pool may run one more than its limit",
+            task.name,
+            task_id,
+            pool,
+            lease.lost_reason,
+        )
     lease_lost.send(sender=task, task_id=task_id, key=pool, fence=lease.fence, kind="permit")
 
 
@@ -155,8 +165,9 @@ class PermitHold(Hold):
         self.task, self.task_id, self.pool, self.lease = task, task_id, pool, lease
         self.ran = ran  # a parked run's (semaphore, park token, memory): see finish
 
-    def finish(self, reason: str) -> None:
-        """Give the permit back (owner-checked: a lost one is reported, not released).
+    def finish(self, reason: str) -> bool:
+        """Give the permit back (owner-checked: a lost one is reported, not released);
+        False when it was no longer held.
 
         A parked run first marks its entry as run (#24): a further message of it (a
         broker's redelivery, a re-publish) is then dropped, not taken for the copy of
@@ -184,6 +195,7 @@ class PermitHold(Hold):
             released=released,
             stage="run",
         )
+        return released
 
     def __repr__(self) -> str:
         return f"<PermitHold {self.pool!r} of {self.task_id}>"

@@ -43,16 +43,26 @@ __all__ = ["SINGLETON", "SingletonGuard", "SingletonHold"]
 
 
 def _report_lost(task: AnyTask, task_id: str, key: str, lease: Lease) -> None:
-    # Runs on the renewal thread. Celery cannot stop a running body safely, so the
-    # task goes on; users who must stop can watch lease.lost_event (see the README).
-    LEASE.error(
-        "celery_redislock: task %s[%s] lost its singleton lock %r while running (%s); "
-        "another copy may start",
-        task.name,
-        task_id,
-        key,
-        lease.lost_reason,
-    )
+    if lease.released:  # found by its own release: the run ended (or its give-back, later)
+        LEASE.error(
+            "celery_redislock: task %s[%s] found its singleton lock %r no longer held when "
+            "giving it back (%s)",
+            task.name,
+            task_id,
+            key,
+            lease.lost_reason,
+        )
+    else:
+        # Runs on the renewal thread. Celery cannot stop a running body safely, so the
+        # task goes on; users who must stop can watch lease.lost_event (see the README).
+        LEASE.error(
+            "celery_redislock: task %s[%s] lost its singleton lock %r while running (%s); "
+            "another copy may start",
+            task.name,
+            task_id,
+            key,
+            lease.lost_reason,
+        )
     lease_lost.send(sender=task, task_id=task_id, key=key, fence=lease.fence, kind="lock")
 
 
@@ -79,10 +89,11 @@ class SingletonHold(Hold):
             f"[{self.task_id}] fence={self.lease.fence}>"
         )
 
-    def finish(self, reason: str) -> None:
-        """Release the lease (mode ``interval``: keep it ``singleton_interval`` more)."""
+    def finish(self, reason: str) -> bool:
+        """Release the lease (mode ``interval``: keep it ``singleton_interval`` more);
+        False when it was no longer held."""
         if self.handed_over:
-            return
+            return True
         if self.options.mode == "interval":
             assert self.options.interval is not None
             released = hand_over(self.lease, self.options.interval)
@@ -97,6 +108,7 @@ class SingletonHold(Hold):
             released=released,
             stage="run",
         )
+        return released
 
     def on_retry(self, key: str | None, delay: float, headers: dict[str, Any]) -> None:
         """Hand the running lease to the retry message, kept through its countdown."""
