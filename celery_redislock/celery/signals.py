@@ -35,6 +35,7 @@ __all__ = [
     "permit_rescheduled",
     "rate_duplicate",
     "rate_limited",
+    "rate_penalized",
     "singleton_acquired",
     "singleton_duplicate",
     "singleton_released",
@@ -131,3 +132,11 @@ rate_duplicate = Signal(
 a claim published again by a re-sent or recovered park) started after the first had
 taken its park token: it was skipped and ran nothing (as :data:`permit_duplicate`
 for a pool's permit)."""
+
+rate_penalized = Signal(
+    name="rate_penalized",
+    providing_args=("key", "rate", "seconds", "task_id"),
+)
+"""The body of a run of a task with ``global_rate_limit`` raised ``RateLimited`` (the
+API answered 429): limiter ``key`` (``rate``: its rate strings) was penalized for
+``seconds`` for every worker. The run is then parked again (``rate_limited``)."""

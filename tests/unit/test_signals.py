@@ -23,6 +23,7 @@ NAMES = [
     "permit_released",
     "rate_limited",
     "rate_duplicate",
+    "rate_penalized",
 ]
 
 

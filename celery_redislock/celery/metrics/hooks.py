@@ -5,8 +5,8 @@ nothing unless the sender's app has ``redislock_metrics = True``. Every event is
 counted under the task's name (singleton locks: never the lock key), the pool's or
 limiter's name (only when ``concurrency_key`` / ``global_rate_key`` names one: a
 callable's may be one per tenant, so its runs are counted under the task's name) or
-the beat group / entry. Not counted yet (no signal tells them): a limiter's penalty
-and a rate-limited run's admission.
+the beat group / entry. Not counted yet (no signal tells it): a rate-limited run's
+admission.
 Hold times are measured in the process that took the lease, on its monotonic clock.
 """
 
@@ -32,6 +32,7 @@ from ..signals import (
     permit_rescheduled,
     rate_duplicate,
     rate_limited,
+    rate_penalized,
     singleton_acquired,
     singleton_duplicate,
     singleton_released,
@@ -189,23 +190,26 @@ def _on_permit_released(sender: Any = None, key: str = "", stage: str = "", **kw
     _count(sender.app, "semaphore", name, "released", hold=hold)
 
 
-def _on_rate_limited(sender: Any = None, key: str = "", **kw: Any) -> None:
-    if not enabled(getattr(sender, "app", None)):
-        return
-    _count(sender.app, "ratelimit", _limiter_label(sender, key), "rate_limited")
-
-
-def _limiter_label(task: AnyTask, key: str) -> str:
+def _limiter_label(task: AnyTask, limiter: str) -> str:
     from ..ratelimit.options import rate_options
 
     # A callable global_rate_key may name a limiter per tenant: counted under the task.
-    return key if isinstance(rate_options(task).key, str) else str(task.name)
+    return limiter if isinstance(rate_options(task).key, str) else str(task.name)
+
+
+def _on_rate_limited(sender: Any = None, key: str = "", **kw: Any) -> None:
+    if enabled(getattr(sender, "app", None)):
+        _count(sender.app, "ratelimit", _limiter_label(sender, key), "rate_limited")
+
+
+def _on_rate_penalized(sender: Any = None, key: str = "", **kw: Any) -> None:
+    if enabled(getattr(sender, "app", None)):
+        _count(sender.app, "ratelimit", _limiter_label(sender, key), "penalized")
 
 
 def _on_rate_duplicate(sender: Any = None, key: str = "", **kw: Any) -> None:
-    if not enabled(getattr(sender, "app", None)):
-        return
-    _count(sender.app, "ratelimit", _limiter_label(sender, key), "skipped_duplicate")
+    if enabled(getattr(sender, "app", None)):
+        _count(sender.app, "ratelimit", _limiter_label(sender, key), "skipped_duplicate")
 
 
 def _beat(outcome: str, label: str) -> Callable[..., None]:
@@ -239,6 +243,7 @@ def connect() -> None:
         (permit_released, _on_permit_released),
         (rate_limited, _on_rate_limited),
         (rate_duplicate, _on_rate_duplicate),
+        (rate_penalized, _on_rate_penalized),
         (worker_process_shutdown, _on_process_shutdown),
     )
     for signal, receiver in receivers:

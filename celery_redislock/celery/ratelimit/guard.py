@@ -15,8 +15,8 @@ admission reserved for it) or parked there, before a pool process sees it.
 
 A body that raises :class:`~celery_redislock.errors.RateLimited` (the API answered
 429) penalizes the limiter for every worker (``retry_after`` seconds, else one
-period of its first rate) and parks this run again, behind the runs parked before
-it: not a retry (:func:`rate_limited_by_body`).
+period of its first rate; ``rate_penalized`` is sent) and parks this run again,
+behind the runs parked before it: not a retry (:func:`rate_limited_by_body`).
 
 Every limited run sends ``rate_limited`` and logs one line; a second message of a
 parked run, skipped, sends ``rate_duplicate`` and logs one line. In eager mode the run
@@ -40,7 +40,7 @@ from ..bounded.journal import forget
 from ..bounded.parking import ATTEMPT, park_message, park_state, register_park_header
 from ..execution import AnyTask, Guard, Hold, RunState
 from ..logs import mark_resent_by, quiet_ignored
-from ..signals import rate_duplicate, rate_limited
+from ..signals import rate_duplicate, rate_limited, rate_penalized
 from ..tokens import PARK_HEADER, running_owner
 from .options import RateOptions, rate_options
 from .pump import poke
@@ -192,7 +192,11 @@ def rate_limited_by_body(
     pool = options.pool(task, args, kwargs)
     limiter = limiter_for(task.app, pool, options.rates)
     seconds = exc.retry_after if exc.retry_after is not None else limiter.rates[0].period
-    limiter.penalize(max(0.0, float(seconds)))
+    seconds = max(0.0, float(seconds))
+    limiter.penalize(seconds)
+    rate_penalized.send(
+        sender=task, task_id=run.task_id, key=pool, rate=options.rates, seconds=seconds
+    )
     logger.warning(
         "celery_redislock: %s[%s] was refused by its API (%s): the rate of %r is "
         "penalized for %.3fs and the run parked again",

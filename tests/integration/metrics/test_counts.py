@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from celery_redislock import RedisLockTask, bounded_task, singleton_task
+from celery_redislock import RateLimited, RedisLockTask, bounded_task, singleton_task
 from celery_redislock.celery.beat.signals import beat_elected, beat_slot_sent, beat_slot_skipped
 from celery_redislock.celery.metrics import flush
 from celery_redislock.celery.metrics.collector import RedisLockCollector
@@ -223,3 +223,22 @@ def test_rate_limited_counted(make_app: MakeApp, locks: redis.Redis, worker: Any
     [limiter] = [lim for lim in state.limiters if lim.name == "mailer"]
     assert limiter.parked == 3 and limiter.oldest_parked is not None
     assert 0 < limiter.next_admission <= 61
+
+
+def test_penalty_counted(make_app: MakeApp, locks: redis.Redis, worker: Any) -> None:
+    """A body's RateLimited (a 429) penalizes its limiter: counted once as penalized
+    (and its run, parked again, once as rate_limited), under the limiter's name."""
+    app = make_app(redislock_metrics=True)
+    attempts: list[int] = []
+
+    @app.task(base=RedisLockTask, global_rate_limit="100/s", global_rate_key="api")
+    def call(n: int) -> int:
+        attempts.append(n)
+        if len(attempts) == 1:
+            raise RateLimited("429 Too Many Requests", retry_after=0.2)
+        return n
+
+    worker(app)
+    assert call.delay(1).get(timeout=30) == 1
+    assert attempts == [1, 1]
+    _settled(locks, "ratelimit", "api", {"penalized": 1, "rate_limited": 1})

@@ -7,7 +7,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from celery_redislock.celery.metrics.collector import exposed_series
+from celery_redislock.celery.metrics.schema import KINDS, OUTCOMES
 
 DASHBOARDS = Path(__file__).resolve().parents[3] / "docs" / "dashboards"
 METRIC = re.compile(r"\bcelery_redislock_[a-z_]+")
@@ -35,6 +38,12 @@ def _check(expr: str) -> None:
     }
     selected = set(re.findall(r"[{,]\s*([a-z_]+)\s*=~?", expr))
     assert by | selected <= LABELS, f"unknown labels {(by | selected) - LABELS} in {expr!r}"
+    # The values too: a misspelt outcome selects nothing, as silently as a wrong name.
+    for label, values in (("kind", KINDS), ("outcome", OUTCOMES)):
+        for value in re.findall(rf'\b{label}="([^"]*)"', expr):
+            assert value in values, f"no {label} {value!r} is counted ({expr!r})"
+        for pattern in re.findall(rf'\b{label}=~"([^"]*)"', expr):
+            assert any(re.fullmatch(pattern, v) for v in values), f"{label}=~{pattern!r}"
 
 
 def test_every_dashboard_query_uses_exposed_metrics() -> None:
@@ -56,9 +65,22 @@ def test_the_issue_s_panels_are_there() -> None:
         assert topic in titles, topic
 
 
-def test_the_check_catches_a_wrong_name() -> None:
-    try:
-        _check("sum(rate(celery_redislock_lease_lost_total[5m]))")
-    except AssertionError:
-        return
-    raise AssertionError("a query on a metric the exporter does not expose passed")
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "sum(rate(celery_redislock_lease_lost_total[5m]))",
+        'sum(rate(celery_redislock_events_total{outcome="penalised"}[5m]))',
+        'sum(rate(celery_redislock_events_total{kind="limiter",outcome="penalized"}[5m]))',
+        'sum(rate(celery_redislock_events_total{outcome=~".*_late"}[5m]))',
+    ],
+)
+def test_the_check_catches_a_wrong_name(expr: str) -> None:
+    with pytest.raises(AssertionError):
+        _check(expr)
+
+
+def test_penalties_are_on_the_dashboard_and_alerted() -> None:
+    """#27: a limiter penalized (a 429) is counted: the dashboard shows it per limiter."""
+    queries = [e for exprs in _dashboard_queries().values() for e in exprs]
+    assert any('outcome="penalized"' in e for e in queries)
+    assert any('outcome="penalized"' in e for e in _rule_queries().values())
