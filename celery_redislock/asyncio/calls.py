@@ -51,10 +51,18 @@ import weakref
 from types import TracebackType
 from typing import Any, TypeVar
 
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.connection import (
+    AbstractConnection,
+    ConnectionPool,
+    ConnectionPoolInterface,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.typing import EncodableT, KeyT
 
+from ..core.clients import AsyncRedisClient
 from ..core.operations import Operation
 from ..core.scripts import _DEADLINE, _LAST_LOOK, DeadlinePassed, LuaScript, StaleReply
 from ..core.scripts import reply_deadline as reply_deadline
@@ -67,7 +75,7 @@ SPARE_MIN_POOL = 10
 """A pool allowing fewer connections than this keeps none for a loop (its user's)."""
 
 
-async def run(client: Any, operation: Operation[T], batched: bool = False) -> T:
+async def run(client: AsyncRedisClient, operation: Operation[T], batched: bool = False) -> T:
     """Run ``operation`` on a ``redis.asyncio`` ``client``: the twin of the sync
     :func:`~celery_redislock.core.operations.run`, each call awaited, its reply (or
     its exception) given back to the operation. ``batched``: its calls go out with
@@ -101,9 +109,9 @@ _UNBOUNDED = contextlib.nullcontext()  # no reply deadline (reusable: it has no 
 
 async def call(
     script: LuaScript,
-    client: Any,
-    keys: list[Any],
-    args: list[Any],
+    client: AsyncRedisClient,
+    keys: list[KeyT],
+    args: list[EncodableT],
     sends: list[None] | None = None,
 ) -> Any:
     """``script(client, keys, args)`` through a ``redis.asyncio`` client (see the
@@ -117,12 +125,11 @@ async def call(
         if deadline is None
         else asyncio.timeout(max(_LAST_LOOK, deadline - time.monotonic()) + _LAST_LOOK)
     )
-    pool = getattr(client, "connection_pool", None)
-    plain = pool is not None and getattr(client, "connection", None) is None
     try:
         async with scope:
-            if not plain:
+            if not isinstance(client, AsyncRedis) or client.connection is not None:
                 return await _via_client(script, client, keys, args)
+            pool = client.connection_pool
             # One coroutine from here to the connection's send and read: each level
             # of awaiting costs again at every suspension (a lock's cycle is two).
             gate = _gate(pool)
@@ -171,7 +178,11 @@ async def call(
 
 
 async def _once(
-    script: LuaScript, conn: Any, keys: list[Any], args: list[Any], sends: list[None] | None
+    script: LuaScript,
+    conn: AbstractConnection,
+    keys: list[KeyT],
+    args: list[EncodableT],
+    sends: list[None] | None,
 ) -> Any:
     if sends is not None:
         sends.append(None)
@@ -205,12 +216,12 @@ class _OwnTimeout:
     as redis.asyncio does after its own timeout."""
 
     __slots__ = ("conn", "limit", "scope", "what")
-    conn: Any
+    conn: AbstractConnection
     what: str
     limit: float | None
     scope: contextlib.AbstractAsyncContextManager[object] | None
 
-    def __init__(self, conn: Any, what: str) -> None:
+    def __init__(self, conn: AbstractConnection, what: str) -> None:
         if sys.version_info < (3, 11):  # for mypy's 3.10: this package refuses to import there
             raise RuntimeError("celery_redislock.asyncio needs Python 3.11+")
         self.conn = conn
@@ -240,7 +251,11 @@ class _OwnTimeout:
 
 
 async def _put_back(
-    pool: Any, conn: Any, loop: asyncio.AbstractEventLoop, kept: _Kept | None, clean: bool
+    pool: ConnectionPool,
+    conn: AbstractConnection,
+    loop: asyncio.AbstractEventLoop,
+    kept: _Kept | None,
+    clean: bool,
 ) -> None:
     """After a call on ``conn``: the kept connection kept (unless the call failed or
     was interrupted: the pool checks it before its next use), another kept if the
@@ -251,7 +266,7 @@ async def _put_back(
             return
         if _KEPT.get(pool) is kept:
             del _KEPT[pool]
-    elif clean and getattr(pool, "max_connections", 0) >= SPARE_MIN_POOL:
+    elif clean and pool.max_connections >= SPARE_MIN_POOL:
         current = _KEPT.get(pool)
         owner = None if current is None else current.loop()
         if owner is None or owner.is_closed():
@@ -269,7 +284,9 @@ async def _put_back(
     await pool.release(conn)
 
 
-async def _via_client(script: LuaScript, client: Any, keys: list[Any], args: list[Any]) -> Any:
+async def _via_client(
+    script: LuaScript, client: AsyncRedisClient, keys: list[KeyT], args: list[EncodableT]
+) -> Any:
     for attempt in (1, 2):
         try:
             reply = await client.evalsha(script.sha, len(keys), *keys, *args)
@@ -291,9 +308,9 @@ _ALONE: Any = object()  # a batched call's answer: send the call yourself, with 
 
 async def batched_call(
     script: LuaScript,
-    client: Any,
-    keys: list[Any],
-    args: list[Any],
+    client: AsyncRedisClient,
+    keys: list[KeyT],
+    args: list[EncodableT],
     sends: list[None] | None = None,
 ) -> Any:
     """:func:`call`, sent with the other batched calls of this loop's turn on a plain
@@ -306,9 +323,9 @@ async def batched_call(
     reply, NOSCRIPT, a failed connection, another command's reply), is sent by its
     caller with :func:`call`. A caller cancelled before its write is left out; after
     it, its reply is dropped, as a cancelled call's would be."""
-    pool = getattr(client, "connection_pool", None)
-    if pool is None or getattr(client, "connection", None) is not None:
+    if not isinstance(client, AsyncRedis) or client.connection is not None:
         return await call(script, client, keys, args, sends)
+    pool = client.connection_pool
     loop = asyncio.get_running_loop()
     per_loop = _batches.get(loop)
     if per_loop is None:
@@ -342,7 +359,7 @@ async def _by_deadline(future: asyncio.Future[Any], deadline: float, script: Lua
         raise DeadlinePassed(f"{script.name}: no answer before the deadline") from exc
 
 
-_Item = tuple[LuaScript, list[Any], list[Any], "asyncio.Future[Any]"]
+_Item = tuple[LuaScript, list[KeyT], list[EncodableT], "asyncio.Future[Any]"]
 
 
 class _Batch:
@@ -353,7 +370,7 @@ class _Batch:
     def __init__(self) -> None:
         self.items: list[_Item] = []
 
-    def flush(self, pool: Any) -> None:
+    def flush(self, pool: ConnectionPool) -> None:
         items = [item for item in self.items if not item[3].done()]  # cancelled meanwhile
         self.items = []
         if len(items) == 1:
@@ -369,11 +386,11 @@ class _Batch:
 
 _tasks: set[asyncio.Task[None]] = set()  # batches in flight (kept referenced)
 _batches: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, weakref.WeakKeyDictionary[Any, _Batch]
+    asyncio.AbstractEventLoop, weakref.WeakKeyDictionary[ConnectionPool, _Batch]
 ] = weakref.WeakKeyDictionary()
 
 
-async def _send_batch(pool: Any, items: list[_Item]) -> None:
+async def _send_batch(pool: ConnectionPool, items: list[_Item]) -> None:
     """Write ``items`` at once on one connection and hand each its reply; any left
     unanswered is sent by its caller (see :func:`batched_call`)."""
     loop = asyncio.get_running_loop()
@@ -387,7 +404,9 @@ async def _send_batch(pool: Any, items: list[_Item]) -> None:
     clean = False
     try:
         if conn is None:
-            conn = await pool.get_connection()
+            # ConnectionPool.get_connection is unannotated; its interface's is typed.
+            checkout: ConnectionPoolInterface = pool
+            conn = await checkout.get_connection()
         commands = [
             ("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args, _ in items
         ]
@@ -429,12 +448,12 @@ class _Kept:
 
     __slots__ = ("busy", "conn", "loop")
 
-    def __init__(self, conn: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, conn: AbstractConnection, loop: asyncio.AbstractEventLoop) -> None:
         self.conn = weakref.ref(conn)
         self.loop = weakref.ref(loop)
         self.busy = False
 
-    def take(self, loop: asyncio.AbstractEventLoop) -> Any:
+    def take(self, loop: asyncio.AbstractEventLoop) -> AbstractConnection | None:
         """The connection, now busy, when it is this loop's and free; else None."""
         if self.busy or self.loop() is not loop:
             return None
@@ -443,12 +462,14 @@ class _Kept:
             self.busy = True
         return conn
 
-    def holds(self, conn: Any) -> bool:
+    def holds(self, conn: AbstractConnection) -> bool:
         """True when ``conn`` is the kept connection."""
         return self.conn() is conn
 
 
-_KEPT: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()  # pool -> kept
+_KEPT: weakref.WeakKeyDictionary[ConnectionPool, _Kept] = (
+    weakref.WeakKeyDictionary()
+)  # pool -> kept
 
 
 class _Gate:
@@ -487,11 +508,11 @@ class _Gate:
         self.free += 1
 
 
-_Gates = weakref.WeakKeyDictionary[Any, _Gate]  # pool -> its gate
+_Gates = weakref.WeakKeyDictionary[ConnectionPool, _Gate]  # pool -> its gate
 _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Gates] = weakref.WeakKeyDictionary()
 
 
-def _gate(pool: Any) -> _Gate:
+def _gate(pool: ConnectionPool) -> _Gate:
     """The running loop's bound on script calls in flight through ``pool``."""
     loop = asyncio.get_running_loop()
     per_loop = _gates.get(loop)
@@ -499,6 +520,5 @@ def _gate(pool: Any) -> _Gate:
         per_loop = _gates[loop] = weakref.WeakKeyDictionary()
     gate = per_loop.get(pool)
     if gate is None:
-        size = getattr(pool, "max_connections", None)
-        gate = per_loop[pool] = _Gate(max(1, (size or 100) // 2))
+        gate = per_loop[pool] = _Gate(max(1, (pool.max_connections or 100) // 2))
     return gate

@@ -9,8 +9,8 @@ awaited. Sync and async clients of one name share one limit.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
+from ..core.clients import AsyncRedisClient
 from ..core.keys import DEFAULT_PREFIX
 from ..core.ratelimit_rates import Rate
 from ..core.ratelimit_scripts import (
@@ -35,7 +35,7 @@ class AsyncRedisRateLimiter:
 
     def __init__(
         self,
-        client: Any,
+        client: AsyncRedisClient,
         name: str,
         *,
         rate: str | list[str] | tuple[str, ...],
@@ -44,14 +44,20 @@ class AsyncRedisRateLimiter:
         start_spent: bool = True,
     ) -> None:
         self._client = check_async_client(client)
-        self._scripts = RateLimitScripts(client, name, rate, prefix, slots, start_spent)
+        self._scripts = RateLimitScripts(self._client, name, rate, prefix, slots, start_spent)
 
     @classmethod
     async def attach(
-        cls, client: Any, name: str, *, prefix: str = DEFAULT_PREFIX, slots: int = DEFAULT_SLOTS
+        cls,
+        client: AsyncRedisClient,
+        name: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        slots: int = DEFAULT_SLOTS,
     ) -> AsyncRedisRateLimiter | None:
         """As :meth:`RedisRateLimiter.attach`."""
-        value = await check_async_client(client).hget(state_key(client, name, prefix), "rates")
+        checked = check_async_client(client)
+        value = await checked.hget(state_key(checked, name, prefix), "rates")
         rates = stored_rates(value)
         return None if rates is None else cls(client, name, rate=rates, prefix=prefix, slots=slots)
 

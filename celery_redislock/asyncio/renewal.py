@@ -20,6 +20,9 @@ import math
 import time
 import weakref
 
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
 from ..core.lease_state import LeaseState
 from ..core.renewal.entry import Entry, Renewable, report
 from ..core.renewal.schedule import Lost, Schedule
@@ -129,7 +132,10 @@ class AsyncRenewer:
         error = ""
         renewed: list[object] = []
         try:
-            reply = await call(script, items[0][0].client, keys, args)
+            client = items[0][0].client
+            if not isinstance(client, (AsyncRedis, AsyncRedisCluster)):
+                raise TypeError(f"the asyncio renewer got {client!r}")  # async leases only
+            reply = await call(script, client, keys, args)
             renewed = check_batch_reply(script, items, reply)
         except Exception as exc:  # every failure is retried until the lease's deadline
             if splits(exc, items):

@@ -21,7 +21,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Generator
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 from ..errors import ConfigurationError
 from .validate import check_bool, ttl_to_ms
@@ -65,6 +65,20 @@ class Request(NamedTuple):
 
 Steps = Generator[Request, Any, T]
 r"""A lease operation: yields :class:`Request`\ s, is sent their answers."""
+
+
+class RenewalHandle(Protocol):
+    """A renewed lease's place in its renewer (``core/renewal``'s ``Entry``)."""
+
+    def __call__(self) -> None:
+        """End renewal of the lease."""
+
+    def explicit(self, ttl: float) -> int:
+        """An explicit change to ``ttl`` s is about to be sent: its generation."""
+        ...
+
+    def rescheduled(self, sent_at: float, ttl: float) -> None:
+        """The explicit change sent at ``sent_at`` was confirmed: renew on ``ttl``."""
 
 
 class LeaseState:
@@ -125,7 +139,7 @@ class LeaseState:
         self._gen = 0
         # Set by the renewer; called once when the lease is given back, *before* the
         # release is sent, so renewal never outlives release.
-        self._stop_renewal: Callable[[], None] | None = None
+        self._stop_renewal: RenewalHandle | None = None
 
     @property
     def name(self) -> str:
@@ -225,7 +239,7 @@ class LeaseState:
         ok = yield Request("_extend_token", self._ttl_args(ttl_ms, gen))
         return self._extended(sent_at, ttl_ms / 1000.0 if ok else 0.0, renewer)
 
-    def _extended(self, sent_at: float, ttl: float, renewer: Any) -> bool:
+    def _extended(self, sent_at: float, ttl: float, renewer: RenewalHandle | None) -> bool:
         """An extend sent at ``sent_at`` left the lease ``ttl`` s (0: not live)."""
         if ttl > 0:
             self.ttl = ttl
@@ -262,18 +276,17 @@ class LeaseState:
         holder that renews its leases itself takes none)."""
         return (self.token, ttl_ms, gen) if gen else (self.token, ttl_ms)
 
-    def _explicit(self, ttl: float) -> tuple[Any, int]:
-        """An explicit TTL change to ``ttl`` s is about to be sent: the renewer renewing
-        this lease (or None) and the change's generation (0 when not renewed), so a
-        renewal composed before it cannot undo it (see ``Schedule.explicit``)."""
+    def _explicit(self, ttl: float) -> tuple[RenewalHandle | None, int]:
+        """An explicit TTL change to ``ttl`` s is about to be sent: this lease's place
+        in its renewer (or None) and the change's generation (0 when not renewed), so
+        a renewal composed before it cannot undo it (see ``Schedule.explicit``)."""
         entry = self._stop_renewal
-        renewer = getattr(entry, "renewer", None)
-        return renewer, renewer.explicit(entry, ttl) if renewer is not None else 0
+        return entry, entry.explicit(ttl) if entry is not None else 0
 
-    def _rescheduled(self, renewer: Any, sent_at: float) -> None:
+    def _rescheduled(self, renewer: RenewalHandle | None, sent_at: float) -> None:
         """The explicit change sent at ``sent_at`` was confirmed: renew on the new TTL."""
         if renewer is not None:
-            renewer.rescheduled(self._stop_renewal, sent_at, self.ttl)
+            renewer.rescheduled(sent_at, self.ttl)
 
     def _signal_lost(self) -> None:
         """Set the subclass's lost event, if it made one."""

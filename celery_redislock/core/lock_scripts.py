@@ -17,6 +17,7 @@ from typing import Any, TypeAlias
 from redis.typing import EncodableT, KeyT
 
 from ..errors import RedisRestarting
+from .clients import AnyRedisClient
 from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
 from .operations import Call, Operation
@@ -112,7 +113,7 @@ class LockScripts:
     __slots__ = ("_base", "_client", "_encode", "_keys", "acquire_keys", "grace", "release_keys")
 
     def __init__(
-        self, client: Any, keys: KeySpace, restart_grace: object = None, ttl_ms: int = 0
+        self, client: AnyRedisClient, keys: KeySpace, restart_grace: object = None, ttl_ms: int = 0
     ) -> None:
         encode = self._encode = key_encoder(client)
         self._keys, self._client = keys, client

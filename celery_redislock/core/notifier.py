@@ -29,10 +29,11 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
+from redis.client import PubSub
 from redis.exceptions import RedisError, ResponseError
 
-from .pubsub import PubSubMode, pubsub_mode
-from .scripts import as_text
+from .pubsub import PubSubMode, new_pubsub, pubsub_mode
+from .scripts import RedisClient, as_text
 
 __all__ = [
     "IDLE_UNSUBSCRIBE",
@@ -151,7 +152,7 @@ class Notifier:
     _registry_lock = threading.Lock()
 
     @classmethod
-    def for_client(cls, client: Any) -> Notifier:
+    def for_client(cls, client: RedisClient) -> Notifier:
         """Return this process's notifier for ``client``, creating it on first use."""
         key = id(client)  # the registry is emptied in a forked child
         notifier = cls._registry.get(key)
@@ -179,15 +180,15 @@ class Notifier:
     def _close_inherited(self) -> None:
         # redis-py's disconnect() in a process other than the connection's maker only
         # closes the socket (no shutdown): the parent's connection is not cut.
-        connection: Any = getattr(self._pubsub, "connection", None)
+        connection = None if self._pubsub is None else self._pubsub.connection
         if connection is not None:
             with contextlib.suppress(Exception):
                 connection.disconnect()
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: RedisClient) -> None:
         self._client = weakref.ref(client)  # a closed, dropped client must not be kept
         self._mode = pubsub_mode(client)  # classic or sharded, as the tokens say
-        self._pubsub: Any = None
+        self._pubsub: PubSub | None = None
         self._channels: dict[str, _Channel] = {}
         self._lock = threading.Lock()  # guards _channels, _reader and (un)subscribing
         self._reader: threading.Thread | None = None
@@ -236,7 +237,7 @@ class Notifier:
             if self._pubsub is None:
                 client = self._client()
                 assert client is not None  # a waiter's lock holds its client
-                self._pubsub = client.pubsub()
+                self._pubsub = new_pubsub(client)
             if not entry.sent:
                 self._subscribe(channel, entry)
             if self._reader is None:
@@ -289,6 +290,7 @@ class Notifier:
                     self._reader = None
                     return
             pubsub = self._pubsub  # replaced when pinned to a node that failed
+            assert pubsub is not None  # made before the reader started
             try:
                 message = self._mode.read(pubsub, _READ_SLICE)
             except ResponseError as exc:
@@ -324,13 +326,14 @@ class Notifier:
         client, old = self._client(), self._pubsub
         if client is None:
             return
-        self._pubsub = client.pubsub()
+        self._pubsub = new_pubsub(client)
         for channel, entry in self._channels.items():
             entry.sent = False
             if entry.waiters:
                 self._subscribe(channel, entry)
-        with contextlib.suppress(Exception):  # a dead node's connection: just drop it
-            old.reset()
+        if old is not None:
+            with contextlib.suppress(Exception):  # a dead node's connection: just drop it
+                old.reset()
 
     def _sweep(self) -> None:
         """Unsubscribe idle channels; subscribe again those whose SUBSCRIBE failed."""
@@ -340,7 +343,7 @@ class Notifier:
             unsent = [
                 name for name, entry in self._channels.items() if not entry.sent and entry.waiters
             ]
-            if unsent and self._mode.pinned(self._pubsub):
+            if unsent and self._pubsub is not None and self._mode.pinned(self._pubsub):
                 self._new_pubsub()
             else:
                 for channel in unsent:

@@ -9,7 +9,7 @@ import secrets
 import threading
 from collections.abc import Iterator
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from redis.exceptions import RedisError
 from redis.typing import EncodableT, KeyT
@@ -304,7 +304,7 @@ class Primitive(PrimitiveBase):
         renew: bool | None,
         on_lost: OnLost | None,
         max_hold: float | None,
-        acked: Any = None,
+        acked: object = None,
     ) -> Lease:
         """The lease for a grant, handed to the renewer when renewal is on.
 

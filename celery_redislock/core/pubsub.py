@@ -29,15 +29,24 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from redis.client import PubSub
 from redis.cluster import ClusterPubSub, RedisCluster
 from redis.exceptions import RedisError
 
+from .clients import cluster_primaries, command
 from .scripts import RedisClient
 
-__all__ = ["CLASSIC", "SHARDED", "SHARDED_TAG", "PubSubMode", "pubsub_mode", "use_sharded_pubsub"]
+__all__ = [
+    "CLASSIC",
+    "SHARDED",
+    "SHARDED_TAG",
+    "PubSubMode",
+    "new_pubsub",
+    "pubsub_mode",
+    "use_sharded_pubsub",
+]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +94,19 @@ _modes: dict[int, PubSubMode] = {}  # id(client) -> mode; dropped with the clien
 _modes_lock = threading.Lock()
 
 
+class _MakesPubSub(Protocol):
+    def pubsub(self) -> PubSub: ...
+
+
+def new_pubsub(client: RedisClient) -> PubSub:
+    """A new subscriber of ``client`` (a ``ClusterPubSub`` on a cluster).
+
+    ``RedisCluster.pubsub`` is unannotated in redis-py: it is seen here through the
+    signature both clients document, so callers get a typed ``PubSub``."""
+    maker: _MakesPubSub = client
+    return maker.pubsub()
+
+
 def pubsub_mode(client: RedisClient) -> PubSubMode:
     """The mode of ``client``'s wake-ups, chosen on first use (see module docs)."""
     mode = _modes.get(id(client))
@@ -121,12 +143,15 @@ def _detect(client: RedisClient) -> PubSubMode:
     if not isinstance(client, RedisCluster):
         return CLASSIC
     error: Exception | None = None
-    cluster: Any = client
-    for node in cluster.get_primaries():
+    for node in cluster_primaries(client):
         try:
-            version = cluster.execute_command("INFO", "server", target_nodes=node)["redis_version"]
-        except (RedisError, KeyError, TypeError) as exc:
+            info = command(client, "INFO", "server", target_nodes=node)
+        except RedisError as exc:
             error = exc
+            continue
+        version = info.get("redis_version") if isinstance(info, dict) else None
+        if version is None:
+            error = TypeError(f"INFO server without redis_version: {info!r:.200}")
             continue
         return SHARDED if int(str(version).split(".")[0]) >= 7 else CLASSIC
     log.warning(

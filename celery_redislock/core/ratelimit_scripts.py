@@ -161,7 +161,7 @@ class RateLimitScripts:
 
     def __init__(
         self,
-        client: Any,  # sync or asyncio (AnyRedisClient once key_encoder takes both)
+        client: AnyRedisClient,
         name: str,
         rate: object,
         prefix: str,
@@ -342,7 +342,7 @@ class RateLimitScripts:
         )
 
 
-def state_key(client: Any, name: str, prefix: str) -> bytes:  # sync or asyncio client
+def state_key(client: AnyRedisClient, name: str, prefix: str) -> bytes:
     """The key of ``name``'s state (where the scripts store its configured rates)."""
     return key_encoder(client)(KeySpace.build(prefix, KIND, name).key("state"))
 

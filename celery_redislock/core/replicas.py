@@ -37,6 +37,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.typing import EncodableT, KeyT
 
 from ..errors import ConfigurationError, NotReplicated
+from .clients import key_node, pipelined
 from .scripts import LuaScript, RedisClient
 from .validate import check_bool, ttl_to_ms
 
@@ -56,7 +57,7 @@ class ReplicaAck:
         self.timeout_ms = timeout_ms
         self.aof = aof
 
-    def command(self) -> tuple[Any, ...]:
+    def command(self) -> tuple[str | int, ...]:
         """The ``WAIT`` (or ``WAITAOF``) command to send after the grant's write."""
         if self.aof:
             return ("WAITAOF", 1, self.min_replicas, self.timeout_ms)
@@ -64,7 +65,7 @@ class ReplicaAck:
 
     def run(
         self, client: RedisClient, script: LuaScript, keys: list[KeyT], args: list[EncodableT]
-    ) -> tuple[Any, Any]:
+    ) -> tuple[Any, object]:
         """``script`` then the wait, pipelined on one connection (one round trip; the
         script's text after a NOSCRIPT): ``(reply, acked)``, ``acked`` as the wait
         answered (an int, WAITAOF's pair, or the error it raised)."""
@@ -73,29 +74,31 @@ class ReplicaAck:
             # the keys' slot, on one of its connections (a cluster pipeline would send
             # WAIT, which names no key, to whichever node; its replicas would answer).
             # A slot that moved meanwhile answers MOVED: an error, the caller releases.
-            cluster: Any = client  # redis-py leaves get_node_from_key untyped
-            client = cluster.get_redis_connection(cluster.get_node_from_key(keys[0]))
+            node = client.get_redis_connection(key_node(client, keys[0]))
+        else:
+            node = client
         for command in ("EVALSHA", "EVAL"):
-            pipe: Any = client.pipeline(transaction=False)  # execute_command: untyped
             body = script.sha if command == "EVALSHA" else script.text
-            pipe.execute_command(command, body, len(keys), *keys, *args)
-            pipe.execute_command(*self.command())
-            reply, acked = pipe.execute(raise_on_error=False)
+            reply, acked = pipelined(node, (command, body, len(keys), *keys, *args), self.command())
             if not isinstance(reply, NoScriptError):  # else sent again with its text
                 break
         if isinstance(reply, Exception):
             raise reply
         return script.checked(reply, args), acked  # the stamped reply's payload
 
-    def check(self, name: str, acked: Any, live: bool = True) -> None:
+    def check(self, name: str, acked: object, live: bool = True) -> None:
         """Raise :class:`NotReplicated` unless ``acked`` (a wait's answer) counts
         ``min_replicas`` (and a local fsync with WAITAOF) and the lease is ``live``."""
         if isinstance(acked, ResponseError):
             raise self._unsupported(acked) from acked
         if isinstance(acked, Exception):
             raise acked
-        replicas = int(acked[1]) if self.aof else int(acked)
-        local_ok = int(acked[0]) >= 1 if self.aof else True
+        if self.aof and isinstance(acked, list) and len(acked) == 2:
+            local_ok, replicas = int(acked[0]) >= 1, int(acked[1])
+        elif not self.aof and isinstance(acked, int):
+            local_ok, replicas = True, acked
+        else:
+            raise ResponseError(f"{name!r}: unexpected reply to the replica wait: {acked!r:.200}")
         if not live or not local_ok or replicas < self.min_replicas:
             what = "WAITAOF" if self.aof else "WAIT"
             state = "" if live else " (and the lease was no longer live)"

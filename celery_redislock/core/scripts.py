@@ -21,15 +21,17 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any, TypeAlias
+from typing import Any
 
 from redis import Redis
 from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.typing import EncodableT
 
 from ..errors import RedisLockError
+from .clients import AnyRedisClient, RedisClient, cluster_nodes
 from .kept import Kept, ScriptConnection, kept_connection, sees_resends
 from .lua_text import expand, fill
 
@@ -45,10 +47,6 @@ __all__ = [
     "reply_deadline",
     "sees_resends",
 ]
-
-RedisClient: TypeAlias = "Redis | RedisCluster"
-"""A synchronous client the core works through: a plain (or Sentinel-managed)
-``redis.Redis``, or a ``redis.cluster.RedisCluster``."""
 
 _STAMP = re.compile(r"^local STAMP = '(\w+)' \.\. string\.sub\(ARGV\[1\], 1, 8\)$", re.M)
 
@@ -343,7 +341,7 @@ def discard_idle_connections(client: RedisClient) -> None:
     one of them may hold a reply nobody will read."""
     pools = []
     if isinstance(client, RedisCluster):
-        for node in client.get_nodes():  # type: ignore[no-untyped-call]
+        for node in cluster_nodes(client):
             if node.redis_connection is not None:
                 pools.append(node.redis_connection.connection_pool)
     else:
@@ -353,10 +351,11 @@ def discard_idle_connections(client: RedisClient) -> None:
             pool.disconnect(inuse_connections=False)
 
 
-def key_encoder(client: RedisClient) -> Callable[[Any], bytes]:
-    """``client``'s own encoder: what redis-py sends for a value (a str in the
-    client's encoding), for keys encoded once and sent as bytes."""
-    encode: Callable[[Any], bytes] = client.get_encoder().encode
+def key_encoder(client: AnyRedisClient) -> Callable[[EncodableT], bytes]:
+    """``client``'s own encoder (sync or asyncio): what redis-py sends for a value (a
+    str in the client's encoding), for keys encoded once and sent as bytes."""
+    # redis-py's Encoder is untyped (and private): typed here, at our boundary.
+    encode: Callable[[EncodableT], bytes] = client.get_encoder().encode
     return encode
 
 

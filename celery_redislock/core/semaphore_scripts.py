@@ -22,6 +22,7 @@ from typing import Any
 
 from redis.typing import EncodableT, KeyT
 
+from .clients import AnyRedisClient
 from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
 from .lock_scripts import FORCED, LEAVE, SCRIPT_CONSTANTS, LockScripts, ReplyArray, leave_reply
@@ -88,7 +89,7 @@ class SemaphoreScripts:
     )
 
     def __init__(
-        self, client: Any, keys: KeySpace, limit: int, fair: bool, grace_ms: int = 0
+        self, client: AnyRedisClient, keys: KeySpace, limit: int, fair: bool, grace_ms: int = 0
     ) -> None:
         self.channel = keys.channel
         self._client = client

@@ -22,6 +22,7 @@ from celery.states import PENDING, READY_STATES
 from redis.cluster import RedisCluster
 
 from ...core import RedisLock
+from ...core.clients import key_node
 from ...errors import DuplicateTask
 from ..execution import AnyTask, RunState, resend
 from ..logs import DUPLICATE, quiet_ignored
@@ -234,9 +235,8 @@ def _lease_end(
         return None, None
     client = lock.client
     if isinstance(client, RedisCluster):  # the clock of the node the lease lives on
-        cluster: Any = client  # redis-py leaves get_node_from_key untyped
-        node = cluster.get_node_from_key(lock.keys.key("holders"))
-        seconds, micros = cluster.time(target_nodes=node)
+        node = key_node(client, lock.keys.key("holders"))
+        seconds, micros = client.time(target_nodes=node)
     else:
         seconds, micros = client.time()
     left = ttl_left(lock)

@@ -95,7 +95,8 @@ class MajoritySender(Sender):
         pass
 
     def _send(self, script: LuaScript, items: list[tuple[Entry, int]]) -> None:
-        masters: MasterSet = self.client
+        masters = self.client
+        assert isinstance(masters, MasterSet)  # this sender is made for MasterSets only
         holders = [entry.holder for entry, _ in items]
         timeout = max(holder.timeout for holder in holders if isinstance(holder, RenewedOn))
         keys, args = batch_call(items)

@@ -46,7 +46,7 @@ from ...errors import ConfigurationError
 from ..lease import Lease, current_pid
 from ..scripts import LuaScript
 from ..validate import ttl_to_ms
-from .entry import Renewable
+from .entry import Renewable, RenewalClient
 from .scheduler import MAX_BATCH, Renewer
 
 __all__ = ["MAX_BATCH", "Renewable", "Renewer", "keep_alive", "prepare", "renewer"]
@@ -68,7 +68,7 @@ def renewer() -> Renewer:
     return current
 
 
-def prepare(client: object) -> None:
+def prepare(client: RenewalClient) -> None:
     """An acquire with renewal is about to be sent to ``client``: the renewer opens its
     own connection to it now (see :mod:`.sender`)."""
     renewer().prepare(client)

@@ -12,16 +12,19 @@ import heapq
 import logging
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol, TypeAlias
 
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
+from ..clients import AnyRedisClient
 from ..lease_state import LeaseState
 from ..scripts import LuaScript
 
 __all__ = [
     "Entry",
+    "MasterGroup",
+    "RenewalClient",
     "HeapItem",
     "Renewable",
     "Reply",
@@ -40,6 +43,30 @@ NOT_HELD = "renewal found the lease no longer held: expired, released elsewhere 
 _NO_REPLY = "no renewal reply confirmed the lease before its deadline"
 
 
+class MasterGroup(Protocol):
+    """Several Redis masters renewed as one, by majority: a Redlock lock's
+    ``MasterSet`` (``core/redlock/renewal.py``), which names its own sender."""
+
+    quorum: int
+
+
+RenewalClient: TypeAlias = "AnyRedisClient | MasterGroup"
+"""What a lease is renewed through: a sync or asyncio Redis client, or a group of
+Redlock masters."""
+
+
+class EntryRenewer(Protocol):
+    """The renewer of an entry (the sync one or an event loop's), told of explicit
+    TTL changes of its leases."""
+
+    def explicit(self, entry: Entry, ttl: float) -> int:
+        """``entry``'s lease is about to be set to ``ttl`` s: its new generation."""
+        ...
+
+    def rescheduled(self, entry: Entry, sent_at: float, ttl: float) -> None:
+        """The explicit change sent at ``sent_at`` was confirmed: renew on ``ttl``."""
+
+
 class Renewable(Protocol):
     """What a lock or semaphore provides so that the renewer can renew its leases.
 
@@ -51,8 +78,8 @@ class Renewable(Protocol):
     """
 
     @property
-    def client(self) -> Any:
-        """The ``redis.Redis`` or ``RedisCluster`` the holder's keys live on."""
+    def client(self) -> RenewalClient:
+        """The client (or masters) the holder's keys live on."""
         ...
 
     @property
@@ -100,7 +127,7 @@ class Entry:
         self.lease = weakref.ref(lease)
         self.token = lease.token
         self.holder = holder
-        self.client: Any = holder.client
+        self.client = holder.client
         self.script = holder._renew_script
         self._keys: tuple[str, ...] | None = None
         self._slot: int | None = None
@@ -112,7 +139,7 @@ class Entry:
         self.error = ""  # the last failed call's error, for the loss reason
         self.ticket = 0  # sequence number of the entry's current heap item
         self.gen = 0  # the lease's generation when its renewal was composed (collect)
-        self.renewer: Any = None  # the sync renewer, for explicit TTL changes
+        self.renewer: EntryRenewer | None = None  # for explicit TTL changes
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -127,13 +154,26 @@ class Entry:
         """The keys' Redis Cluster hash slot (0 on a standalone server)."""
         slot = self._slot
         if slot is None:
-            is_cluster = isinstance(self.client, (RedisCluster, AsyncRedisCluster))
-            slot = self._slot = self.client.keyslot(self.keys[0]) if is_cluster else 0
+            client = self.client
+            if isinstance(client, (RedisCluster, AsyncRedisCluster)):
+                slot = self._slot = client.keyslot(self.keys[0])
+            else:
+                slot = self._slot = 0
         return slot
 
     def __call__(self) -> None:
         """End renewal of the lease (the lease calls this on release)."""
         self.stop(self)
+
+    def explicit(self, ttl: float) -> int:
+        """The lease is about to be set to ``ttl`` s explicitly: the change's
+        generation (0 without a renewer)."""
+        return 0 if self.renewer is None else self.renewer.explicit(self, ttl)
+
+    def rescheduled(self, sent_at: float, ttl: float) -> None:
+        """The explicit change sent at ``sent_at`` was confirmed: renew on ``ttl``."""
+        if self.renewer is not None:
+            self.renewer.rescheduled(self, sent_at, ttl)
 
 
 Reply = tuple[Entry, int, bool | None]

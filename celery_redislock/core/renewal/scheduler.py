@@ -13,7 +13,7 @@ import threading
 import time
 
 from ..lease import Lease
-from .entry import Entry, Renewable, Reply, report
+from .entry import Entry, Renewable, RenewalClient, Reply, report
 from .schedule import Lost, Schedule
 from .sender import MAX_BATCH, Sender
 
@@ -108,7 +108,7 @@ class Renewer:
         self._thread = None
         return False
 
-    def prepare(self, client: object) -> None:
+    def prepare(self, client: RenewalClient) -> None:
         """A lease of ``client`` is about to be renewed (an acquire with renewal is
         being sent): open the renewer's connection to it now, in the background, so
         the first renewal does not pay for it."""
@@ -118,7 +118,7 @@ class Renewer:
     def _sender(self, entry: Entry) -> Sender:
         return self._sender_of(entry.client)
 
-    def _sender_of(self, client: object) -> Sender:
+    def _sender_of(self, client: RenewalClient) -> Sender:
         sender = self._senders.get(id(client))
         if sender is None:
             # A client may name its own kind of sender: a Redlock's masters renew by

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from redis.typing import EncodableT, KeyT
 
@@ -37,7 +38,7 @@ except ImportError:  # pragma: no cover - older redis-py
     _NO_MAINT = None
 
 from ..scripts import LuaScript
-from .entry import Entry, Reply, restart_grace_ms
+from .entry import Entry, RenewalClient, Reply, restart_grace_ms
 
 __all__ = [
     "MAX_BATCH",
@@ -63,13 +64,13 @@ class Sender:
 
     def __init__(
         self,
-        client: Any,
+        client: RenewalClient,
         lock: threading.Lock,
         on_replies: Callable[[list[Reply], float, str], None],
         on_exit: Callable[[Sender], None],
     ) -> None:
         self.client = client
-        self._own: Any = None  # the renewer's own client, once connected (see warm)
+        self._own: redis.Redis | None = None  # the renewer's own client (see warm)
         self._loaded: set[LuaScript] = set()  # sent with their text once already
         self._cond = threading.Condition(lock)
         self._on_replies = on_replies
@@ -88,9 +89,10 @@ class Sender:
         notifications: round trips a renewal cannot afford), opened now. The scripts
         load with their first call (sent with their text: no NOSCRIPT round trip).
         On any failure the client's pool serves instead."""
-        pool = getattr(self.client, "connection_pool", None)
-        if pool is None or getattr(self.client, "connection", None) is not None:
+        client = self.client
+        if not isinstance(client, redis.Redis) or client.connection is not None:
             return  # a cluster or single-connection client: renewals go through it
+        pool = client.connection_pool
         try:
             kwargs = dict(pool.connection_kwargs)
             kwargs.pop("max_connections", None)
@@ -150,11 +152,13 @@ class Sender:
         keys, args = batch_call(items)
         sent_at = time.monotonic()
         error = ""
-        renewed: list[Any] = []
-        own = self._own
+        renewed: list[object] = []
+        client = self._own or self.client
         first = script not in self._loaded  # its text at once: no NOSCRIPT round trip
         try:
-            reply = script(own or self.client, keys, args, with_text=first)
+            if not isinstance(client, (redis.Redis, RedisCluster)):
+                raise TypeError(f"a plain renewal sender got {client!r}")  # see make()
+            reply = script(client, keys, args, with_text=first)
             self._loaded.add(script)
             renewed = check_batch_reply(script, items, reply)
         except Exception as exc:  # every failure is retried until the lease's deadline
@@ -191,9 +195,13 @@ def batch_call(items: list[tuple[Entry, int]]) -> tuple[list[KeyT], list[Encodab
     return keys, args
 
 
-def check_batch_reply(script: LuaScript, items: list[tuple[Entry, int]], reply: Any) -> list[Any]:
+def check_batch_reply(
+    script: LuaScript, items: list[tuple[Entry, int]], reply: object
+) -> list[object]:
     """The batch call's reply as a list of one answer per lease, else ValueError."""
-    renewed = list(reply)
+    if not isinstance(reply, list):
+        raise ValueError(f"{script.name} answered {reply!r:.200}, not a list")
+    renewed: list[object] = reply
     if len(renewed) != len(items):
         raise ValueError(f"{script.name} answered {len(renewed)} of {len(items)}")
     return renewed
@@ -213,7 +221,7 @@ def failure(exc: Exception, items: list[tuple[Entry, int]]) -> str:
     return error
 
 
-def batch_replies(items: list[tuple[Entry, int]], renewed: list[Any], error: str) -> list[Reply]:
+def batch_replies(items: list[tuple[Entry, int]], renewed: list[object], error: str) -> list[Reply]:
     """Each lease's outcome of one call, for :meth:`.schedule.Schedule.answered`."""
     if not error and 3 in renewed:
         log.warning(
@@ -226,8 +234,8 @@ def batch_replies(items: list[tuple[Entry, int]], renewed: list[Any], error: str
             entry,
             ttl_ms,
             None
-            if not error and int(renewed[i]) == 2  # superseded
-            else not error and int(renewed[i]) in (1, 3),
+            if not error and renewed[i] == 2  # superseded
+            else not error and renewed[i] in (1, 3),
         )
         for i, (entry, ttl_ms) in enumerate(items)
     ]
