@@ -77,10 +77,12 @@ permit_acquired = Signal(
     providing_args=("fence", "key", "limit", "parked", "rescheduled", "task_id", "waited"),
 )
 """A bounded task got one of the ``limit`` permits of pool ``key`` and starts.
-``parked`` is True when it was a parked run handed the permit a release reserved.
-``waited`` is the seconds it waited for the permit: since its first refusal when it
-was parked or re-scheduled (``rescheduled`` re-schedules; measured on the workers'
-wall clocks), else the time it waited in place (about 0.0 when granted at once)."""
+``parked`` is True when it was a parked run handed the permit a release reserved
+(False for a fresh run whose permit the worker's intake reserved as its message
+arrived: granted at once, ``waited`` 0.0). ``waited`` is the seconds it waited for
+the permit: since its first refusal when it was parked or re-scheduled
+(``rescheduled`` re-schedules; measured on the workers' wall clocks), else the time
+it waited in place (about 0.0 when granted at once)."""
 
 permit_parked = Signal(
     name="permit_parked",

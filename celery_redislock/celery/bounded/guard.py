@@ -56,7 +56,7 @@ from ..singleton.percall import run_lock_ttl
 from ..tokens import NONCE_HEADER, TOKEN_HEADER, running_owner
 from .journal import forget
 from .options import BoundedOptions
-from .parking import PARK_HEADER, park_attempt, park_state, parking_for
+from .parking import PARK_HEADER, park_attempt, park_state, parking_for, reserved_at_intake
 from .redelivery import second_message
 from .reschedule import WAIT_HEADER
 from .reschedule import park as _park
@@ -266,8 +266,16 @@ class ConcurrencyGuard(Guard):
                 _park(task, run, sem, first, limit)
             _reschedule(task, run, pool, limit, options, first, rescheduled)
         assert lease is not None
-        waited = time.monotonic() - started if since is None else max(0.0, time.time() - since)
-        if parked is not None:
+        # A permit its intake reserved for a fresh run was granted at once, not handed
+        # off to a parked run (its entry is still marked as run when it ends: see ran).
+        handed_off = parked is not None and not reserved_at_intake(request, parked[0])
+        if parked is not None and not handed_off:
+            waited = 0.0
+        elif since is None:
+            waited = time.monotonic() - started
+        else:
+            waited = max(0.0, time.time() - since)
+        if handed_off:
             PERMIT.debug(
                 "celery_redislock: %s[%s] took its permit of pool %r after %.3fs parked",
                 task.name,
@@ -283,7 +291,7 @@ class ConcurrencyGuard(Guard):
             fence=lease.fence,
             waited=waited,
             rescheduled=rescheduled,
-            parked=parked is not None,
+            parked=handed_off,
         )
         ran = None if parked is None else (sem, parked[0], taken_memory(task.app))
         return PermitHold(task, run.task_id, pool, lease, ran)

@@ -79,6 +79,7 @@ from .journal import ParkSpec, forget, forget_if_taken, record
 from .parking import (
     ATTEMPT,
     PARK_HEADER,
+    RESERVED,
     SENT_HEADER,
     encode_request,
     park_header,
@@ -245,6 +246,7 @@ def park_at_intake(request: Request) -> bool:
     if position == HANDED_OVER:  # the run starts now and takes its entry's capacity
         del message[ATTEMPT]
         message[intake.header] = park_header(entry_id, message.get("retries"), since)
+        message[RESERVED] = entry_id  # granted at once: not a parked run's hand-off
         request.acknowledge()
         handover.handed_over(request, queue, entry_id)  # given back if never started
         return False

@@ -53,6 +53,7 @@ from .settings import park_keep, taken_memory
 __all__ = [
     "ATTEMPT",
     "PARK_HEADER",
+    "RESERVED",
     "SEMAPHORE",
     "SENT_HEADER",
     "QueueMaker",
@@ -70,6 +71,7 @@ __all__ = [
     "queue_for",
     "register_kind",
     "register_park_header",
+    "reserved_at_intake",
     "semaphore_spec",
     "sent_at",
     "sent_token",
@@ -91,6 +93,11 @@ first (see :meth:`~celery_redislock.core.parking.ParkingSemaphore.park`)."""
 _MAGIC: Final = b"RLP1"
 ATTEMPT: Final = "_redislock_park_attempt"
 """Request attribute (and request-dict key): the park token of an earlier attempt."""
+RESERVED: Final = "_redislock_intake_reserved"
+"""Request-dict key (a header of the run): the park token of a fresh run whose
+capacity the worker's intake reserved for it at once -- its message carries a park
+header as a parked run's does, but it was never parked nor handed anything by a
+release (see :func:`reserved_at_intake`)."""
 _KEPT: Final = 1024
 _semaphores: OrderedDict[tuple[Any, ...], ParkingSemaphore] = OrderedDict()
 _semaphores_guard = threading.Lock()
@@ -325,6 +332,14 @@ def park_state(request: Context, header: str = PARK_HEADER) -> tuple[str, float]
     return None
 
 
+def reserved_at_intake(request: Context, entry_id: str) -> bool:
+    """True when the run of park token ``entry_id`` (from :func:`park_state`) had its
+    capacity reserved at intake, as its message reached the worker: granted at once,
+    not parked (a ``retry()`` copies the key with the park header; :func:`park_state`
+    already refuses that stale header, and the token must match too)."""
+    return (request.headers or {}).get(RESERVED) == entry_id
+
+
 def encode_request(
     task: AnyTask, request: Any, entry_id: str, since: float, header: str = PARK_HEADER
 ) -> bytes:
@@ -343,7 +358,7 @@ def _payload(
     headers = {
         k: v
         for k, v in (options.get("headers") or {}).items()
-        if k not in HEADERS and k not in (PARK_HEADER, header, ATTEMPT)
+        if k not in HEADERS and k not in (PARK_HEADER, header, ATTEMPT, RESERVED)
     }
     headers[header] = park_header(entry_id, context.retries, since)
     for hold in holds:

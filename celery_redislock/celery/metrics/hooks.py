@@ -155,7 +155,7 @@ def _on_permit_acquired(
         return
     name = _pool_label(sender, key)
     _taken_now("semaphore", kw.get("task_id"))
-    if kw.get("parked"):  # the permit the pool's parking queue reserved for it
+    if kw.get("parked"):  # a parked run: the permit a release reserved for it
         outcome = "handed_off"
     elif waited < _WAITED_AT_ONCE and not rescheduled:
         outcome = "granted"

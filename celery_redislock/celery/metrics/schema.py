@@ -40,14 +40,14 @@ KINDS: Final = ("lock", "semaphore", "parking", "ratelimit", "beat")
 limits; ``beat``: ``LeaderScheduler``."""
 
 OUTCOMES: Final = (
-    "granted",  # at once
+    "granted",  # at once (a fresh run's permit reserved by its worker's intake too)
     "granted_after_wait",  # waited in place, or came back after a re-schedule
     "refused_duplicate",  # at enqueue: a copy is queued or running (on_duplicate)
     "skipped_duplicate",  # a running duplicate (or a parked run's second message) skipped
     "rescheduled_duplicate",  # a running duplicate sent back to the queue
     "rescheduled",  # no permit: sent back with a countdown
     "parked",  # no permit: parked in the pool's queue in Redis
-    "handed_off",  # took the permit its pool's parking queue reserved (intake, release)
+    "handed_off",  # a parked run took the permit a release reserved for it
     "released",  # given back by the run
     "lease_lost",  # expired or taken over while the run was going
     "reclaimed",  # given back by the worker's main process after the run died
