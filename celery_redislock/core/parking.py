@@ -598,6 +598,16 @@ class ParkingQueue:
             )
         )
 
+    def known(self, entry_id: str) -> bool:
+        """True when ``entry_id`` is parked, claimed or taken here (read-only, one round
+        trip): a park of it would change nothing -- though it would answer the entries
+        its first park claimed, to be published again (see ``park.lua``)."""
+        pipe = self.capacity.client.pipeline(transaction=False)
+        pipe.hexists(self.payloads_key, f"p:{entry_id}")
+        pipe.zscore(self.taken_key, entry_id)
+        stored, taken = pipe.execute()
+        return bool(stored) or taken is not None
+
     def dead_letters(self, count: int = 100) -> list[tuple[str, float, str, bytes]]:
         """The newest ``count`` dead letters: ``(id, epoch seconds, reason, payload)``."""
         rows = []

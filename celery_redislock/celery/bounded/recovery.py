@@ -13,9 +13,12 @@ learns the key. Several sweepers doing it at
 once, a sweeper dying half-way (the next one does it all again), or a run of a
 journaled entry starting meanwhile cannot run a task twice: a park of a token the
 lock Redis knows (parked, claimed or taken) changes nothing, and a run drops its
-journal entry before it consumes its token. A run parked in the new lock Redis before
-recovery is parked again as well, which changes nothing (or, if it was claimed and
-published meanwhile, its two messages carry one token: one runs, one is skipped).
+journal entry before it consumes its token. A run the lock Redis still knows (parked,
+claimed or taken: a restart that kept the data, a run parked in the new lock Redis
+before recovery) is left alone: parking it again would change nothing but answer the
+runs its first park claimed, and publish a claimed run's message a second time (one
+token: one runs, one is skipped); one that becomes known between that check and its
+park is, harmlessly, as before the check.
 
 May import the core and the shared glue, :mod:`.parking` and :mod:`.journal`.
 """
@@ -64,6 +67,11 @@ def recover(app: Celery, mark: str) -> int | None:
                 exc,
             )
             journal.drop(entry_id)
+            continue
+        if queue.known(entry_id):
+            # Not lost (a restart that kept the data, or a run already parked again):
+            # its park would change nothing but answer what its first park claimed,
+            # and a claimed run's message would be published a second time.
             continue
         queue.park(entry_id, payload, owner)
         parked += 1

@@ -217,3 +217,32 @@ def test_a_restart_that_kept_part_of_the_data_gets_the_rest_back(
     Sweeper(app, 1.0).tick()
     info = sem.parking_info(count=10)
     assert [owner for _, _, owner in info.head] == ["run-0", "run-1", "run-2"]
+
+
+def test_a_restart_that_kept_the_data_publishes_no_claimed_run_again(
+    make_app: MakeApp, lock_server: RedisServer, redis_url: str
+) -> None:
+    # Run 0, parked while the permit was free, is claimed and published at once; its
+    # message is on its way (not started) when the lock Redis restarts from a snapshot
+    # that holds it (run 1, parked after the snapshot, is lost). Recovery offers the
+    # journal again (new run_id): run 1 is parked again; run 0 is known, so its park
+    # would change nothing -- but it answered what run 0's first park claimed, and run
+    # 0 was published a second time (two messages of one token, one skipped).
+    app, call, prefix = _app(make_app, lock_server)
+    broker = redis.Redis.from_url(db_url(redis_url, BROKER_DB))
+    queue = f"q-{app.main}"
+    sem = parking_for(app, "api", 1, 30.0, prefix)
+    Sweeper(app, 1.0).tick()  # learns the lock Redis's mark
+    ids = [_park(app, call, sem, 0)]
+    assert sem.parking_info().claimed == 1 and broker.llen(queue) == 1
+    redis.Redis(port=lock_server.port).save()
+    ids.append(_park(app, call, sem, 1))
+    lock_server.kill()
+    lock_server.start()  # from the snapshot: run 0 still claimed, run 1 missing
+    assert sem.parking_info().parked == 0
+    Sweeper(app, 1.0).tick()
+    info = sem.parking_info(count=10)
+    assert info.claimed == 1 and [owner for _, _, owner in info.head] == ["run-1"]
+    assert sorted(i for i, _ in journal_for(app).entries()) == sorted(ids)  # type: ignore[union-attr]
+    assert broker.llen(queue) == 1, "the claimed run 0 published again"
+    broker.delete(queue)
