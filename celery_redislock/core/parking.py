@@ -608,6 +608,20 @@ class ParkingQueue:
         stored, taken = pipe.execute()
         return bool(stored) or taken is not None
 
+    def drop(self, entry_id: str) -> bool:
+        """The run of ``entry_id`` leaves this queue for good (it parked in another
+        queue first: a rate claim's run refused a concurrency permit, #25): consume
+        its id as :meth:`take` would -- a later message of it is a duplicate -- and
+        free what was reserved for it, charging nothing (a rate claim's charge is
+        refunded: the run is charged when it starts). False when its id was consumed
+        already (a re-sent drop answers so too)."""
+        reply = _RETURN(
+            self.capacity.client,
+            self._script_keys(f"{entry_id}:back"),
+            [entry_id, "drop", b"%d" % self._taken_ms, self._keep_ms, *self.capacity.script_args()],
+        )
+        return bool(reply)
+
     def dead_letters(self, count: int = 100) -> list[tuple[str, float, str, bytes]]:
         """The newest ``count`` dead letters: ``(id, epoch seconds, reason, payload)``."""
         rows = []

@@ -80,3 +80,23 @@ def test_a_penalty_holds_parked_runs_back_for_every_process(r: redis.Redis) -> N
     assert queue.pump() == (1, [])
     time.sleep(0.6)
     assert [e.id for e in queue.pump()[1]] == [entry]
+
+
+def test_a_dropped_claim_is_refunded_and_its_id_consumed(r: redis.Redis) -> None:
+    """A claimed run that parks elsewhere (refused a concurrency permit) leaves the
+    queue: its charge is refunded -- it is charged when it really starts -- and a
+    later message of it is a duplicate (#25). A parked entry dropped never runs."""
+    queue, published = _queue(r, rate="2/10s")
+    claimed, parked = new_entry_id(), new_entry_id()
+    assert queue.park(claimed, b"run", owner="t1") == 0
+    assert queue.park(new_entry_id(), b"other", owner="t2") == 0
+    assert queue.park(parked, b"later", owner="t3") == 1
+    limiter = RedisRateLimiter(r, "api", rate="2/10s")
+    assert [u.used for u in limiter.info().active] == [2]
+    assert queue.drop(claimed) and not queue.drop(claimed)  # a re-sent drop: consumed
+    assert [u.used for u in limiter.info().active] == [1]  # refunded
+    assert queue.take(claimed, "t1") == (DUPLICATE, None)
+    assert queue.drop(parked)
+    assert (queue.parking_info().parked, queue.parking_info().claimed) == (0, 1)  # t2
+    assert queue.pump() == (0, []) and [e.owner for e in published] == ["t1", "t2"]
+    assert limiter.acquire(blocking=False) and not limiter.acquire(blocking=False)

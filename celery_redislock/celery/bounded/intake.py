@@ -7,9 +7,11 @@ guard of the task says what intake may do for it (:func:`register_intake`): noth
 to do (the guard is off for the task), "not here" (:class:`NotAtIntake`: the run
 decides in its pool process -- a singleton, ``concurrency_wait``), or the queue the run
 would park in (:class:`Intake`: a bounded task with ``concurrency_park`` on, whatever
-kind of capacity its queue waits for). With exactly one such queue, one script call
-(``park.lua`` in intake mode) parks it there if the queue holds parked runs already
-(FIFO: it goes behind them) or no capacity is free. A parked message is acknowledged
+kind of capacity its queue waits for). For the first such queue in guard order (a
+concurrency limit before a rate limit: the later one is decided in the pool process,
+with the permit held), one script call (``park.lua`` in intake mode) parks it there
+if the queue holds parked runs already (FIFO: it goes behind them) or no capacity is
+free. A parked message is acknowledged
 there and the request ends as a revoked one does, silently: no pool process, no pipe
 round trip, no trace, no result write, no Celery "ignored" line. Otherwise the same
 call reserves the free permit for the run (``hand_over``): its message is
@@ -264,18 +266,22 @@ def park_at_intake(request: Request) -> bool:
 
 
 def _intake_of(task: AnyTask, request: Request, guards: tuple[Guard, ...]) -> Intake | None:
-    """The one queue the task's guards would park ``request`` in at intake; None when
-    there is none, or more than one (the run's guards decide in its pool process), or
-    a guard has no rule; NotAtIntake from a rule."""
+    """The queue of the first of the task's guards that would park ``request`` at
+    intake; None when there is none or a guard has no rule; NotAtIntake from a rule.
+
+    With two (a concurrency limit and a global rate limit, in guard order), a run
+    waits at intake for the first -- a permit, holding nothing else: no rate charge
+    while it waits (#25) -- and its pool process decides the later one with the
+    earlier one held: admitted, it starts; refused, it parks for it and its permit
+    goes to the next run. Every rule is asked: one saying "not here" keeps the run
+    from intake altogether."""
     found = None
     for guard in guards:
         rule = _rules.get(guard)
         if rule is None:
             return None
         intake = rule(task, request)
-        if intake is not None:
-            if found is not None:
-                return None
+        if found is None:
             found = intake
     return found
 

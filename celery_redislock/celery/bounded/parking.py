@@ -60,6 +60,7 @@ __all__ = [
     "decode_message",
     "encode_message",
     "encode_request",
+    "LeaveQueue",
     "kinds",
     "park_attempt",
     "park_header",
@@ -349,16 +350,23 @@ def encode_request(
 
 
 def _payload(
-    task: AnyTask, context: Any, entry_id: str, since: float, holds: Any, header: str
+    task: AnyTask,
+    context: Any,
+    entry_id: str,
+    since: float,
+    holds: Any,
+    header: str,
+    left: tuple[str, ...] = (),
 ) -> bytes:
     sig = task.signature_from_request(context)
     options = dict(sig.options)
     # Not ours (they name this delivery), nor the intake's park token (a request key,
-    # which Celery hands to the run as a header: the parked copy must not inherit it).
+    # which Celery hands to the run as a header: the parked copy must not inherit it),
+    # nor the tokens of the queues the run left.
     headers = {
         k: v
         for k, v in (options.get("headers") or {}).items()
-        if k not in HEADERS and k not in (PARK_HEADER, header, ATTEMPT, RESERVED)
+        if k not in HEADERS and k not in (PARK_HEADER, header, ATTEMPT, RESERVED, *left)
     }
     headers[header] = park_header(entry_id, context.retries, since)
     for hold in holds:
@@ -388,10 +396,16 @@ def park_message(
     # Kept on the request: a park whose reply was lost to an outage is tried again
     # under the same id (see outage.py), which never parks the run twice.
     setattr(request, ATTEMPT, entry_id)
-    payload = _payload(task, request, entry_id, since, run.holds, header)
+    leaving = _other_queues(request, header)
+    payload = _payload(task, request, entry_id, since, run.holds, header, tuple(leaving))
     try:
         # Journaled first: it survives the lock Redis.
         record(task.app, entry_id, payload, spec=spec, owner=run.task_id)
+        # Out of another guard's queue (its token consumed there) before it parks here:
+        # still claimed there, a lapsed claim would publish a second copy of the run.
+        # Re-sent after an outage, a leave changes nothing.
+        for other, token in leaving.items():
+            _leaving[other](task, token)
         position = queue.park(
             entry_id,
             payload,
@@ -436,12 +450,37 @@ def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float, 
 
 _park_headers: set[str] = {PARK_HEADER}
 
+LeaveQueue = Callable[[AnyTask, str], None]
+"""Takes a run of ``task`` out of the queue its park token (``str``) came from, for
+good (see :func:`register_park_header`)."""
 
-def register_park_header(header: str) -> None:
+_leaving: dict[str, LeaveQueue] = {}
+
+
+def register_park_header(header: str, leave: LeaveQueue | None = None) -> None:
     """Messages carrying ``header`` were published from a parking queue (another
     guard's, e.g. the rate limit's): a run of one refused here parks under a fresh
-    token (see :func:`_fresh_token`)."""
+    token (see :func:`_fresh_token`).
+
+    ``leave``: such a run parked in another queue (an earlier guard's: a run the rate
+    limiter admitted, refused a concurrency permit) leaves the queue of ``header``
+    first -- ``leave(task, token)`` consumes its token there and frees what it
+    reserved (the rate charge, #25) -- and its parked message no longer carries
+    ``header``: when it starts again, that guard decides afresh."""
     _park_headers.add(header)
+    if leave is not None:
+        _leaving[header] = leave
+
+
+def _other_queues(request: Any, header: str) -> dict[str, str]:
+    """``{header: park token}`` of the queues the current run leaves (see
+    :func:`register_park_header`) when it parks under ``header``."""
+    found = {}
+    for other in _leaving:
+        state = park_state(request, other) if other != header else None
+        if state is not None:
+            found[other] = state[0]
+    return found
 
 
 def _fresh_token(request: Any, header: str) -> str:

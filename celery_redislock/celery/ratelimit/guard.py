@@ -62,7 +62,23 @@ RATE_PARK_HEADER: Final = "redislock_rate_park"
 (as the bounded feature's park header, for the rate queue)."""
 
 mark_resent_by(RATE_PARK_HEADER)  # published from the rate queue: logged once
-register_park_header(RATE_PARK_HEADER)  # its run parks under a fresh token when refused
+
+
+def _leave_rate_queue(task: AnyTask, token: str) -> None:
+    """A run the rate admitted (claimed from its queue) was refused a concurrency
+    permit and parks for it: its claim is dropped and its charge refunded, so it is
+    charged when it really starts -- it waited holding an admission nobody used,
+    which held back every other run of the limiter meanwhile (#25)."""
+    request = task.request
+    options = rate_options(task)
+    pool = options.pool(task, request.args, request.kwargs)
+    forget(task.app, token)  # before the token is consumed: see journal.py
+    rate_queue(task.app, pool, options.rates).drop(token)
+
+
+# Its run parks under a fresh token when refused; one that parks for a permit
+# leaves the rate queue.
+register_park_header(RATE_PARK_HEADER, _leave_rate_queue)
 
 
 class RateHold(Hold):

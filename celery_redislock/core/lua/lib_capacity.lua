@@ -24,10 +24,10 @@
 --                is an admission charged when it is claimed -- with ahead, at the
 --                admission time it is claimed for, so its run, published ahead by
 --                about its way through the broker, starts at that time (a take that
---                comes early is told to wait, capacity_due); it is never given back
---                (a lapsed or returned claim stays charged: the limit is never
---                exceeded, the run is charged again when claimed again). A pump at
---                the next admission time (its caller's timer) claims the head.
+--                comes early is told to wait, capacity_due); a lapsed, returned or
+--                dropped claim is refunded while its slots count (capacity_unreserve:
+--                the run is charged again when claimed again). A pump at the next
+--                admission time (its caller's timer) claims the head.
 
 -- The capacity of a script: KEYS from index `kfirst`, ARGV from `afirst` (see above);
 -- nil for a kind these scripts do not know, so the script fails at its first use.

@@ -4,6 +4,7 @@ started at its admission time, never retried, never holding a worker process."""
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections import Counter
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_redislock import RateLimited, rate_limited_task
+from celery_redislock import RateLimited, RedisRateLimiter, rate_limited_task
 from celery_redislock.celery.ratelimit import queues
 from celery_redislock.celery.signals import rate_duplicate, rate_limited
 from celery_redislock.errors import ConfigurationError
@@ -148,6 +149,54 @@ def test_a_run_admitted_by_the_rate_but_refused_a_permit_is_not_lost(
     assert _windows([start for start, _, _ in spans], 1.0) <= 4
     ordered = sorted(spans)
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))  # one at once
+
+
+def test_a_run_the_rate_admitted_waits_for_its_permit_without_a_charge(
+    app: Celery, locks: redis.Redis, worker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At most 1 at once and 2 per 2 s: two runs parked for the rate are claimed
+    together; one takes the permit, the other parks for the permit -- its rate charge
+    refunded, so only a run that really started counts (before, the waiting one kept
+    its charge: the limiter's other callers were held back by an admission nobody
+    used). A run refused a permit parks at intake, no pool process (#25)."""
+    app.conf.redislock_prefix = "combined"  # no earlier test's pump publishes these
+    started: list[float] = []
+    spans: list[tuple[float, float, int]] = []
+
+    @rate_limited_task(
+        app=app,
+        global_rate_limit="2/2s",
+        global_rate_key="api2",
+        concurrency_limit=1,
+        concurrency_key="one",
+        bind=True,
+    )
+    def call(self: Any, n: int) -> int:
+        started.append(time.time())
+        time.sleep(1.0)
+        spans.append((started[-1], time.time(), self.request.retries))
+        return n
+
+    limiter = RedisRateLimiter(locks, "api2", rate="2/2s", prefix="combined")
+    assert limiter.acquire(blocking=False) and limiter.acquire(blocking=False)  # spent
+    caplog.set_level(logging.DEBUG, logger="celery_redislock.celery.bounded.parking")
+    worker(app, concurrency=4)
+    results = [call.delay(n) for n in range(2)]  # parked for the rate, claimed together
+    deadline = time.time() + 5
+    while not started and time.time() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # the other one was refused the permit meanwhile
+    assert started and not spans
+    assert [u.used for u in limiter.info().active] == [1]  # the run that started, only
+    assert limiter.acquire(blocking=False)  # the admission the waiting run left
+    late = call.delay(2)  # refused a permit (the limit is full): parked at intake
+    assert sorted(r.get(timeout=30) for r in [*results, late]) == [0, 1, 2]
+    assert all(retries == 0 for _, _, retries in spans)
+    ordered = sorted(spans)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))  # one at once
+    assert _windows([start for start, _, _ in spans], 2.0) <= 2
+    parked_at = [r.getMessage() for r in caplog.records if late.id in r.getMessage()]
+    assert any("on intake" in line for line in parked_at), parked_at
 
 
 def test_a_singleton_with_a_rate_runs_each_signature_once_at_the_rate(
