@@ -61,7 +61,6 @@ prints their p50/p99 (see ``_stages.py``); ``--modes`` runs a subset.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -76,7 +75,7 @@ from typing import Any
 import _stages
 import redis
 from _backlog_print import CONTROLS, MODES, print_backlog
-from _common import percentile
+from _common import add_to_dump, percentile
 
 from celery_redislock.testing import RedisServer
 
@@ -293,15 +292,11 @@ def run_backlog(
         stamps = _stages.collect(directory) if stages else {}
     print_backlog(results, count, seconds, limit, stamps)
     if dump:
-        with open(dump, "w", encoding="utf-8") as f:
-            json.dump(
-                {
-                    "limit": limit,
-                    "seconds": seconds,
-                    "modes": {
-                        mode: [{"first": r["first"], "rows": r["rows"]} for r in rs]
-                        for mode, rs in results.items()
-                    },
-                },
-                f,
-            )
+        add_to_dump(
+            limit=limit,
+            seconds=seconds,
+            modes={
+                mode: [{"first": r["first"], "rows": r["rows"]} for r in rs]
+                for mode, rs in results.items()
+            },
+        )

@@ -1,10 +1,41 @@
-"""Small helpers shared by the benchmark scripts (not part of the package)."""
+"""Small helpers shared by the benchmark scripts (not part of the package).
+
+Every script parses its options with :func:`parse_args`, which adds ``--dump FILE``:
+the results as JSON beside the printed table (#28) -- each table :func:`print_table`
+printed (headers and cells), everything the script printed, the script's own series
+(:func:`add_to_dump`, for ``benchmarks/plot_figures.py``), and under ``"meta"`` the
+command, the machine and the dates with the load average at both ends.
+"""
 
 from __future__ import annotations
 
+import argparse
+import atexit
+import datetime
+import io
+import json
+import os
+import platform
 import statistics
+import subprocess
+import sys
+import time
 from collections.abc import Sequence
-from typing import Any
+from types import TracebackType
+from typing import Any, TextIO
+
+from celery_redislock.errors import ConfigurationError
+from celery_redislock.testing import find_redis_server
+
+# Keys of a dump that are not a script's own series (plot_figures.py skips them).
+META_KEYS = ("meta", "tables", "printed")
+
+_started = time.time()
+_load_at_start = os.getloadavg()
+_tables: list[dict[str, Any]] = []
+_series: dict[str, Any] = {}
+_printed = io.StringIO()
+_failed = False
 
 
 def percentile(values: Sequence[float], pct: float) -> float:
@@ -32,7 +63,16 @@ def command_calls(client: Any) -> int:
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """Print a plain-text table with right-aligned columns (first column left)."""
+    """Print a plain-text table with right-aligned columns (first column left); kept for
+    ``--dump`` under the last ``#`` heading printed before it."""
+    headings = [line for line in _printed.getvalue().splitlines() if line.startswith("#")]
+    _tables.append(
+        {
+            "heading": headings[-1].lstrip("# ") if headings else None,
+            "headers": [str(h) for h in headers],
+            "rows": [[_cell(c) for c in row] for row in rows],
+        }
+    )
     cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
 
@@ -45,3 +85,127 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
     print("  ".join("-" * width for width in widths))
     for row in cells[1:]:
         print(line(row))
+
+
+def _cell(value: object) -> object:
+    """A table cell as JSON has it: numbers as numbers (nan as None), the rest as text."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int | float):
+        return None if value != value else value  # nan
+    return str(value)
+
+
+def add_to_dump(**series: Any) -> None:
+    """Add the script's own results (JSON-able) to its ``--dump``: the figures' input."""
+    _series.update(series)
+
+
+def machine() -> dict[str, Any]:
+    """What ran the benchmark: CPU, cores, memory, system, Python, redis-server."""
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in _read("/proc/cpuinfo").splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor() or platform.machine(),
+    )
+    memory = next(
+        (
+            int(line.split()[1]) // 1024**2
+            for line in _read("/proc/meminfo").splitlines()
+            if line.startswith("MemTotal:")
+        ),
+        None,
+    )
+    try:
+        redis = (
+            subprocess.run(
+                [find_redis_server(), "--version"], capture_output=True, text=True, timeout=10
+            )
+            .stdout.split(" sha=")[0]
+            .strip()
+        )
+    except (ConfigurationError, OSError, subprocess.SubprocessError) as e:
+        redis = f"unknown ({e})"
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "memory_gb": memory,
+        "system": platform.platform(),
+        "python": platform.python_version(),
+        "redis": redis,
+    }
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+class _Tee(io.TextIOBase):
+    """stdout that also keeps what was printed, for the dump."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        _printed.write(text)
+        return self._out.write(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
+def parse_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """``parser.parse_args()`` with ``--dump FILE`` added: when given, the results are
+    written there as JSON once the script ends (not when it fails)."""
+    parser.add_argument(
+        "--dump",
+        metavar="FILE",
+        help="also write the results (tables, output, series, machine, date) to this JSON file",
+    )
+    options = parser.parse_args()
+    if options.dump:
+        sys.stdout = _Tee(sys.stdout)
+        previous = sys.excepthook
+
+        def failed(
+            kind: type[BaseException], value: BaseException, tb: TracebackType | None
+        ) -> None:
+            global _failed
+            _failed = True
+            previous(kind, value, tb)
+
+        sys.excepthook = failed
+        atexit.register(_write, options.dump, sys.argv[:])
+    return options
+
+
+def _write(path: str, argv: list[str]) -> None:
+    if _failed:
+        print(f"--dump: not written, the script failed ({path})", file=sys.stderr)
+        return
+    sys.stdout.flush()
+    meta = {
+        "command": " ".join(["python", os.path.relpath(argv[0]), *argv[1:]]),
+        "started": _utc(_started),
+        "ended": _utc(time.time()),
+        "load_average": {
+            "start": [round(x, 2) for x in _load_at_start],
+            "end": [round(x, 2) for x in os.getloadavg()],
+        },
+        "machine": machine(),
+    }
+    payload = {"meta": meta, "tables": _tables, "printed": _printed.getvalue(), **_series}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(payload, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+
+
+def _utc(at: float) -> str:
+    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

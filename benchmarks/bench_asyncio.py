@@ -60,7 +60,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # point at another checkout).
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import command_calls, median, percentile, print_table, us
+from _common import command_calls, median, parse_args, percentile, print_table, us
 
 from celery_redislock.asyncio import AsyncRedisLock, AsyncRedisSemaphore
 from celery_redislock.testing import RedisServer
@@ -446,7 +446,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="rounds of the uncontended cycle")
     parser.add_argument("--api-cap", action="store_true", help="the API cap only")
     parser.add_argument("--runs", type=int, help="runs of the API cap")
-    options = parser.parse_args()
+    options = parse_args(parser)
     rounds, cycles, duration = (2, 200, 1.0) if options.quick else (5, 500, 2.0)
     rounds = options.rounds or rounds
     load_before = os.getloadavg()[0]

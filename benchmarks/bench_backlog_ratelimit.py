@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import itertools
 
-from _common import print_table
+from _common import parse_args, print_table
 
 from celery_redislock.testing import RedisServer
 
@@ -178,7 +178,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait per run")
     parser.add_argument("--kinds", default="plain,bounded")
-    args = parser.parse_args()
+    args = parse_args(parser)
     rows = []
     totals: dict[str, list[float]] = {}
     for n in range(args.rounds):

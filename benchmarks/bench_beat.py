@@ -44,12 +44,13 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
-from _common import percentile, print_table  # noqa: E402
+from _common import add_to_dump, parse_args, percentile, print_table  # noqa: E402
 
 from celery_redislock.testing import RedisServer  # noqa: E402
 from tests.faults import FaultProxy  # noqa: E402
@@ -199,11 +200,37 @@ def scenario(url: str, seconds: float, lease: float, inner: str) -> None:
     )
 
 
-def failovers(url: str, kills: int, lease: float | None) -> list[float]:
+def timeline(
+    module: AppModule, url: str, kills: list[tuple[float, str | None, float | None]], wait: float
+) -> list[dict[str, Any]]:
+    """For ``--dump`` (#28's failover figure): each kill -- when, which beat, how long
+    to the takeover -- with the runs of the 1 s entry from 5 s before it to 5 s after
+    the takeover, as (seconds since the kill, whether the killed beat sent it: None
+    when the scheduler does not say which beat sent it)."""
+    recorded = [r for r in runs(module, url) if r.entry == "every-second"]
+    out = []
+    for killed_at, killed, took in kills:
+        until = killed_at + (wait if took is None else took) + 5
+        out.append(
+            {
+                "killed_at": killed_at,
+                "took": took,
+                "runs": [
+                    [round(r.ran_at - killed_at, 3), None if killed is None else r.sender == killed]
+                    for r in recorded
+                    if killed_at - 5 <= r.ran_at <= until
+                ],
+            }
+        )
+    return out
+
+
+def failovers(url: str, kills: int, lease: float | None) -> tuple[list[float], list[Any]]:
     directory = Path(tempfile.mkdtemp(prefix="bench-beat-"))
     conf = "{}" if lease is None else f'{{"redislock_beat_lease": {lease}}}'
     module = make_module(directory, url, conf, "persistent")
     times: list[float] = []
+    killings: list[tuple[float, str | None, float | None]] = []
     with WorkerProcess(module, pool="solo", concurrency=1):
         beats = [BeatProcess(module).start() for _ in range(3)]
         try:
@@ -216,10 +243,11 @@ def failovers(url: str, kills: int, lease: float | None) -> list[float]:
                 beats.remove(leader)
                 beats.append(BeatProcess(module).start())
                 times.append(first_run_after(module, url, killed_at, killed) - killed_at)
+                killings.append((killed_at, killed, times[-1]))
         finally:
             for beat in beats:
                 beat.stop()
-    return times
+    return times, timeline(module, url, killings, 0.0)
 
 
 def first_run_after(module: AppModule, url: str, since: float, not_by: str) -> float:
@@ -238,10 +266,11 @@ def sending(beat: BeatProcess) -> Callable[[], bool]:
     return lambda: beat.log().count("Sending due task") >= 2
 
 
-def redbeat_failover(url: str, kills: int, wait: float) -> list[float | None]:
+def redbeat_failover(url: str, kills: int, wait: float) -> tuple[list[float | None], list[Any]]:
     directory = Path(tempfile.mkdtemp(prefix="bench-redbeat-"))
     module = beat_module(directory, url, schedule=SCHEDULE, conf='{"redbeat_key_prefix": app.main}')
     out: list[float | None] = []
+    killings: list[tuple[float, str | None, float | None]] = []
     with WorkerProcess(module, pool="solo", concurrency=1):
         beats = [
             BeatProcess(module, scheduler="redbeat.RedBeatScheduler").start() for _ in range(3)
@@ -267,10 +296,11 @@ def redbeat_failover(url: str, kills: int, wait: float) -> list[float | None]:
                         break
                     time.sleep(0.5)
                 out.append(took)
+                killings.append((killed_at, None, took))  # RedBeat stamps no sender
         finally:
             for beat in beats:
                 beat.stop()
-    return out
+    return out, timeline(module, url, killings, wait)
 
 
 def control(url: str, seconds: float) -> None:
@@ -318,7 +348,7 @@ def main() -> None:
     parser.add_argument("--lease", type=float, default=3.0, help="a short lease, beside 10 s")
     parser.add_argument("--redbeat-kills", type=int, default=1)
     parser.add_argument("--redbeat-wait", type=float, default=120.0)
-    args = parser.parse_args()
+    args = parse_args(parser)
     print(f"load average at start: {Path('/proc/loadavg').read_text().strip()}")
     with RedisServer() as server:
         url = server.url
@@ -329,13 +359,17 @@ def main() -> None:
         if args.control > 0:
             control(url, args.control)
         rows = []
+        timelines: dict[str, list[Any]] = {}
         if args.kills > 0:
             for lease in (None, args.lease):
-                times = failovers(url, args.kills, lease)
+                times, timelines_ = failovers(url, args.kills, lease)
                 label = f"LeaderScheduler, lease {10.0 if lease is None else lease:g} s"
                 rows.append(describe(label, times))
+                timelines[label] = timelines_
         if args.redbeat_kills > 0:
-            red = redbeat_failover(url, args.redbeat_kills, args.redbeat_wait)
+            red, timelines["RedBeat, default settings"] = redbeat_failover(
+                url, args.redbeat_kills, args.redbeat_wait
+            )
             done = [t for t in red if t is not None]
             if done:
                 rows.append(describe("RedBeat, default settings", done))
@@ -347,6 +381,7 @@ def main() -> None:
         if rows:
             print("\n## Failover: SIGKILL of the leader -> first run sent by another beat (s)")
             print_table(("scheduler", "kills", "median", "p95", "max"), rows)
+            add_to_dump(redbeat_wait=args.redbeat_wait, failovers=timelines)
     print(f"load average at end: {Path('/proc/loadavg').read_text().strip()}")
 
 

@@ -39,7 +39,6 @@ is printed at the end).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -60,7 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import redis
-from _common import command_calls, print_table
+from _common import add_to_dump, command_calls, parse_args, print_table
 
 from celery_redislock.testing import RedisServer
 
@@ -275,14 +274,12 @@ def run(
         ["run", "makespan s", "ideal s", "peak", "busy", "re-scheduled", "Redis cmds/task"], rows
     )
     if dump:
-        with open(dump, "w", encoding="utf-8") as f:
-            json.dump(
-                {
-                    label: [{"start": r["start"], "intervals": r["intervals"]} for r in rs]
-                    for label, rs in results.items()
-                },
-                f,
-            )
+        add_to_dump(
+            **{
+                label: [{"start": r["start"], "intervals": r["intervals"]} for r in rs]
+                for label, rs in results.items()
+            }
+        )
     ratio = statistics.median(r["makespan"] for r in results["bounded"]) / statistics.median(
         r["makespan"] for r in results["unbounded"]
     )
@@ -331,8 +328,7 @@ def main() -> None:
         action="store_true",
         help="backlog: stamp and print each hand-off's stages (_stages.py)",
     )
-    parser.add_argument("--dump", help="write every run's intervals to this JSON file")
-    args = parser.parse_args()
+    args = parse_args(parser)
     if args.backlog:
         from _backlog import MODES, run_backlog
 

@@ -49,7 +49,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import percentile, print_table
+from _common import parse_args, percentile, print_table
 from _failover import TTL, kill_trial, report_kill, steady_state
 
 from celery_redislock import RedisLock
@@ -192,7 +192,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="hand-off rounds per mode")
     parser.add_argument("--seconds", type=float, default=3.0, help="length of a round")
     parser.add_argument("--steady", type=int, default=500, help="steady-state rounds")
-    args = parser.parse_args()
+    args = parse_args(parser)
     with LocalCluster() as cluster:
         node_a, node_b = cluster._primaries()[:2]
         name, other = name_on(cluster, node_a, "handoff"), name_on(cluster, node_b, "elsewhere")

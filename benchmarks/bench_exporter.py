@@ -26,7 +26,7 @@ from prometheus_client.exposition import generate_latest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import median, percentile, print_table
+from _common import median, parse_args, percentile, print_table
 
 from celery_redislock import RedisLock, RedisSemaphore
 from celery_redislock.celery.metrics.collector import RedisLockCollector
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--locks", type=int, default=10_000)
     parser.add_argument("--pools", type=int, default=100)
     parser.add_argument("--scrapes", type=int, default=20)
-    args = parser.parse_args()
+    args = parse_args(parser)
     with RedisServer() as server:
         client = redis.Redis.from_url(server.url)
         started = time.perf_counter()

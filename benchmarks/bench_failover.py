@@ -53,7 +53,7 @@ import redis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import print_table
+from _common import parse_args, print_table
 from _failover import TTL, kill_trial, report_kill, until_answered
 from _failover import steady_state as _steady_state
 
@@ -171,7 +171,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20, help="trials per mode")
     parser.add_argument("--steady", type=int, default=500, help="steady-state rounds")
     parser.add_argument("--scenario", choices=("kill", "partition", "both"), default="both")
-    args = parser.parse_args()
+    args = parse_args(parser)
     # SIGTERM ends the run through the ``with`` block, so every server is killed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}

@@ -25,7 +25,7 @@ import redis
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from _common import median, print_table, us
+from _common import median, parse_args, print_table, us
 
 from celery_redislock.core.journal import ParkJournal
 from celery_redislock.core.parking import ParkingSemaphore, new_entry_id
@@ -53,7 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=2000, help="parked runs per batch")
     parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+    args = parse_args(parser)
     with RedisServer() as locks_server, RedisServer() as broker_server:
         locks = redis.Redis(port=locks_server.port)
         journal = ParkJournal(redis.Redis(port=broker_server.port), "bench")

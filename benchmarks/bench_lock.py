@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import json
 import multiprocessing
 import os
 import platform
@@ -59,7 +58,7 @@ import redis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import command_calls, median, percentile, print_table, us
+from _common import add_to_dump, command_calls, median, parse_args, percentile, print_table, us
 
 from celery_redislock import RedisLock
 from celery_redislock.testing import RedisServer
@@ -415,8 +414,7 @@ def contended(url: str, duration: float) -> tuple[list[list[str]], list[tuple[st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter run (smoke test)")
-    parser.add_argument("--dump", help="write every uncontended cycle's time to this JSON file")
-    options = parser.parse_args()
+    options = parse_args(parser)
     kept: dict[str, list[float]] | None = {} if options.dump else None
     rounds, n, duration = (4, 400, 1.0) if options.quick else (8, 1500, 3.0)
     started = time.monotonic()
@@ -473,14 +471,13 @@ def main() -> None:
         f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     )
     if options.dump:
-        with open(options.dump, "w", encoding="utf-8") as f:
-            # the distribution in 1,001 quantiles (0, 0.1 %, ..., 100 %) of every cycle
-            ordered = {name: sorted(times) for name, times in (kept or {}).items()}
-            quantiles = {
-                name: [times[round(q * (len(times) - 1) / 1000)] for q in range(1001)]
-                for name, times in ordered.items()
-            }
-            json.dump({"unit": "s", "uncontended": quantiles}, f)
+        # the distribution in 1,001 quantiles (0, 0.1 %, ..., 100 %) of every cycle
+        ordered = {name: sorted(times) for name, times in (kept or {}).items()}
+        quantiles = {
+            name: [times[round(q * (len(times) - 1) / 1000)] for q in range(1001)]
+            for name, times in ordered.items()
+        }
+        add_to_dump(unit="s", uncontended=quantiles)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_singleton
+from _common import parse_args
 
 _make_app = bench_singleton.make_app
 
@@ -31,7 +32,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pool", default="solo", choices=["solo", "threads", "prefork"])
-    args = parser.parse_args()
+    args = parse_args(parser)
     for i in range(args.rounds):
         for on in (False, True) if i % 2 == 0 else (True, False):
 

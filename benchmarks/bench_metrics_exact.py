@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
+from benchmarks._common import parse_args  # noqa: E402
 from celery_redislock.testing import RedisServer  # noqa: E402
 from tests.integration.metrics import scenario  # noqa: E402
 
@@ -34,7 +35,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--kills", type=int, default=10, help="runs of each kind killed")
-    args = parser.parse_args()
+    args = parse_args(parser)
     with RedisServer() as server, tempfile.TemporaryDirectory() as tmp:
         outcome = scenario.run(
             Path(tmp),

@@ -44,7 +44,7 @@ sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import redis
 from _backlog import _cpu, _pushes
-from _common import percentile
+from _common import parse_args, percentile
 from bench_bounded import worker
 
 from celery_redislock.core.ratelimit_rates import parse_rates
@@ -178,7 +178,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=0.02)
     parser.add_argument("--rate", default="20/s")
     parser.add_argument("--ways", default=",".join(WAYS), help=f"subset of: {', '.join(WAYS)}")
-    args = parser.parse_args()
+    args = parse_args(parser)
     ways = [w.strip() for w in args.ways.split(",")]
     (rate,) = parse_rates(args.rate, "--rate")
     with RedisServer() as server, tempfile.TemporaryDirectory() as directory, ExitStack() as stack:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import json
 import multiprocessing
 import os
 import sys
@@ -38,7 +37,7 @@ import redis
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._common import command_calls, print_table
+from benchmarks._common import add_to_dump, command_calls, parse_args, print_table
 from celery_redislock import RedisRateLimiter
 from celery_redislock.testing import RedisServer
 
@@ -196,8 +195,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0, help="per scenario")
     parser.add_argument("--limit", type=int, default=50, help="N of the N/s rate")
     parser.add_argument("--calls", type=int, default=3000, help="calls for the cost per call")
-    parser.add_argument("--dump", help="write every admission to this JSON file (#28's plots)")
-    args = parser.parse_args()
+    args = parse_args(parser)
     admissions: dict[str, list[tuple[float, float, float]]] = {}
     with open("/proc/loadavg") as f:
         print(f"load average before: {f.read().split()[:3]}")
@@ -234,20 +232,16 @@ def main() -> None:
     with open("/proc/loadavg") as f:
         print(f"\nload average after: {f.read().split()[:3]}")
     if args.dump:
-        with open(args.dump, "w", encoding="utf-8") as f:
-            json.dump(
-                {
-                    "limit": args.limit,
-                    "period": 1.0,
-                    # (call start, call end) on the shared monotonic clock; the server's
-                    # admission time (None for limits, which records none)
-                    "admissions": {
-                        label: [(a, b, None if c != c else c) for a, b, c in rows]
-                        for label, rows in admissions.items()
-                    },
-                },
-                f,
-            )
+        add_to_dump(
+            limit=args.limit,
+            period=1.0,
+            # (call start, call end) on the shared monotonic clock; the server's
+            # admission time (None for limits, which records none)
+            admissions={
+                label: [(a, b, None if c != c else c) for a, b, c in rows]
+                for label, rows in admissions.items()
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ import redis.asyncio
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import median, percentile, print_table
+from _common import median, parse_args, percentile, print_table
 
 from celery_redislock import RedisLock, RedlockLock
 from celery_redislock.core.redlock import rounds
@@ -277,7 +277,7 @@ def fan_out_choices(ports: list[int], count: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, shorter runs")
-    options = parser.parse_args()
+    options = parse_args(parser)
     rounds_, per_round, seconds = (4, 100, 1.0) if options.quick else (12, 200, 3.0)
     if Redlock is None:
         print("pottery is not installed here: its rows are left out (see the module docs)")

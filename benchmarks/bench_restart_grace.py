@@ -43,6 +43,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._common import parse_args
 from celery_redislock import RedisLock
 from celery_redislock.core.parking import ParkingSemaphore
 from celery_redislock.errors import RedisRestarting
@@ -249,7 +250,7 @@ def main() -> None:
     parser.add_argument("--ttl", type=float, default=30.0, help="lock_ttl (s)")
     parser.add_argument("--blip", type=float, default=10.0, help="seconds the lock Redis is down")
     parser.add_argument("--only", choices=("before", "after"), help="one row only")
-    args = parser.parse_args()
+    args = parse_args(parser)
     rows = []
     graces: list[tuple[str, object]] = [("lock_ttl (before)", args.ttl), ("True (after)", True)]
     with tempfile.TemporaryDirectory() as tmp:

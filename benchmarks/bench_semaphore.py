@@ -41,7 +41,7 @@ import redis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import command_calls, median, percentile, print_table
+from _common import command_calls, median, parse_args, percentile, print_table
 
 from celery_redislock import RedisSemaphore
 from celery_redislock.core import semaphore_scripts
@@ -264,7 +264,7 @@ def idle_waiter(url: str, seconds: float) -> list[list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter run (smoke test)")
-    options = parser.parse_args()
+    options = parse_args(parser)
     duration, rounds, idle = (1.0, 1, 2.0) if options.quick else (2.0, 3, 5.0)
     started = time.monotonic()
     with RedisServer() as server:

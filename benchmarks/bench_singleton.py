@@ -44,7 +44,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import redis
-from _common import command_calls, median, percentile, print_table, us
+from _common import command_calls, median, parse_args, percentile, print_table, us
 from celery import Celery, Task
 from celery.contrib.testing.worker import start_worker
 
@@ -176,7 +176,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=400, help="calls of each task")
     parser.add_argument("--pool", default="solo", choices=["solo", "threads", "prefork"])
-    args = parser.parse_args()
+    args = parse_args(parser)
     run(args.calls, args.pool)
 
 

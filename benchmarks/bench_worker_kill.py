@@ -65,7 +65,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import redis
-from _common import print_table
+from _common import parse_args, print_table
 from _kills import HOOKS, read_events, summary
 
 from celery_redislock.core.parking import ParkingSemaphore
@@ -311,7 +311,7 @@ def main() -> None:
         help="comma-separated: today, redelivery (see the module); each round runs each",
     )
     parser.add_argument("--seed", type=int, default=None, help="seed of round 1 (+1 per round)")
-    args = parser.parse_args()
+    args = parse_args(parser)
     names = [name.strip() for name in args.settings.split(",") if name.strip()]
     for name in names:
         if name not in SETTINGS:
