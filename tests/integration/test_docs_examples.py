@@ -27,6 +27,7 @@ ONE_REDIS = [
     "core_lock",
     "asyncio_semaphore",
     "metrics_collector",
+    "typed_delay",
 ]
 
 

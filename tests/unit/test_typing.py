@@ -47,3 +47,26 @@ def test_mypy_catches_bad_option_strings_and_typed_delay(tmp_path: Path) -> None
     )
     lines = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
     assert lines == {12, 13, 16, 18, 19}, out + err
+
+
+def test_the_typed_example_of_the_docs_fails_as_it_says(tmp_path: Path) -> None:
+    """docs/examples/typed_delay.py (docs/guides/singleton.md): mypy reports the one
+    error its comment quotes, on the call below the comment, and nothing else."""
+    example = ROOT / "docs" / "examples" / "typed_delay.py"
+    lines = example.read_text().splitlines()
+    said = next(i for i, line in enumerate(lines, 1) if line.startswith("# mypy reports: "))
+    out, err, _ = api.run(
+        [
+            "--strict",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path / "c"),
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            str(example),
+        ]
+    )
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert len(errors) == 1, out + err
+    quoted = lines[said - 1].removeprefix("# mypy reports: ")
+    assert f":{said + 1}: error: {quoted}  [arg-type]" in errors[0], errors
