@@ -42,7 +42,9 @@ from .signature import received_key
 __all__ = ["SINGLETON", "SingletonGuard", "SingletonHold"]
 
 
-def _report_lost(task: AnyTask, task_id: str, key: str, lease: Lease) -> None:
+def _report_lost(
+    task: AnyTask, task_id: str, key: str, lease: Lease, reason: str | None = None
+) -> None:
     if lease.released:  # found by its own release: the run ended (or its give-back, later)
         LEASE.error(
             "celery_redislock: task %s[%s] found its singleton lock %r no longer held when "
@@ -50,7 +52,7 @@ def _report_lost(task: AnyTask, task_id: str, key: str, lease: Lease) -> None:
             task.name,
             task_id,
             key,
-            lease.lost_reason,
+            reason or lease.lost_reason,
         )
     else:
         # Runs on the renewal thread. Celery cannot stop a running body safely, so the
@@ -96,7 +98,18 @@ class SingletonHold(Hold):
             return True
         if self.options.mode == "interval":
             assert self.options.interval is not None
-            released = hand_over(self.lease, self.options.interval)
+            reported = self.lease.lost
+            if not self.lease.released:
+                released = hand_over(self.lease, self.options.interval)
+            else:
+                # A give-back's retry (see giveback.py): the hand-over forgot the lease
+                # here before its call failed, so set the TTL by token.
+                lock = lock_for(self.task, self.key, self.options)
+                released = extend_token(lock, self.lease.token, self.options.interval)
+            if not released and not reported:  # a hand-over reports no loss itself
+                _report_lost(
+                    self.task, self.task_id, self.key, self.lease, "its interval was not set"
+                )
             reason = f"{reason} (held {self.options.interval:g}s more: interval)"
         else:
             released = self.lease.release()
