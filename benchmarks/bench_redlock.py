@@ -9,9 +9,10 @@ pottery is not a dependency: install it in the benchmark's environment only::
 Without pottery its rows are left out. It starts five private ``redis-server``s and
 measures, interleaved round by round so a busy machine hits every side alike:
 
-1. **Uncontended** acquire (non-blocking) + release, p50 / p99 per round, medians over
-   rounds; the ratio to ``RedisLock`` is the median of the per-round p50 ratios; CPU
-   per cycle of this client and of all the servers (INFO cpu), where the time goes;
+1. **Uncontended** acquire (non-blocking) + release, and a held lease's ``extend()``
+   and ``extend(ttl, add=True)``, p50 / p99 per round, medians over rounds; the ratio
+   to ``RedisLock`` is the median of the per-round p50 ratios; CPU per cycle of this
+   client and of all the servers (INFO cpu), where the time goes;
    and their sum over the cores this process may run on ("CPU floor"): no cycle can
    be faster than that when the client and the servers share those cores, as on one
    machine (N masters do N times a master's work per cycle, mostly kernel time per
@@ -81,7 +82,22 @@ def cycles(ports: list[int], n: int) -> dict[str, Callable[[], None]]:
         assert lease is not None
         lease.release()
 
-    out = {"RedisLock (1 master)": redis_lock, f"RedlockLock ({n})": redlock}
+    # Another lock's lease, extended every cycle (never expires meanwhile).
+    held = RedlockLock(clients[:n], f"bench-held-{n}", ttl=TTL).acquire(blocking=False)
+    assert held is not None
+
+    def redlock_extend() -> None:
+        assert held.extend()
+
+    def redlock_add() -> None:
+        assert held.extend(0.001, add=True)  # capped at max_ttl (the TTL) on the masters
+
+    out = {
+        "RedisLock (1 master)": redis_lock,
+        f"RedlockLock ({n})": redlock,
+        f"RedlockLock ({n}) extend()": redlock_extend,
+        f"RedlockLock ({n}) extend(add=True)": redlock_add,
+    }
     if Redlock is not None:
         theirs = Redlock(key=f"bench-pottery-{n}", masters=set(clients[:n]), auto_release_time=TTL)
 
@@ -142,7 +158,10 @@ def uncontended(ports: list[int], n: int, rounds_: int, per_round: int) -> None:
                 f"{floor:.0f}",
             ]
         )
-    print(f"\nUncontended acquire + release, {n} masters ({rounds_} rounds x {per_round})")
+    print(
+        f"\nUncontended acquire + release (extend: one held lease), {n} masters "
+        f"({rounds_} rounds x {per_round})"
+    )
     print_table(
         [
             "lock",
@@ -277,6 +296,9 @@ def fan_out_choices(ports: list[int], count: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, shorter runs")
+    parser.add_argument(
+        "--uncontended", action="store_true", help="only the uncontended table (item 1)"
+    )
     options = parse_args(parser)
     rounds_, per_round, seconds = (4, 100, 1.0) if options.quick else (12, 200, 3.0)
     if Redlock is None:
@@ -287,9 +309,10 @@ def main() -> None:
         mark_booted([redis.Redis(port=port) for port in ports], TTL)
         for n in (3, 5):
             uncontended(ports, n, rounds_, per_round)
-        for n in (3, 5):
-            contended(ports, n, seconds)
-        fan_out_choices(ports, 300 if options.quick else 1000)
+        if not options.uncontended:
+            for n in (3, 5):
+                contended(ports, n, seconds)
+            fan_out_choices(ports, 300 if options.quick else 1000)
     finally:
         for server in servers:
             server.stop()

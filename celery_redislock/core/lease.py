@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Protocol, TypeVar
 
 from ..errors import LockNotOwned
-from .lease_state import EXPIRED, LeaseState, Steps, lost_lock
+from .lease_state import EXPIRED, LeaseState, Steps, Undecided, lost_lock
 
 __all__ = ["Lease", "LeaseHolder", "OnLost", "current_pid"]
 
@@ -50,16 +50,18 @@ class LeaseHolder(Protocol):
         when it was no longer held."""
         ...
 
-    def _extend_token(self, token: str, ttl_ms: int) -> bool:
-        """Set ``token``'s TTL in one round trip; False when it was no longer held."""
+    def _extend_token(self, token: str, ttl_ms: int) -> bool | Undecided:
+        """Set ``token``'s TTL in one round trip; False when it was no longer held
+        (:class:`~.lease_state.Undecided`: a Redlock could not tell yet)."""
         ...
 
     def _held_token(self, token: str) -> int:
         """The ms ``token`` has left on the server, 0 when not live (read-only)."""
         ...
 
-    def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
-        """Add ``ttl_ms`` to ``token``'s time left; the ms left after, 0 when not live."""
+    def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int | Undecided:
+        """Add ``ttl_ms`` to ``token``'s time left; the ms left after, 0 when not live
+        (:class:`~.lease_state.Undecided`: a Redlock could not tell yet)."""
         ...
 
 

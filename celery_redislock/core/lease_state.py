@@ -26,7 +26,15 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 from ..errors import ConfigurationError
 from .validate import check_bool, ttl_to_ms
 
-__all__ = ["EXPIRED", "LeaseState", "Request", "Steps", "lost_lock"]
+__all__ = [
+    "EXPIRED",
+    "LeaseState",
+    "Request",
+    "Steps",
+    "Undecided",
+    "lost_lock",
+    "retry_after",
+]
 
 T = TypeVar("T")
 
@@ -49,17 +57,37 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def retry_after(ttl: float) -> float:
+    """Seconds before a lease of ``ttl`` s asks again after a call that decided
+    nothing (an error, no majority): soon, not at once -- a sixth of the TTL, at
+    least 20 ms, at most 1 s. Renewal's rule (``renewal/schedule.py``) and extend's."""
+    return max(0.02, min(ttl / 6, 1.0))
+
+
+class Undecided(NamedTuple):
+    """A holder's answer to an extend that decides nothing yet: too few of a Redlock
+    lock's masters answered (stalled or unreachable) to tell, and not enough of them
+    said the lease is gone. The lease asks again until its deadline, as renewal does:
+    a stalled moment is not a loss (#30 item 6)."""
+
+    why: str
+
+
 class Request(NamedTuple):
     """One round trip a lease asks of its holder: the holder's method and its
     arguments (sync on a sync holder, a coroutine on an async one):
 
     * ``_release_lease(token, deadline) -> bool``: released (False: not ours);
-    * ``_extend_token(token, ttl_ms, gen) -> bool``: TTL set (False: not live);
-    * ``_add_to_token(token, ttl_ms, nonce, gen) -> int``: ms left after (0: not live);
-    * ``_held_token(token) -> int``: ms left (0: not live).
+    * ``_extend_token(token, ttl_ms, gen) -> bool | Undecided``: TTL set (False: not
+      live);
+    * ``_add_to_token(token, ttl_ms, nonce, gen) -> int | Undecided``: ms left after
+      (0: not live);
+    * ``_held_token(token) -> int``: ms left (0: not live);
+    * ``_pause(seconds) -> None``: wait before asking again; only asked of a holder
+      that answered :class:`Undecided`.
     """
 
-    method: Literal["_release_lease", "_extend_token", "_add_to_token", "_held_token"]
+    method: Literal["_release_lease", "_extend_token", "_add_to_token", "_held_token", "_pause"]
     args: tuple[str | int | float, ...]
 
 
@@ -221,14 +249,20 @@ class LeaseState:
             ttl_ms = ttl_to_ms(ttl)
             if self._released or not self._usable():
                 return False
+            total = max(0.0, self.remaining()) + ttl_ms / 1000.0
+            self._ttl_ms(total)  # the holder's rule for the TTL it comes to (max_ttl)
             # A renewed lease: as for a replaced TTL (below), a new generation; renewal
             # goes on at about the new length (the time left as known here, plus ttl).
-            renewer, gen = self._explicit(max(0.0, self.remaining()) + ttl_ms / 1000.0)
+            renewer, gen = self._explicit(total)
             sent_at = time.monotonic()
-            nonce = secrets.token_hex(8)
-            left_ms = yield Request("_add_to_token", (self.token, ttl_ms, nonce, gen))
+            nonce = secrets.token_hex(8)  # the same when asked again: added once
+            left_ms = yield from self._decided(
+                Request("_add_to_token", (self.token, ttl_ms, nonce, gen))
+            )
+            if left_ms is None:
+                return False
             return self._extended(sent_at, int(left_ms) / 1000.0, renewer)
-        ttl_ms = ttl_to_ms(self.ttl if ttl is None else ttl)
+        ttl_ms = self._ttl_ms(self.ttl if ttl is None else ttl)
         if self._released or not self._usable():
             return False
         # A renewed lease: the change gets a new generation, so a renewal composed
@@ -236,14 +270,40 @@ class LeaseState:
         # new TTL from now (not on the old schedule, maybe after the new TTL ran out).
         renewer, gen = self._explicit(ttl_ms / 1000.0)
         sent_at = time.monotonic()
-        ok = yield Request("_extend_token", self._ttl_args(ttl_ms, gen))
+        ok = yield from self._decided(Request("_extend_token", self._ttl_args(ttl_ms, gen)))
+        if ok is None:
+            return False
         return self._extended(sent_at, ttl_ms / 1000.0 if ok else 0.0, renewer)
+
+    def _decided(self, request: Request) -> Steps[Any]:
+        """``request``'s answer; asked again, after :func:`retry_after`, while the
+        holder answers :class:`Undecided`. None, and the lease marked lost, when its
+        deadline passes first (or it was released meanwhile)."""
+        answer = yield request
+        while isinstance(answer, Undecided):
+            left = self.remaining()
+            if left <= 0 or self._released:
+                self._mark_lost(f"extend: nothing confirmed the lease in time ({answer.why})")
+                return None
+            yield Request("_pause", (min(retry_after(self.ttl), left),))
+            answer = yield request
+        return answer
+
+    def _ttl_ms(self, ttl: object) -> int:
+        """``ttl`` (seconds) as the ms an extend sets, checked; a holder with a
+        longest lease (Redlock's ``max_ttl``) applies its rule (see the subclass)."""
+        return ttl_to_ms(ttl)
+
+    def _allowance(self, ttl: float) -> float:
+        """Seconds taken off a confirmed ``ttl`` for the local deadline: none on one
+        server; a Redlock's clock-drift allowance (see the subclass)."""
+        return 0.0
 
     def _extended(self, sent_at: float, ttl: float, renewer: RenewalHandle | None) -> bool:
         """An extend sent at ``sent_at`` left the lease ``ttl`` s (0: not live)."""
         if ttl > 0:
             self.ttl = ttl
-            self._confirm(sent_at + ttl)
+            self._confirm(sent_at + ttl - self._allowance(ttl))
             self._rescheduled(renewer, sent_at)
             return True
         self._mark_lost("extend found the lease no longer held")
@@ -261,7 +321,7 @@ class LeaseState:
         return False
 
     def _hand_over_steps(self, ttl: float) -> Steps[bool]:
-        ttl_ms = ttl_to_ms(ttl)
+        ttl_ms = self._ttl_ms(ttl)
         if self._released or not self._usable():
             return False
         # Renewal stops before the new TTL is set, and the change gets a new
@@ -269,7 +329,8 @@ class LeaseState:
         # scripts) cannot shorten it afterwards.
         _renewer, gen = self._explicit(ttl_ms / 1000.0)
         self._mark_released()
-        return bool((yield Request("_extend_token", self._ttl_args(ttl_ms, gen))))
+        answer = yield Request("_extend_token", self._ttl_args(ttl_ms, gen))
+        return not isinstance(answer, Undecided) and bool(answer)  # not asked again
 
     def _ttl_args(self, ttl_ms: int, gen: int) -> tuple[str | int, ...]:
         """``_extend_token``'s arguments; the generation only when there is one (a

@@ -265,9 +265,14 @@ class LockScripts:
         """Set lease ``token`` to expire ``ttl_ms`` from now; False when not live."""
         return bool((yield Call(EXTEND, self.holders_key, self.extend_args(token, ttl_ms, gen))))
 
-    def extend_add(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> Operation[int]:
-        """Add ``ttl_ms`` to what lease ``token`` has left; the ms left after (0: not live)."""
+    def extend_add(
+        self, token: str, ttl_ms: int, nonce: str, gen: int = 0, cap_ms: int = 0
+    ) -> Operation[int]:
+        """Add ``ttl_ms`` to what lease ``token`` has left, up to ``cap_ms`` left (0:
+        no cap); the ms left after (0: not live)."""
         args = self.add_args(token, ttl_ms, nonce, gen)
+        if cap_ms:
+            args = [token, ttl_ms, nonce, gen, cap_ms]
         return int((yield Call(EXTEND_ADD, self.add_keys, args)))
 
     def held(self, token: str) -> Operation[int]:

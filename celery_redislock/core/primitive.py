@@ -18,6 +18,7 @@ from ..errors import ConfigurationError, LockTimeout
 from .clients import AnyRedisClient
 from .keys import KeySpace
 from .lease import Lease, OnLost, current_pid
+from .lease_state import Undecided
 from .operations import PrimitiveOperations, run
 from .pubsub import pubsub_mode
 from .replicas import DEFAULT_REPLICA_TIMEOUT, check_replica_ack, remaining_ms
@@ -262,9 +263,10 @@ class Primitive(PrimitiveBase):
         one round trip; the lease's side, see :meth:`.Lease.held`)."""
         raise NotImplementedError
 
-    def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int:
+    def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int | Undecided:
         """Add ``ttl_ms`` to what ``token``'s lease has left, in one round trip; the ms
-        it has left afterwards, 0 when not live (see :meth:`.Lease.extend`)."""
+        it has left afterwards, 0 when not live (see :meth:`.Lease.extend`;
+        :class:`~.lease_state.Undecided` from a Redlock that could not tell yet)."""
         raise NotImplementedError
 
     def _release_token(self, token: str) -> bool:
@@ -276,8 +278,9 @@ class Primitive(PrimitiveBase):
         re-sent release by it); by the token alone unless the subclass says."""
         return self._release_token(token)
 
-    def _extend_token(self, token: str, ttl_ms: int) -> bool:
-        """Set ``token``'s TTL in one round trip (the lease's side; see the subclass)."""
+    def _extend_token(self, token: str, ttl_ms: int) -> bool | Undecided:
+        """Set ``token``'s TTL in one round trip (the lease's side; see the subclass;
+        :class:`~.lease_state.Undecided` from a Redlock that could not tell yet)."""
         raise NotImplementedError
 
     def _extend_call(

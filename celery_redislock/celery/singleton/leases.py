@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Final
 
 from ...core import Lease, RedisLock, RedlockLock
@@ -70,7 +71,10 @@ def release_token(lock: SingletonLock, token: str) -> bool:
 
 def extend_token(lock: SingletonLock, token: str, ttl: float) -> bool:
     """Set the lease ``token`` to expire ``ttl`` seconds from now if it is live."""
-    return Lease(lock, token, 0, lock.ttl).extend(ttl)
+    # Known by its token alone, the lease has no deadline here: made as one already
+    # due, so an extend that too few Redlock masters answered is not asked again
+    # until a deadline it never had (False at once, the caller's fallback runs).
+    return Lease(lock, token, 0, lock.ttl, granted_at=time.monotonic() - lock.ttl).extend(ttl)
 
 
 def hand_over(lease: Lease, ttl: float) -> bool:

@@ -11,7 +11,11 @@
 -- ARGV[3]  nonce    this request's id (fresh for each call, the same when re-sent).
 -- ARGV[4]  gen      optional: the lease's generation (an explicit TTL change of a
 --                   renewed lease), stored as "g:<token>" in holders: renewals
---                   composed before it, still in flight, then change nothing.
+--                   composed before it, still in flight, then change nothing
+--                   (0: none, as when left out).
+-- ARGV[5]  cap      optional: the most milliseconds the lease may have left
+--                   afterwards (a Redlock's max_ttl: no master keeps a lease longer
+--                   than its restart grace); the addition stops there.
 --
 -- Returns {stamp, reply}: stamp is 'x' and the first 8 characters of ARGV[1] (see
 -- LuaScript in scripts.py). reply is the milliseconds the lease has left afterwards (>
@@ -28,6 +32,7 @@ expiry = tonumber(expiry)
 local last = redis.call('HGET', added, token)
 if last and string.match(last, '^(%S+) ') == nonce then return {STAMP, expiry - now} end
 local target = expiry + tonumber(ARGV[2])
+if ARGV[5] then target = math.min(target, now + tonumber(ARGV[5])) end
 extend_lease(holders, token, target - now, now)
 redis.call('HSET', added, token, nonce .. ' ' .. string.format('%d', target))
 if ARGV[4] then redis.call('HSET', holders, 'g:' .. token, ARGV[4]) end

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 
 from redis import Redis
 from redis.typing import EncodableT, KeyT
@@ -31,6 +32,7 @@ from ...errors import ConfigurationError, RedlockUnavailable
 from ..info import PrimitiveInfo
 from ..keys import DEFAULT_PREFIX
 from ..lease import OnLost
+from ..lease_state import Undecided
 from ..lock import RedisLock
 from ..lock_scripts import LockScripts
 from ..primitive import Primitive, fresh_token
@@ -366,10 +368,49 @@ class RedlockLock(Primitive):
         )
         return released.count(True) >= self.quorum
 
-    def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool:
-        # Lease.hand_over / a token-only extend: the same max_ttl rule as extend().
-        ttl_ms = self._check_ttl(ttl_ms / 1000, "ttl")
-        return self._extend_all(token, ttl_ms, gen)[0] is True
+    def _extend_token(self, token: str, ttl_ms: int, gen: int = 0) -> bool | Undecided:
+        """A lease's extend (or hand-over) on every master at once
+        (``LockScripts.extend``): True when a majority set the TTL, False when fewer
+        than a majority can still hold the lease, else :class:`Undecided` (the lease
+        asks again until its deadline)."""
+        ttl_ms = self._check_ttl(ttl_ms / 1000, "ttl")  # also for a token-only extend
+        replies = drive(
+            self._masters,
+            lambda: self._scripts.extend(token, ttl_ms, gen),
+            self._timeout,
+            (self.quorum, rounds.confirmed),
+        )
+        outcome = rounds.verdict(replies, self.quorum, rounds.confirmed)
+        return self._undecided(replies) if outcome == "unknown" else outcome == "held"
+
+    def _add_to_token(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> int | Undecided:
+        """A lease's ``extend(add=True)`` on every master at once
+        (``LockScripts.extend_add``, each master's time left capped at ``max_ttl``;
+        a round asked again carries the same nonce and adds once): the ms a majority
+        has left (the least of the majority's), 0 when fewer than a majority can
+        still hold the lease, else :class:`Undecided`."""
+        replies = drive(
+            self._masters,
+            lambda: self._scripts.extend_add(token, ttl_ms, nonce, gen, self._max_ttl_ms),
+            self._timeout,
+            (self.quorum, _positive),
+        )
+        outcome = rounds.verdict(replies, self.quorum, _positive)
+        if outcome == "held":
+            lefts = sorted((r for r in replies if isinstance(r, int) and r > 0), reverse=True)
+            return lefts[self.quorum - 1]
+        return 0 if outcome == "gone" else self._undecided(replies)
+
+    def _undecided(self, replies: Sequence[object]) -> Undecided:
+        errors = {i: r for i, r in enumerate(replies) if isinstance(r, BaseException)}
+        return Undecided(
+            f"no majority of {self.quorum} of {len(self._masters)} masters answered: "
+            f"{rounds.errors_text(self._masters, errors) or 'no answer in time'}"
+        )
+
+    def _pause(self, seconds: float) -> None:
+        """Wait before a lease asks again after :class:`Undecided`."""
+        time.sleep(seconds)
 
     def _held_token(self, token: str) -> int:
         """The ms ``token``'s lease has left on a majority (less the drift allowance),
@@ -382,12 +423,13 @@ class RedlockLock(Primitive):
             (self.quorum, _positive),
         )
         lefts = sorted((r for r in replies if isinstance(r, int) and r > 0), reverse=True)
-        if len(lefts) >= self.quorum:
+        outcome = rounds.verdict(replies, self.quorum, _positive)
+        if outcome == "held":
             left_ms = lefts[self.quorum - 1]
             return max(0, left_ms - math.ceil(self._drift_s(left_ms) * 1000))
-        gone = replies.count(0)
-        if len(self._masters) - gone < self.quorum:
+        if outcome == "gone":
             return 0
+        gone = replies.count(0)
         errors = {i: r for i, r in enumerate(replies) if isinstance(r, BaseException)}
         # "Answered" is not enough to tell: a master that answered 0 (it never had the
         # lease, or it expired there) neither confirms it nor, alone, loses it.
@@ -396,24 +438,6 @@ class RedlockLock(Primitive):
             f"{gone} of {len(self._masters)} masters ({self.quorum} needed either way), "
             f"no answer from {len(errors)}: {rounds.errors_text(self._masters, errors)}"
         )
-
-    def _extend_all(self, token: str, ttl_ms: int, gen: int = 0) -> tuple[bool | None, float, str]:
-        """Extend on every master: (True, new local deadline, "") with a majority;
-        (False, 0, why) when too few can still hold it; (None, 0, errors) otherwise."""
-        sent_at = time.monotonic()
-        replies = drive(
-            self._masters,
-            lambda: self._scripts.extend(token, ttl_ms, gen),
-            self._timeout,
-            (self.quorum, rounds.confirmed),
-        )
-        held, gone = replies.count(True), replies.count(False)
-        errors = {i: r for i, r in enumerate(replies) if isinstance(r, BaseException)}
-        if held >= self.quorum:
-            return True, sent_at + ttl_ms / 1000 - self._drift_s(ttl_ms), ""
-        if len(self._masters) - gone < self.quorum:
-            return False, 0.0, f"{gone} of {len(self._masters)} masters no longer hold it"
-        return None, 0.0, rounds.errors_text(self._masters, errors) or "no majority"
 
 
 def _positive(reply: object) -> bool:

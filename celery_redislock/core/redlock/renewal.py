@@ -29,6 +29,7 @@ from ..renewal.sender import Sender, batch_call, check_batch_reply
 from ..scripts import LuaScript
 from .fanout import fan_out
 from .masters import Call, Master
+from .rounds import Verdict, verdict
 
 __all__ = ["MajoritySender", "MasterSet", "RenewedOn"]
 
@@ -148,19 +149,13 @@ def _batch_replies(
     return checked
 
 
-Verdict = Literal["held", "superseded", "gone", "unknown"]
-
-
-def _verdict(answers: list[object], quorum: int) -> Verdict:
+def _verdict(answers: list[object], quorum: int) -> Verdict | Literal["superseded"]:
     """One lease's outcome from each master's answer for it (1 or 3: renewed; 2: live,
     its TTL set by an explicit extend since; 0: not held; else no answer)."""
-    held = sum(1 for answer in answers if answer in (1, 2, 3))
-    if held >= quorum:
-        return "superseded" if any(answer == 2 for answer in answers) else "held"
-    gone = sum(1 for answer in answers if answer == 0)
-    if len(answers) - gone < quorum:
-        return "gone"
-    return "unknown"
+    outcome = verdict(answers, quorum, lambda answer: answer in (1, 2, 3))
+    if outcome == "held" and any(answer == 2 for answer in answers):
+        return "superseded"
+    return outcome
 
 
 MasterSet.renewal_sender = MajoritySender

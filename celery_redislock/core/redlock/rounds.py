@@ -13,9 +13,9 @@ Redlock's own.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from redis.typing import KeyT
 
@@ -40,12 +40,14 @@ __all__ = [
     "FLOOR",
     "RELEASE",
     "Round",
+    "Verdict",
     "attempt",
     "confirmed",
     "errors_text",
     "granted",
     "raise_floors",
     "run",
+    "verdict",
 ]
 
 FLOOR = LuaScript("redlock_floor.lua", SCRIPT_CONSTANTS)
@@ -113,6 +115,21 @@ def granted(answer: object) -> bool:
 def confirmed(answer: object) -> bool:
     """True for a release's or an extend's 1."""
     return answer == 1
+
+
+Verdict = Literal["held", "gone", "unknown"]
+
+
+def verdict(answers: Sequence[object], quorum: int, holds: Callable[[object], bool]) -> Verdict:
+    """One lease's outcome from each master's answer about it: ``"held"`` when a
+    majority's answer ``holds`` it; ``"gone"`` when fewer than a majority can still
+    hold it (the others answered 0 or False: not held there); else ``"unknown"`` (too
+    few answered: masters stalled or down). The majority rule of extend, held and
+    renewal alike."""
+    if sum(1 for answer in answers if holds(answer)) >= quorum:
+        return "held"
+    gone = sum(1 for answer in answers if answer == 0)  # False == 0; errors never are
+    return "gone" if len(answers) - gone < quorum else "unknown"
 
 
 def raise_floors(

@@ -15,7 +15,7 @@ import itertools
 import math
 from collections.abc import Callable
 
-from ..lease_state import LeaseState
+from ..lease_state import LeaseState, retry_after
 from .entry import (
     NOT_HELD,
     Entry,
@@ -38,8 +38,8 @@ EARLY = 1 / 6
 
 LATE = 2.0
 """Seconds a renewal may come after it is due when Redis was down: a failed call is
-tried again within ``min(TTL * EARLY, 1 s)``, redis-py's own retries wait up to 1 s
-between tries, plus a loaded scheduler's delay (measured: holders put back ~1 s after
+tried again within ``lease_state.retry_after`` (at most 1 s), redis-py's own retries
+wait up to 1 s between tries, plus a loaded scheduler's delay (measured: holders put back ~1 s after
 a restarted Redis answered, benchmarks/bench_restart_grace.py; #29 item 4)."""
 
 
@@ -179,7 +179,7 @@ class Schedule:
                 self.drop(entry)
                 lost.append((lease, loss_reason(entry)))
             elif error:
-                retry = min(now + max(0.02, min(lease.ttl * EARLY, 1.0)), lease.deadline)
+                retry = min(now + retry_after(lease.ttl), lease.deadline)
                 self.push(entry, retry, retry)
             else:
                 ttl = ttl_ms / 1000.0

@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from celery_redislock import ConfigurationError, LockNotOwned, RedisLock, RedlockLock
+from celery_redislock.celery.redlock import CeleryRedlock
 from celery_redislock.core.renewal import renewer
 from celery_redislock.testing import RedisServer
 from tests.faults import FaultProxy
@@ -216,3 +217,45 @@ def test_a_renewed_lease_a_majority_lost_is_reported_at_the_next_renewal(
     assert lost.wait(GRACE / 2 + 0.2), "not reported by the next renewal (every TTL/3)"
     assert "no longer held" in (lease.lost_reason or ""), lease.lost_reason
     assert not lease.release()
+
+
+def test_extend_add_adds_on_a_majority_within_max_ttl_and_a_majority_gone_is_lost_at_once(
+    clients: list[redis.Redis],
+) -> None:
+    # extend(add=True) is the single-server lease's (one implementation, #30 item 2):
+    # lock_extend_add.lua on every master, the least time left of a majority kept.
+    lease = make(clients, ttl=GRACE / 2, max_ttl=GRACE).acquire(blocking=False)
+    assert lease is not None
+    before = lease.remaining()
+    assert lease.extend(GRACE / 4, add=True)
+    assert before + GRACE / 4 - 0.05 < lease.remaining() < before + GRACE / 4 + 0.02
+    # Added on the masters' own time: small additions never shorten the lease (the
+    # lease's own loop set every master to its local time left plus the addition,
+    # less than the masters had: each call cut the drift allowance and the round's
+    # time off, 20 calls about 0.2 s here).
+    before = lease.remaining()
+    for _ in range(20):
+        assert lease.extend(0.001, add=True)
+    assert lease.remaining() > before - 0.03, (before, lease.remaining())
+    # Past max_ttl: refused before anything is sent, the lease untouched.
+    ttl = lease.ttl
+    with pytest.raises(ConfigurationError, match="ttl must be <= max_ttl"):
+        lease.extend(GRACE, add=True)
+    assert lease.ttl == ttl and not lease.lost
+    # A lock that cuts a TTL to max_ttl instead (a Celery singleton's): no master keeps
+    # the lease longer than max_ttl, its restart grace, though each master adds to
+    # the time it has left itself (more than the lease knows locally).
+    cut = CeleryRedlock(clients, "cut", ttl=GRACE / 2, max_ttl=GRACE)
+    held = cut.acquire(blocking=False)
+    assert held is not None and held.extend(GRACE, add=True)
+    for client in clients:
+        (holder,) = RedisLock(client, "cut").info().holders
+        assert GRACE - 0.1 < holder.ttl_left <= GRACE
+    assert held.remaining() <= GRACE
+    # Fewer than a majority still hold it: lost at once, not at the deadline.
+    for client in clients[:3]:
+        RedisLock(client, "job").force_release()
+    started = time.monotonic()
+    assert not lease.extend(GRACE / 4, add=True)
+    assert lease.lost and time.monotonic() - started < 0.2
+    assert "no longer held" in lease.lost_reason, lease.lost_reason
