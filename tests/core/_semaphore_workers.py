@@ -25,7 +25,7 @@ def record_intervals(
         semaphore_scripts.PATIENCE_MS = 1e9
     client = redis.Redis.from_url(url)
     sem = RedisSemaphore(client, name, limit=limit, fair=mode == "fair", ttl=30)
-    go.wait(30)
+    go.wait(60)  # a Barrier: every process starts its rounds at once
     rows = []
     for _ in range(rounds):
         with sem:

@@ -36,7 +36,11 @@ def max_concurrency(intervals: list[tuple[float, float]]) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["default", "fair", "barging"])
 def test_limit_holds_with_eight_processes(r: redis.Redis, redis_url: str, mode: str) -> None:
-    go, out = spawn.Event(), spawn.Queue()
+    # A barrier, not an event set at once: spawned processes take up to a second each
+    # to import under load, and released one by one their 60 ms of work barely
+    # overlapped -- the peak stayed at 2 (CI, load 5) and the test could not tell a
+    # limit that holds from one never reached.
+    go, out = spawn.Barrier(9), spawn.Queue()
     procs = [
         spawn.Process(
             target=workers.record_intervals, args=(redis_url, "pool", 3, mode, 12, 0.005, go, out)
@@ -45,7 +49,7 @@ def test_limit_holds_with_eight_processes(r: redis.Redis, redis_url: str, mode: 
     ]
     for proc in procs:
         proc.start()
-    go.set()
+    go.wait(60)
     rows = [row for _ in procs for row in out.get(timeout=60)]
     for proc in procs:
         proc.join(10)

@@ -22,6 +22,13 @@ from .test_rate_limited import _windows
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
+WAY = 0.1
+"""Seconds a run's body may start after its admission: the limiter holds N per period
+on admissions, by the server's clock; the body's ``time.time()`` comes later by the
+reply's way back and Celery's start of the task, which vary by a few ms idle and by
+up to ~50 ms under load (CI at load 5: 5 bodies in 0.968 s, their admissions 1 s
+apart). The windows below are shorter by that much."""
+
 BODY = """
 from celery_redislock import rate_limited_task
 RECORDS = {records!r}
@@ -81,7 +88,7 @@ def test_the_lock_redis_stopped_mid_backlog_delays_runs_and_loses_none(
             assert sorted(counts) == sorted(sent) and not twice, (twice, started_again - stopped)
             assert all(retries == 0 for _, _, retries in runs)
             assert not [at for at, _, _ in runs if stopped + 0.5 < at < started_again]
-            assert _windows([at for at, _, _ in runs], 1.0) <= 4, "the rate holds"
+            assert _windows([at for at, _, _ in runs], 1.0 - WAY) <= 4, "the rate holds"
             for worker in workers:
                 assert worker.process is not None and worker.process.poll() is None, worker.log()[
                     -3000:
@@ -118,7 +125,7 @@ def test_a_limiter_whose_state_was_lost_lets_no_fresh_burst_through(
             assert max(counts.values()) == 1, "no run twice"
             assert all(retries == 0 for _, _, retries in runs)
             starts = [at for at, _, _ in runs]
-            assert _windows(starts, 1.0) <= 4, (restarted, starts)
+            assert _windows(starts, 1.0 - WAY) <= 4, (restarted, starts)
             for worker in workers:
                 assert worker.process is not None and worker.process.poll() is None, worker.log()[
                     -3000:
