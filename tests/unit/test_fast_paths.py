@@ -116,7 +116,18 @@ def test_hand_over_stops_renewal_sets_the_ttl_and_forgets_the_lease() -> None:
     holder = _Holder()
     lease = Lease(holder, "tok", 1, 30.0)
     stopped: list[bool] = []
-    lease._stop_renewal = lambda: stopped.append(True)
+
+    class Place:  # the lease's place in a renewer that renews nothing (generation 0)
+        def __call__(self) -> None:
+            stopped.append(True)
+
+        def explicit(self, ttl: float) -> int:
+            return 0
+
+        def rescheduled(self, sent_at: float, ttl: float) -> None:
+            pass
+
+    lease._stop_renewal = Place()
     assert lease.hand_over(120.0) is True
     assert stopped == [True] and holder.calls == [("extend", "tok", 120_000)]
     assert lease.released and not lease.lost
