@@ -12,7 +12,8 @@ Shared modules beside them:
   :mod:`.client` -- the per-app, per-process Redis client; :mod:`.upstream` -- every
   private name of another library the package uses;
 * :mod:`.execution` -- what a run holds and the guard seam; :mod:`.cleanup` -- the
-  worker's main process cleans up after runs that could not;
+  worker's main process cleans up after runs that could not; :mod:`.background` -- a
+  thread per app in the worker's main process (the rate pump, the parking sweeper);
 * :mod:`.tokens` -- message headers, execution tokens, owner ids;
 * :mod:`.signals` -- signals for acquired, duplicate, released and lost leases and
   for permits acquired, re-scheduled and released.

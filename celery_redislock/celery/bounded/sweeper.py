@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-import threading
-from typing import Any, Final
+from typing import Final
 
 from celery import Celery, signals
 
@@ -36,6 +35,7 @@ from ...core.keys import DEFAULT_PREFIX, encode_name
 from ...core.parking import parking_pools, pools_key
 from ...core.scripts import as_text
 from ...errors import ConfigurationError
+from ..background import AppThread, PerApp
 from ..client import get_redis
 from ..config import settings_for
 from ..outage import OUTAGE_ERRORS
@@ -44,15 +44,12 @@ from .parking import kinds, queue_for
 from .recovery import recover
 from .settings import DEFAULT_SWEEP_INTERVAL, sweep_interval
 
-__all__ = ["DEFAULT_INTERVAL", "Sweeper", "connect", "epoch", "poke", "sweep"]
+__all__ = ["DEFAULT_INTERVAL", "SWEEPERS", "Sweeper", "connect", "epoch", "poke", "sweep"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL: Final = DEFAULT_SWEEP_INTERVAL
 """Seconds between sweeps (``redislock_park_sweep_interval``)."""
-
-_sweepers: dict[int, Sweeper] = {}
-_sweepers_guard = threading.Lock()
 
 
 def sweep(app: Celery) -> tuple[int, int]:
@@ -92,13 +89,12 @@ def epoch(app: Celery) -> str:
     return as_text(client.get(key))
 
 
-class Sweeper(threading.Thread):
+class Sweeper(AppThread):
     """Calls :func:`sweep` every ``interval`` seconds until :meth:`stop`."""
 
     def __init__(self, app: Celery, interval: float) -> None:
-        super().__init__(name="celery_redislock-sweeper", daemon=True)
-        self.app, self.interval = app, interval
-        self._stop_event, self._poked = threading.Event(), threading.Event()
+        super().__init__(app, "celery_redislock-sweeper")
+        self.interval = interval
         self._epoch: str | None = None
         self._journal_failing = False
         self._waiting = 0
@@ -149,7 +145,7 @@ class Sweeper(threading.Thread):
     def run(self) -> None:
         """Sweep until stopped; failures are logged once per outage, never raised."""
         failing = False
-        while not self._stop_event.is_set():
+        while not self.stopping:
             try:
                 self.tick()
             except Exception as exc:
@@ -166,60 +162,27 @@ class Sweeper(threading.Thread):
                 if failing:
                     logger.info("celery_redislock: sweeping parked runs again")
                 failing = False
-            self._poked.wait(self.interval)
-            self._poked.clear()
-
-    def poke(self) -> None:
-        """Sweep now (a permit came back outside a release)."""
-        self._poked.set()
-
-    def stop(self) -> None:
-        """Stop after the current sweep."""
-        self._stop_event.set()
-        self._poked.set()
+            self.sleep(self.interval)
 
 
-def _uses_parking(app: Celery) -> bool:
-    return any(
+def _sweeper_for(app: Celery) -> Sweeper | None:
+    uses_parking = any(
         getattr(task, "concurrency_limit", None) is not None
         or getattr(task, "global_rate_limit", None) is not None
         for task in list(app.tasks.values())
     )
+    return Sweeper(app, sweep_interval(app)) if uses_parking else None
 
 
-def _on_ready(sender: Any = None, **_: Any) -> None:
-    app = getattr(sender, "app", None)
-    if app is None or not _uses_parking(app):
-        return
-    interval = sweep_interval(app)
-    with _sweepers_guard:
-        if id(app) in _sweepers:
-            return
-        sweeper = _sweepers[id(app)] = Sweeper(app, interval)
-    sweeper.start()
-
-
-def _on_shutdown(sender: Any = None, **_: Any) -> None:
-    app = getattr(sender, "app", None)
-    with _sweepers_guard:
-        sweeper = _sweepers.pop(id(app), None)
-    if sweeper is not None:
-        sweeper.stop()
-        sweeper.join(timeout=5)
+SWEEPERS: Final = PerApp("sweeper", _sweeper_for)
+"""This process's sweeper of each app."""
 
 
 def poke(app: Celery) -> None:
     """Ask this process's sweeper of ``app`` (if any) to sweep now."""
-    sweeper = _sweepers.get(id(app))
-    if sweeper is not None:
-        sweeper.poke()
+    SWEEPERS.poke(app)
 
 
 def connect() -> None:
-    """Start a sweeper in each worker's main process (idempotent)."""
-    signals.worker_ready.connect(
-        _on_ready, weak=False, dispatch_uid="celery_redislock.sweeper.ready"
-    )
-    signals.worker_shutdown.connect(
-        _on_shutdown, weak=False, dispatch_uid="celery_redislock.sweeper.shutdown"
-    )
+    """Start a sweeper in each worker's main process (idempotent), at ``worker_ready``."""
+    SWEEPERS.connect(signals.worker_ready)

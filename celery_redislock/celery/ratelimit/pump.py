@@ -19,17 +19,17 @@ May import the core, the shared glue and the bounded feature's parking.
 from __future__ import annotations
 
 import logging
-import threading
-from typing import Any, Final
+from typing import Final
 
-from celery import signals
+from celery import Celery, signals
 
 from ...core.parking import parking_pools
+from ..background import AppThread, PerApp
 from ..client import get_redis
 from ..config import settings_for
 from ..outage import OUTAGE_ERRORS
 
-__all__ = ["IDLE", "RatePump", "connect", "poke", "pump_once"]
+__all__ = ["IDLE", "PUMPS", "RatePump", "connect", "poke", "pump_once"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,11 +40,8 @@ _LEAST: Final = 0.001
 """Seconds the pump sleeps at least while runs are parked (no busy loop when the next
 admission is within AHEAD but a pump claimed nothing: it is taken meanwhile)."""
 
-_pumps: dict[int, RatePump] = {}
-_pumps_guard = threading.Lock()
 
-
-def pump_once(app: Any) -> float:
+def pump_once(app: Celery) -> float:
     """Pump every rate-limited pool with parked runs once; the seconds until the next
     admission of any of them (:data:`IDLE` when none is parked)."""
     from .queues import AHEAD, RATE, attached_queue
@@ -62,17 +59,15 @@ def pump_once(app: Any) -> float:
     return max(nearest, 0.0)
 
 
-class RatePump(threading.Thread):
+class RatePump(AppThread):
     """Calls :func:`pump_once` until :meth:`stop`, sleeping until the next admission."""
 
-    def __init__(self, app: Any) -> None:
-        super().__init__(name="celery_redislock-rate-pump", daemon=True)
-        self.app = app
-        self._stop_event, self._poked = threading.Event(), threading.Event()
+    def __init__(self, app: Celery) -> None:
+        super().__init__(app, "celery_redislock-rate-pump")
 
     def run(self) -> None:
         failing = False
-        while not self._stop_event.is_set():
+        while not self.stopping:
             try:
                 wait = pump_once(self.app)
             except OUTAGE_ERRORS as exc:
@@ -92,58 +87,27 @@ class RatePump(threading.Thread):
                 if failing:
                     logger.info("celery_redislock: pumping parked rate-limited runs again")
                 failing = False
-            if wait > 0:
-                self._poked.wait(wait)
-            self._poked.clear()
-
-    def poke(self) -> None:
-        """Pump now (a run was parked here)."""
-        self._poked.set()
-
-    def stop(self) -> None:
-        """Stop after the current pump."""
-        self._stop_event.set()
-        self._poked.set()
+            self.sleep(wait)
 
 
-def _rate_limited(app: Any) -> bool:
-    return any(
+def _pump_for(app: Celery) -> RatePump | None:
+    rate_limited = any(
         getattr(task, "global_rate_limit", None) is not None for task in list(app.tasks.values())
     )
+    return RatePump(app) if rate_limited else None
 
 
-def _on_init(sender: Any = None, **_: Any) -> None:
-    app = getattr(sender, "app", None)
-    if app is None or not _rate_limited(app):
-        return
-    with _pumps_guard:
-        if id(app) in _pumps:
-            return
-        pump = _pumps[id(app)] = RatePump(app)
-    pump.start()
+PUMPS: Final = PerApp("rate.pump", _pump_for)
+"""This process's pump of each app."""
 
 
-def _on_shutdown(sender: Any = None, **_: Any) -> None:
-    app = getattr(sender, "app", None)
-    with _pumps_guard:
-        pump = _pumps.pop(id(app), None)
-    if pump is not None:
-        pump.stop()
-        pump.join(timeout=5)
-
-
-def poke(app: Any) -> None:
+def poke(app: Celery) -> None:
     """Ask this process's pump of ``app`` (if any) to pump now."""
-    pump = _pumps.get(id(app))
-    if pump is not None:
-        pump.poke()
+    PUMPS.poke(app)
 
 
 def connect() -> None:
     """Start a pump in each worker's main process (idempotent): at ``worker_init``,
     which in-process workers (``start_worker``) send too, unlike ``worker_ready``;
     before the pool's processes are forked, which do not inherit the thread."""
-    signals.worker_init.connect(_on_init, weak=False, dispatch_uid="celery_redislock.rate.init")
-    signals.worker_shutdown.connect(
-        _on_shutdown, weak=False, dispatch_uid="celery_redislock.rate.shutdown"
-    )
+    PUMPS.connect(signals.worker_init)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from types import SimpleNamespace
 
 import pytest
 from celery import Celery
@@ -55,7 +54,7 @@ def noop() -> None:
 def _worker_ready(app: Celery) -> None:
     # What the worker_ready signal calls; a bounded task makes the worker sweep.
     app.task(concurrency_limit=1)(noop)
-    sweeper_module._on_ready(sender=SimpleNamespace(app=app))
+    sweeper_module.SWEEPERS.start(app)
 
 
 KEEP, INTERVAL = "redislock_park_keep", "redislock_park_sweep_interval"
@@ -78,7 +77,7 @@ def test_a_bad_value_is_refused_naming_the_setting(
     app.conf[setting] = value
     with pytest.raises(ConfigurationError, match=_naming(setting, value)):
         read(app)
-    assert id(app) not in sweeper_module._sweepers  # no sweeper started
+    assert sweeper_module.SWEEPERS.running(app) is None  # no sweeper started
 
 
 def test_the_sweep_reads_the_lease_time_checked(app: Celery) -> None:
