@@ -202,6 +202,49 @@ def test_a_call_gives_its_connection_back_with_the_users_socket_timeout(
     asyncio.run(main())
 
 
+def test_a_timeout_redis_py_sets_during_a_call_is_not_undone(fault_proxy: FaultProxy) -> None:
+    """redis-py relaxes a connection's timeout during a server's maintenance, and puts
+    it back after, with the connection's public set_tmp_settings / reset_tmp_settings
+    (on a maintenance notification, read mid-call): a call clears the timeout while
+    it runs (calls._OwnTimeout) and must not put its own value back over theirs."""
+
+    async def main() -> None:
+        pool = aioredis.ConnectionPool.from_url(
+            fault_proxy.url, socket_timeout=0.3, retry=Retry(NoBackoff(), 0)
+        )
+        client = aioredis.Redis(connection_pool=pool)
+
+        async def call_while(change: str) -> None:
+            fault_proxy.pause()  # the call is sent and waits for its reply
+            task = asyncio.ensure_future(AsyncRedisLock(client, "calls:tmp").acquire())
+            try:
+                await asyncio.sleep(0.1)
+                if change == "relax":
+                    conn.set_tmp_settings(tmp_relaxed_timeout=2.0)
+                else:
+                    conn.reset_tmp_settings(reset_relaxed_timeout=True)
+            finally:
+                fault_proxy.resume()
+            lease = await task
+            assert lease is not None and await lease.release()
+
+        try:
+            lease = await AsyncRedisLock(client, "calls:tmp").acquire(blocking=False)
+            assert lease is not None and await lease.release()
+            kept = calls._KEPT[pool].conn()
+            assert kept is not None
+            conn = kept
+            await call_while("relax")
+            assert conn.socket_timeout == 2.0  # relaxed mid-call: kept (was put back to 0.3)
+            await call_while("reset")
+            assert conn.socket_timeout == 0.3  # reset mid-call: kept (was put back to 2.0)
+        finally:
+            await client.aclose()
+            await pool.aclose()
+
+    asyncio.run(main())
+
+
 def test_a_lost_reply_is_sent_again_and_answered_as_the_first(
     r: redis.Redis, fault_proxy: FaultProxy
 ) -> None:
