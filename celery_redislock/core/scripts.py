@@ -28,7 +28,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.typing import EncodableT
+from redis.typing import EncodableT, KeyT
 
 from ..errors import RedisLockError
 from .clients import AnyRedisClient, RedisClient, cluster_nodes
@@ -107,8 +107,8 @@ class LuaScript:
     def __call__(
         self,
         client: RedisClient,
-        keys: Sequence[Any],
-        args: Sequence[Any],
+        keys: Sequence[KeyT],
+        args: Sequence[EncodableT],
         *,
         with_text: bool = False,
         sends: list[None] | None = None,
@@ -148,8 +148,8 @@ class LuaScript:
     def _via_client(
         self,
         client: RedisClient,
-        keys: Sequence[Any],
-        args: Sequence[Any],
+        keys: Sequence[KeyT],
+        args: Sequence[EncodableT],
         with_text: bool = False,
     ) -> Any:
         for _ in (1, 2):
@@ -165,7 +165,7 @@ class LuaScript:
         raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
 
     def _send_via(
-        self, client: RedisClient, keys: Sequence[Any], args: Sequence[Any], with_text: bool
+        self, client: RedisClient, keys: Sequence[KeyT], args: Sequence[EncodableT], with_text: bool
     ) -> Any:
         if not with_text:
             try:
@@ -174,7 +174,7 @@ class LuaScript:
                 pass
         return client.eval(self.text, len(keys), *keys, *args)
 
-    def checked(self, reply: Any, args: Sequence[Any]) -> Any:
+    def checked(self, reply: Any, args: Sequence[EncodableT]) -> Any:
         """The payload of ``reply`` to a call with ``args``; :class:`StaleReply` when
         it is not that call's (for callers that send the script themselves)."""
         if self.code is None:
@@ -183,7 +183,7 @@ class LuaScript:
             raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
         return reply[1]
 
-    def _stamped(self, reply: Any, args: Sequence[Any]) -> bool:
+    def _stamped(self, reply: object, args: Sequence[EncodableT]) -> bool:
         if not isinstance(reply, list) or len(reply) != 2:
             return False
         # Lua's string.sub counts bytes: compare the first 8 bytes of the argument as
@@ -221,8 +221,8 @@ class _Call:
         script: LuaScript,
         conn: ScriptConnection,
         keep: Kept | None,
-        keys: Sequence[Any],
-        args: Sequence[Any],
+        keys: Sequence[KeyT],
+        args: Sequence[EncodableT],
         with_text: bool,
         sends: list[None] | None,
     ) -> None:
@@ -359,7 +359,7 @@ def key_encoder(client: AnyRedisClient) -> Callable[[EncodableT], bytes]:
     return encode
 
 
-def as_text(value: Any) -> str:
+def as_text(value: object) -> str:
     """A reply element as ``str``, whether the client decodes responses or not."""
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
