@@ -539,7 +539,15 @@ class ParkingQueue:
         """Hand all free capacity to the queue's head (lapsed reservations go back to
         the queue first). Returns the entries still parked and those claimed (already
         given to :attr:`on_claimed`)."""
-        return self._release_and_claim("")[1:]
+        parked, claimed, _ = self.pump_until()
+        return parked, claimed
+
+    def pump_until(self) -> tuple[int, list[Parked], float | None]:
+        """:meth:`pump`, and the seconds until the queue's head could be claimed, from
+        the same script call: a rate limiter's next admission (0.0: now) while runs
+        are still parked; None when none is, or the capacity is freed by releases."""
+        _, parked, wait_us, claimed = self._release_and_claim("")
+        return parked, claimed, None if wait_us < 0 else wait_us / 1_000_000
 
     def take(
         self,
@@ -652,17 +660,17 @@ class ParkingQueue:
             head,
         )
 
-    def _release_and_claim(self, token: str) -> tuple[int, int, list[Parked]]:
+    def _release_and_claim(self, token: str) -> tuple[int, int, int, list[Parked]]:
         """Give back what ``token`` holds ("": nothing), then hand the free capacity on:
-        (released, still parked, claimed)."""
+        (released, still parked, µs until the head could be claimed or -1, claimed)."""
         reply = _RELEASE(
             self.capacity.client,
             self._script_keys(token or "-"),
             [token, self._reserve_ms, self.standby, *self.capacity.script_args()],
         )
-        claimed = read_entries(reply[2:])
+        claimed = read_entries(reply[3:])
         self._deliver(claimed)
-        return int(reply[0]), int(reply[1]), claimed
+        return int(reply[0]), int(reply[1]), int(reply[2]), claimed
 
     def _deliver(self, claimed: list[Parked]) -> None:
         if claimed and self.on_claimed is not None:
@@ -731,7 +739,7 @@ class ParkingSemaphore(RedisSemaphore, ParkingQueue):
 
     def _release_token(self, token: str) -> bool:
         # The lease's side: its release hands the permit on (park_release.lua).
-        released, _, _ = self._release_and_claim(token)
+        released, _, _, _ = self._release_and_claim(token)
         return bool(released)
 
     def __repr__(self) -> str:

@@ -100,3 +100,21 @@ def test_a_dropped_claim_is_refunded_and_its_id_consumed(r: redis.Redis) -> None
     assert (queue.parking_info().parked, queue.parking_info().claimed) == (0, 1)  # t2
     assert queue.pump() == (0, []) and [e.owner for e in published] == ["t1", "t2"]
     assert limiter.acquire(blocking=False) and not limiter.acquire(blocking=False)
+
+
+def test_a_pump_answers_when_the_head_is_admitted(r: redis.Redis) -> None:
+    """The pump's one script call answers the next admission with its claims (the
+    workers' pumps sleep until then without a retry_after call, #25)."""
+    queue, _ = _queue(r, rate="2/2s")
+    for i in range(3):
+        queue.park(new_entry_id(), f"run {i}".encode(), owner=f"t{i}")
+    parked, claimed, wait = queue.pump_until()
+    assert (parked, claimed) == (1, [])
+    assert wait is not None and 1.9 < wait <= 2.01
+    limiter = RedisRateLimiter(r, "api", rate="2/2s")
+    assert abs(limiter.retry_after() - wait) < 0.05
+    limiter.penalize(5)
+    assert 4.9 < (queue.pump_until()[2] or 0) <= 5.0  # a penalty counts
+    limiter.reset()
+    parked, claimed, wait = queue.pump_until()
+    assert (parked, len(claimed), wait) == (0, 1, None)  # none left parked

@@ -5,9 +5,9 @@ Capacity of a rate limiter is freed by time, not by a release, so no release han
 on (as one does a permit). The pump does: for every limiter with parked runs
 (``<prefix>:parking:rate:pools``, see :func:`~celery_redislock.core.parking.pools_key`)
 it pumps the queue -- one script call that claims and charges as many runs from the
-queue's head as the limiter admits now, which the pump publishes at once -- then asks
+queue's head as the limiter admits now, which the pump publishes at once, and answers
 when the next one is admitted (the server's clock: a penalty and an override
-included) and sleeps until the earliest of them (at most :data:`IDLE` seconds, so a
+included) -- and sleeps until the earliest of them (at most :data:`IDLE` seconds, so a
 run parked by another process is seen soon; at once when a run is parked at this
 worker's intake, :func:`poke`). Several workers' pumps at once are harmless: each
 claim is one atomic script, so every run is claimed once. What the pump misses (its
@@ -52,10 +52,12 @@ def pump_once(app: Celery) -> float:
         attached = attached_queue(app, pool)
         if attached is None:
             continue
-        queue, limiter = attached
-        parked, _ = queue.pump()
-        if parked:  # claimed AHEAD of the admission time (see queues.AHEAD)
-            nearest = min(nearest, max(limiter.retry_after() - AHEAD, _LEAST))
+        queue, _ = attached
+        # The next admission comes with the claims (one script call a pool, #25: a
+        # retry_after() after each pump was a fourth of the pump's round trips).
+        _, _, wait = queue.pump_until()
+        if wait is not None:  # claimed AHEAD of the admission time (see queues.AHEAD)
+            nearest = min(nearest, max(wait - AHEAD, _LEAST))
     return max(nearest, 0.0)
 
 

@@ -139,6 +139,17 @@ local function capacity_due(c, claim, note, now)
   return rl_note_start(note) - {{START_MARGIN_US}}
 end
 
+-- The µs from `now_us` until a run could be claimed (after capacity_ready): a rate
+-- limiter's next admission of its cost (0: now; a penalty and an override
+-- included), so that its pump sleeps until then without asking again; -1 for a
+-- semaphore (a release hands its permits on) or a cost no active rate admits.
+local function capacity_next(c, now_us)
+  if c.kind ~= 'rate' or not c.active then return -1 end
+  local at = rl_when(c.log, c.state, c.active, c.cost, now_us)
+  if at < 0 then return -1 end
+  return math.max(0, at - now_us)
+end
+
 -- Runs waiting for capacity in place, outside the queue (a semaphore's waiters).
 local function capacity_waiting(c)
   if c.kind == 'semaphore' then return redis.call('ZCARD', c.queue) end

@@ -29,8 +29,10 @@
 -- RELEASE_MEMORY_MS, START_MARGIN_US.
 --
 -- Returns {stamp, reply} (stamp: 'pr' and the first 8 characters of ARGV[1]);
--- reply {released, parked, id, payload, ...}: released is 1 when the lease was
--- live and is now released, else 0; parked the entries still queued; then {id,
+-- reply {released, parked, next, id, payload, ...}: released is 1 when the lease was
+-- live and is now released, else 0; parked the entries still queued; next the µs
+-- until the queue's head could be claimed (capacity_next: a rate limiter's next
+-- admission, with runs still parked; -1: unknown, or none parked); then {id,
 -- payload, owner} of each entry claimed (with reserved capacity, then standbys), in
 -- queue order, to be published by the caller. A re-sent release changes nothing
 -- more and answers 1 with the entries the first claimed that are still claimed. A
@@ -53,7 +55,7 @@ local released, removed = capacity_release(c, token, now)
 if not released then
   local done = redis.call('GET', KEYS[6])
   if done then  -- released by this very request, whose reply was lost
-    local reply = {1, redis.call('ZCARD', k.parked)}
+    local reply = {1, redis.call('ZCARD', k.parked), -1}
     return {STAMP, append_still_claimed(reply, done, k.payloads, k.claimed)}
   end
   released, removed = 0, 0
@@ -69,7 +71,7 @@ end
 if capacity_waiting(c) == 0 and redis.call('EXISTS', k.parked, k.claimed) == 0 then
   capacity_free(c, now)  -- reaps expired leases, as every release does
   remember({})
-  return {STAMP, {released, 0}}
+  return {STAMP, {released, 0, -1}}
 end
 
 capacity_ready(c, now, now_us, false)
@@ -77,7 +79,8 @@ unclaim_lapsed(k, c, now)
 capacity_hand_on(c, removed, now, now_us)
 local reserve = tonumber(redis.call('HGET', k.payloads, 'reserve')) or tonumber(ARGV[2])
 local claimed = claim_free(k, c, tonumber(ARGV[3]), now, now_us, reserve)
-local reply = {released, redis.call('ZCARD', k.parked)}
+local parked = redis.call('ZCARD', k.parked)
+local reply = {released, parked, parked > 0 and capacity_next(c, now_us) or -1}
 for _, v in ipairs(claimed) do reply[#reply + 1] = v end
 remember(claimed)
 return {STAMP, reply}
