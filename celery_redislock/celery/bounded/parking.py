@@ -39,14 +39,13 @@ from celery import Celery
 from celery.app.task import Context
 from kombu import serialization
 
-from ...core.parking import Parked, ParkingQueue, ParkingSemaphore, new_entry_id
+from ...core.parking import Parked, ParkingQueue, ParkingSemaphore, RateCapacity, new_entry_id
 from ...errors import ConfigurationError
 from ..client import get_redis, replica_options
 from ..config import restart_grace, settings_for
 from ..execution import AnyTask, RunState
-from ..logs import mark_resent_by
 from ..signals import permit_parked
-from ..tokens import HEADERS, PARK_HEADER, park_token
+from ..tokens import HEADERS, PARK_HEADER, RESENT_HEADER, park_token
 from .journal import ParkSpec, forget, forget_if_taken, record
 from .settings import park_keep, taken_memory
 
@@ -82,8 +81,10 @@ logger = logging.getLogger(__name__)
 
 # PARK_HEADER (from tokens.py, which the singleton guard reads it from): a parked run's
 # message, ``"<park token> <retries> <first refusal, epoch s>"``. ``retry()`` copies
-# headers; the retries count in it tells a stale copy apart.
-mark_resent_by(PARK_HEADER)  # released from the queue: logged here, not received again
+# headers; the retries count in it tells a stale copy apart. A message published from
+# a queue is marked re-sent by :func:`publish_claimed` (its one line is the "released"
+# one), not by its park header: a rate-limited run admitted at send carries that header
+# on its first and only publish, and its "received" line is the one it gets.
 
 SENT_HEADER: Final = "redislock_sent"
 """Header of a bounded task's message: when ``apply_async`` sent it (epoch seconds,
@@ -230,15 +231,16 @@ def publish_claimed(app: Celery, sem: ParkingQueue, claimed: list[Parked]) -> No
     id) and its capacity on to the next; one the broker refuses goes back to its
     place."""
     dead = False
+    queue = _queue_name(sem)
     for entry in claimed:
         try:
             name, args, kwargs, options = decode_message(app, entry.payload)
         except Exception as exc:
             logger.error(
-                "celery_redislock: parked run %s of pool %r cannot be decoded (%s: %s); "
+                "celery_redislock: parked run %s of %s cannot be decoded (%s: %s); "
                 "moved to the dead-letter list",
                 entry.owner or entry.id,
-                sem.capacity.name,
+                queue,
                 type(exc).__name__,
                 exc,
             )
@@ -248,27 +250,38 @@ def publish_claimed(app: Celery, sem: ParkingQueue, claimed: list[Parked]) -> No
         try:
             # Not a child of the run whose release publishes it (Celery would list it
             # in that run's result, as if that run had sent it).
-            app.send_task(name, args, kwargs, add_to_parent=False, **options)
+            # Marked re-sent: the line below is its one line, not Celery's "received".
+            headers = {**(options.get("headers") or {}), RESENT_HEADER: "1"}
+            app.send_task(
+                name, args, kwargs, add_to_parent=False, **{**options, "headers": headers}
+            )
         except Exception as exc:
             # The broker is down: the entry keeps its place; a sweeper claims it again.
             logger.warning(
-                "celery_redislock: could not publish parked run %s[%s] of pool %r (%s); "
-                "it stays parked",
+                "celery_redislock: could not publish parked run %s[%s] of %s (%s); it stays parked",
                 name,
                 options.get("task_id"),
-                sem.capacity.name,
+                queue,
                 exc,
             )
             sem.give_back(entry.id)
             continue
         logger.info(
-            "celery_redislock: %s[%s] released from the parked queue of pool %r",
+            "celery_redislock: %s[%s] released from the parked queue of %s",
             name,
             options.get("task_id"),
-            sem.capacity.name,
+            queue,
         )
     if dead:
         sem.pump()  # the dead entry's capacity goes to the next one
+
+
+def _queue_name(queue: ParkingQueue) -> str:
+    """What a log line calls the capacity ``queue``'s runs wait for: "pool 'x'" for a
+    semaphore, "rate limiter 'x'" for a rate (the name a user gave each)."""
+    kind = queue.capacity.kind
+    what = {SEMAPHORE: "pool", RateCapacity.kind: "rate limiter"}.get(kind, kind)
+    return f"{what} {queue.capacity.name!r}"
 
 
 class _QuietParked(logging.Filter):

@@ -39,7 +39,7 @@ from ..bounded.intake import Intake, NotAtIntake, register_intake
 from ..bounded.journal import forget
 from ..bounded.parking import ATTEMPT, park_message, park_state, register_park_header
 from ..execution import AnyTask, Guard, Hold, RunState
-from ..logs import mark_resent_by, quiet_ignored
+from ..logs import quiet_ignored
 from ..signals import rate_duplicate, rate_limited, rate_penalized
 from ..tokens import PARK_HEADER, running_owner
 from .options import RateOptions, rate_options
@@ -61,7 +61,9 @@ RATE_PARK_HEADER: Final = "redislock_rate_park"
 """Header of a run parked for its rate: ``"<park token> <retries> <first refusal>"``
 (as the bounded feature's park header, for the rate queue)."""
 
-mark_resent_by(RATE_PARK_HEADER)  # published from the rate queue: logged once
+# Not marked re-sent by this header: a run admitted at send carries it on its only
+# publish (its "received" line is its one line); one published from the rate queue is
+# marked by publish_claimed.
 
 
 def _leave_rate_queue(task: AnyTask, token: str) -> None:
