@@ -214,7 +214,10 @@ json_option = click.option(
 )
 @click.pass_context
 def redislock(ctx: click.Context, url: str | None, prefix: str | None) -> None:
-    """Inspect and release celery_redislock's locks and semaphores.
+    """Show celery_redislock's locks, semaphores, rate limiters and beat leader.
+
+    Release stuck locks (release), change a rate limiter for a while (rates),
+    serve metrics (exporter).
 
     Redis is the app's redislock_url, else its broker URL when that is Redis;
     the keys are those under redislock_prefix. Only primitives that something

@@ -123,6 +123,7 @@ def inspect_command(ctx: click.Context, name: str, kind: str | None, as_json: bo
         except NotFound:
             task_entries = _of_task(conn, name, kind)
             if not task_entries:
+                _if_rate_limiter(conn, name)
                 raise
             document = _list_document(conn, task_entries, server_time(conn.client))
             if as_json:
@@ -236,3 +237,16 @@ def _refresh(conn: Connection, kind: str | None) -> tuple[bool, list[Entry], flo
             return False, entries, server_time(conn.client), ""
     except CommandError as exc:
         return True, [], None, exc.message
+
+
+def _if_rate_limiter(conn: Connection, name: str) -> None:
+    """Not found as a lock or semaphore: a rate limiter of that name (a user's
+    ``global_rate_key``) is pointed at the command that shows it."""
+    from ...core.ratelimit import RedisRateLimiter
+    from .group import NotFound
+
+    if RedisRateLimiter.attach(conn.client, name, prefix=conn.prefix) is not None:
+        raise NotFound(
+            f"{name!r} is a rate limiter, not a lock or semaphore: "
+            f"`celery redislock rates {name}` shows it"
+        )

@@ -92,3 +92,15 @@ def test_a_bad_rate_or_an_unknown_limiter_is_refused(app: Celery, locks: redis.R
     bad = _invoke(app, "rates", "api", "--set", "0/s")
     assert bad.exit_code == 2 and "0/s" in bad.output
     assert _invoke(app, "rates", "nope").exit_code == 3
+
+
+def test_inspect_of_a_rate_limiters_name_points_at_rates(app: Celery, locks: redis.Redis) -> None:
+    """A new user's ``inspect crm-api`` (their global_rate_key): before, "no lock or
+    semaphore named 'crm-api' is held or waited for" although the limiter exists."""
+    RedisRateLimiter(locks, "crm-api", rate="5/s").acquire()
+    result = _invoke(app, "inspect", "crm-api")
+    assert result.exit_code == 3, result.output
+    assert "'crm-api' is a rate limiter" in result.output, result.output
+    assert "celery redislock rates crm-api" in result.output, result.output
+    unknown = _invoke(app, "inspect", "nothing-here")
+    assert unknown.exit_code == 3 and "rate limiter" not in unknown.output, unknown.output
