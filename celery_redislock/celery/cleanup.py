@@ -28,13 +28,17 @@ import logging
 import secrets
 import threading
 from collections import OrderedDict
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from billiard.exceptions import TimeLimitExceeded, WorkerLostError
 from celery import signals
 
 from .execution import AnyTask, Cleanup, Guard, current_run
 from .tokens import HEADERS, NONCE_HEADER, TOKEN_HEADER
+
+if TYPE_CHECKING:
+    from celery.app.task import Context
+    from celery.worker.request import Request
 
 __all__ = ["MAX_REMEMBERED", "connect", "guards_of"]
 
@@ -68,10 +72,11 @@ def _our_headers(headers: Any) -> dict[str, str]:
     )
 
 
-def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
+def _on_received(sender: object = None, request: Request | None = None, **_: object) -> None:
+    # sender: the worker's consumer
     task: AnyTask | None = getattr(request, "task", None)
     guards = guards_of(task)
-    if not guards or task is None:
+    if not guards or task is None or request is None:
         return
     message = request.request_dict
     if TOKEN_HEADER not in message and NONCE_HEADER not in message:
@@ -107,9 +112,12 @@ def _dispatch(task: AnyTask, event: Cleanup) -> None:
 
 
 def _on_revoked(
-    sender: Any = None, request: Any = None, terminated: bool = False, **_: Any
+    sender: AnyTask | None = None,
+    request: Context | None = None,  # the run's context, not the worker's Request
+    terminated: bool = False,
+    **_: object,
 ) -> None:
-    if not guards_of(sender) or request is None or not request.id:
+    if sender is None or not guards_of(sender) or request is None or not request.id:
         return
     # The revoked message's own headers too: one revoked (or expired) on receipt was
     # never remembered, and what is may be an earlier delivery's (a parked run's first).
@@ -121,16 +129,16 @@ def _on_revoked(
 
 
 def _on_failure(
-    sender: Any = None,
+    sender: AnyTask | None = None,
     task_id: str | None = None,
     exception: BaseException | None = None,
     args: Any = None,
     kwargs: Any = None,
-    **_: Any,
+    **_: object,
 ) -> None:
     if not isinstance(exception, (WorkerLostError, TimeLimitExceeded)):
         return  # an ordinary failure: the run released in __call__
-    if not guards_of(sender) or not task_id:
+    if sender is None or not guards_of(sender) or not task_id:
         return
     deliveries = _forget(task_id)
     if not deliveries:  # celery 5.7 pushes the request for WorkerLostError
@@ -141,8 +149,8 @@ def _on_failure(
     _dispatch(sender, Cleanup(task_id, event, deliveries, args, kwargs))
 
 
-def _on_postrun(sender: Any = None, state: str | None = None, **_: Any) -> None:
-    if not guards_of(sender):
+def _on_postrun(sender: AnyTask | None = None, state: str | None = None, **_: object) -> None:
+    if sender is None or not guards_of(sender):
         return
     run = current_run(sender)
     if run is not None and not run.finished:

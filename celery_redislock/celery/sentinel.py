@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
+from redis import Redis
 from redis.sentinel import Sentinel
 
 from ..errors import ConfigurationError
@@ -43,7 +44,7 @@ def is_sentinel_url(url: str) -> bool:
 
 def sentinel_client(
     url: str, transport_options: Mapping[str, Any], options: Mapping[str, Any], setting: str
-) -> Any:
+) -> Redis:
     """``Sentinel(hosts).master_for(master_name)`` for ``url``.
 
     ``transport_options`` hold ``master_name`` (required) and ``sentinel_kwargs``;
@@ -71,7 +72,9 @@ def sentinel_client(
         sentinel_kwargs=dict(sentinel_kwargs) if sentinel_kwargs is not None else None,
         **sockets,
     )
-    return sentinel.master_for(master_name, **{"db": db, **credentials, **options})
+    # master_for is unannotated in redis-py; its redis_class defaults to Redis.
+    client: Redis = sentinel.master_for(master_name, **{"db": db, **credentials, **options})
+    return client
 
 
 def _parse(url: str) -> tuple[list[tuple[str, int]], dict[str, str], int]:

@@ -75,7 +75,7 @@ class IntakeBucket(TokenBucket):
         return super().pop()
 
 
-def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
+def _on_received(sender: object = None, request: object = None, **_: object) -> None:
     """Before Celery looks up the task's bucket (``task_received`` is sent right
     before): make a bounded task's plain bucket an :class:`IntakeBucket`."""
     if not isinstance(request, BoundedRequest):

@@ -30,7 +30,7 @@ import logging
 import threading
 from collections import OrderedDict
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from celery.signals import worker_shutting_down
 
@@ -116,7 +116,7 @@ def _give_back(pending: list[tuple[Request, ParkingQueue, str]]) -> int:
     return returned
 
 
-def _on_shutting_down(**_: Any) -> None:
+def _on_shutting_down(**_: object) -> None:
     # Sent from Celery's signal handler in the main process: the Redis calls run in a
     # thread of their own (not daemon: the worker's exit waits for it), never inside
     # the handler, which may have interrupted a command on a shared connection.

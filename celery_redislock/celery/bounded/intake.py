@@ -58,7 +58,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from celery import Celery
 from celery.signals import worker_init
@@ -169,7 +169,7 @@ class BoundedRequest(QuietRequest):
         self._redislock_looked = True
         return park_at_intake(self)
 
-    def on_accepted(self, pid: Any, time_accepted: float) -> None:
+    def on_accepted(self, pid: str, time_accepted: float) -> None:
         """A pool process accepted the run: a hand-over of its is no longer the
         main process's to give back at shutdown (:mod:`.handover`)."""
         handover.accepted(self)
@@ -352,9 +352,9 @@ def _shutting_down() -> bool:
     return any(flag is not None and flag is not False for flag in flags)
 
 
-def _on_worker_init(sender: Any = None, **_: Any) -> None:
+def _on_worker_init(sender: WorkController | None = None, **_: object) -> None:
     app = getattr(sender, "app", None)
-    if app is not None:
+    if sender is not None and app is not None:
         _workers[app] = weakref.ref(sender)
 
 

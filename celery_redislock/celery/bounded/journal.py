@@ -238,7 +238,7 @@ def _scheme(url: str) -> str:
     return urlsplit(url.split(";")[0].strip()).scheme
 
 
-def _client(app: Celery, url: str, setting: str, options: dict[str, Any]) -> Any:
+def _client(app: Celery, url: str, setting: str, options: dict[str, Any]) -> redis.Redis:
     if is_sentinel_url(url):
         return sentinel_client(url, transport_options(app, setting), options, setting)
     if _scheme(url) == "redis+socket":

@@ -32,8 +32,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from celery import Celery
 from celery.app.task import Context
@@ -43,11 +43,14 @@ from ...core.parking import Parked, ParkingQueue, ParkingSemaphore, RateCapacity
 from ...errors import ConfigurationError
 from ..client import get_redis, replica_options
 from ..config import restart_grace, settings_for
-from ..execution import AnyTask, RunState
+from ..execution import AnyTask, Hold, RunState
 from ..signals import permit_parked
 from ..tokens import HEADERS, PARK_HEADER, RESENT_HEADER, park_token
 from .journal import ParkSpec, forget, forget_if_taken, record
 from .settings import park_keep, taken_memory
+
+if TYPE_CHECKING:
+    from celery.worker.request import Request
 
 __all__ = [
     "ATTEMPT",
@@ -355,19 +358,23 @@ def reserved_at_intake(request: Context, entry_id: str) -> bool:
 
 
 def encode_request(
-    task: AnyTask, request: Any, entry_id: str, since: float, header: str = PARK_HEADER
+    task: AnyTask, request: Request, entry_id: str, since: float, header: str = PARK_HEADER
 ) -> bytes:
     """The parked message of a worker's ``request`` (in the main process, before a pool
     process ran it), as :func:`park_message` encodes a running one."""
-    return _payload(task, request._context, entry_id, since, (), header)
+    # Private in Celery: a Request's run Context, which celery/worker/request.py itself
+    # hands every signal as ``request=self._context``; it has no public accessor. Typed
+    # (not Any) so the private access stays visible (#30 item 1).
+    context: Context = request._context  # type: ignore[attr-defined]
+    return _payload(task, context, entry_id, since, (), header)
 
 
 def _payload(
     task: AnyTask,
-    context: Any,
+    context: Context,
     entry_id: str,
     since: float,
-    holds: Any,
+    holds: Iterable[Hold],
     header: str,
     left: tuple[str, ...] = (),
 ) -> bytes:
@@ -485,7 +492,7 @@ def register_park_header(header: str, leave: LeaveQueue | None = None) -> None:
         _leaving[header] = leave
 
 
-def _other_queues(request: Any, header: str) -> dict[str, str]:
+def _other_queues(request: Context, header: str) -> dict[str, str]:
     """``{header: park token}`` of the queues the current run leaves (see
     :func:`register_park_header`) when it parks under ``header``."""
     found = {}
@@ -496,7 +503,7 @@ def _other_queues(request: Any, header: str) -> dict[str, str]:
     return found
 
 
-def _fresh_token(request: Any, header: str) -> str:
+def _fresh_token(request: Context, header: str) -> str:
     """The park token of a run refused in its pool process: a fresh message's is its
     intake token (see intake.py), so a delivery of it again (``acks_late``: a main killed
     before the ack) parks under the same token and changes nothing; a published parked

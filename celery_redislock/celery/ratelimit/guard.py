@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from celery.exceptions import Ignore
 
@@ -45,6 +45,10 @@ from ..tokens import PARK_HEADER, running_owner
 from .options import RateOptions, rate_options
 from .pump import poke
 from .queues import limiter_for, rate_queue, rate_spec
+
+if TYPE_CHECKING:
+    from celery.app.task import Context
+    from celery.worker.request import Request
 
 __all__ = [
     "RATE",
@@ -144,7 +148,7 @@ _OWNER: Final = "_redislock_rate_owner"
 """Attribute of a request: the owner its takes send (see :func:`_owner`)."""
 
 
-def _owner(request: Any, task_id: str) -> str:
+def _owner(request: Context, task_id: str) -> str:
     """The owner this delivery's takes send: ``"<task id>@<nonce>"``
     (:func:`running_owner`), one per message run, kept on its request for the guard's
     attempts after an outage. Never the bare task id: every message of a parked run
@@ -247,7 +251,7 @@ def rate_limited_by_body(
     return Ignore()
 
 
-def _rate_intake(task: AnyTask, request: Any) -> Intake | None:
+def _rate_intake(task: AnyTask, request: Request) -> Intake | None:
     """A fresh run of a rate-limited task is admitted (reserved for it) or parked at
     intake; a message parked or admitted before goes to its pool process."""
     options = rate_options(task)

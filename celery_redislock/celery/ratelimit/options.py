@@ -54,7 +54,7 @@ class RateOptions:
         return name
 
 
-def rate_options(task: Any) -> RateOptions:
+def rate_options(task: object) -> RateOptions:
     """The checked rate options of ``task`` (a task or its class)."""
     raw = getattr(task, "global_rate_limit", None)
     key = getattr(task, "global_rate_key", None)
@@ -69,6 +69,6 @@ def rate_options(task: Any) -> RateOptions:
     return RateOptions(tuple(rate.text for rate in rates), key)
 
 
-def check_rate_options(task: Any) -> None:
+def check_rate_options(task: object) -> None:
     """Raise ``ConfigurationError`` for a bad ``global_rate_limit``/``global_rate_key``."""
     rate_options(task)

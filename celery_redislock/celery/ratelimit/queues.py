@@ -18,6 +18,8 @@ import threading
 from collections import OrderedDict
 from typing import Any, Final
 
+from celery import Celery
+
 from ...core.parking import ParkingQueue, RateCapacity
 from ...core.ratelimit import RedisRateLimiter
 from ...errors import ConfigurationError
@@ -41,7 +43,7 @@ its start, as before -- so the limit holds on the runs' starts, and a period's s
 no longer drift by the way through the broker."""
 
 
-def limiter_for(app: Any, pool: str, rates: tuple[str, ...]) -> RedisRateLimiter:
+def limiter_for(app: Celery, pool: str, rates: tuple[str, ...]) -> RedisRateLimiter:
     """The limiter of ``pool`` with ``rates`` on the app's lock Redis."""
     return RedisRateLimiter(get_redis(app), pool, rate=list(rates), prefix=settings_for(app).prefix)
 
@@ -51,7 +53,7 @@ _queues: OrderedDict[tuple[Any, ...], ParkingQueue] = OrderedDict()
 _queues_guard = threading.Lock()
 
 
-def rate_queue(app: Any, pool: str, rates: tuple[str, ...]) -> ParkingQueue:
+def rate_queue(app: Celery, pool: str, rates: tuple[str, ...]) -> ParkingQueue:
     """The queue of ``pool``'s parked runs (each costs 1), publishing through the app.
 
     The recently used are kept, by everything they are made of (the settings are read
@@ -87,7 +89,7 @@ def rate_spec(queue: ParkingQueue, rates: tuple[str, ...]) -> ParkSpec:
     return ParkSpec(RATE, queue.capacity.name, queue.capacity.prefix, rates)
 
 
-def attached_queue(app: Any, pool: str) -> tuple[ParkingQueue, RedisRateLimiter] | None:
+def attached_queue(app: Celery, pool: str) -> tuple[ParkingQueue, RedisRateLimiter] | None:
     """The queue and limiter of ``pool`` with the rates stored with its limiter (for a
     pump or sweeper that knows only the name); None when Redis holds none."""
     limiter = RedisRateLimiter.attach(get_redis(app), pool, prefix=settings_for(app).prefix)
@@ -97,7 +99,7 @@ def attached_queue(app: Any, pool: str) -> tuple[ParkingQueue, RedisRateLimiter]
     return rate_queue(app, pool, rates), limiter
 
 
-def _queue_of(app: Any, spec: ParkSpec) -> ParkingQueue:
+def _queue_of(app: Celery, spec: ParkSpec) -> ParkingQueue:
     if spec.terms:
         return rate_queue(app, spec.pool, tuple(str(rate) for rate in spec.terms))
     attached = attached_queue(app, spec.pool)
