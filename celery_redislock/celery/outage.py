@@ -186,6 +186,37 @@ def client_error(app: Celery, error: BaseException) -> BaseException:
 def connect() -> None:
     """Ping the lock Redis when a worker starts (see the module); once per process."""
     signals.worker_init.connect(_on_worker_init, dispatch_uid="celery_redislock.outage")
+    # Said once the worker's logging is set up: ``worker_init`` comes before it (an
+    # INFO line there went nowhere, an ERROR line came out unformatted, without the
+    # worker's timestamp); ``celeryd_after_setup`` for ``celery worker``, else (a
+    # worker started in process, as the test helpers do) ``worker_ready``.
+    signals.celeryd_after_setup.connect(
+        _on_after_setup, dispatch_uid="celery_redislock.outage.after_setup"
+    )
+    signals.worker_ready.connect(_on_ready, dispatch_uid="celery_redislock.outage.ready")
+
+
+# What the start's ping found, per app, until it is logged.
+_start_report: weakref.WeakKeyDictionary[Celery, tuple[int, str, tuple[object, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _report_start(app: Any) -> None:
+    if not isinstance(app, Celery):
+        return
+    report = _start_report.pop(app, None)
+    if report is not None:
+        level, message, args = report
+        logger.log(level, message, *args)
+
+
+def _on_after_setup(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    _report_start(getattr(instance, "app", None))
+
+
+def _on_ready(sender: Any = None, **_: Any) -> None:
+    _report_start(getattr(sender, "app", None))
 
 
 def _on_worker_init(sender: Any = None, **_: Any) -> None:
@@ -219,15 +250,19 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     thread.start()
     thread.join(_START_PING)
     if outcome and outcome[0] is None:
-        logger.info("celery_redislock: the lock Redis, %s, answers", name)
+        _start_report[app] = (
+            logging.INFO,
+            "celery_redislock: the lock Redis, %s, answers",
+            (name,),
+        )
         return
     why = (
         f"{type(outcome[0]).__name__}: {outcome[0]}" if outcome else f"no reply in {_START_PING:g}s"
     )
-    logger.error(
+    _start_report[app] = (
+        logging.ERROR,
         "celery_redislock: the lock Redis, %s, does not answer (%s): runs of tasks "
-        "with singleton locks or concurrency limits fail at once until it has answered "
-        "(check redislock_url)",
-        name,
-        why,
+        "with singleton locks, concurrency limits or global rate limits fail at once "
+        "until it has answered (check redislock_url)",
+        (name, why),
     )

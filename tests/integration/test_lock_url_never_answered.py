@@ -10,6 +10,7 @@ client, ``delay()`` says the error is the lock Redis's, not the broker's.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -66,6 +67,29 @@ def test_a_run_fails_fast_when_the_lock_url_never_answered(tmp_path: Path, redis
         log = worker.log()
         assert "does not answer" in log and "redislock_url=" in log, log[-3000:]
         assert "hunter2" not in log, log[-3000:]
+        # One of the worker's log lines (its format, its timestamp), not a bare line
+        # printed before the worker set its logging up; it names every kind of task
+        # that fails (a rate-limited run fails at once too).
+        assert re.search(
+            r"ERROR/MainProcess\] celery_redislock: the lock Redis, .*does not answer", log
+        ), log[-3000:]
+        assert "global rate limits fail at once" in log, log[-3000:]
+
+
+def test_the_worker_says_at_start_that_the_lock_redis_answers(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """A new user's worker said nothing of the lock Redis when it answered: the INFO
+    line was logged on ``worker_init``, before the worker's logging was set up."""
+    module = AppModule(tmp_path, redis_url, BODY)
+    with WorkerProcess(module, concurrency=1) as worker:
+        worker.wait_for_log("answers", timeout=10)
+        log = worker.log()
+    locks = db_url(redis_url, LOCKS_DB)
+    assert (
+        f"INFO/MainProcess] celery_redislock: the lock Redis, redislock_url={locks!r}, answers"
+        in log
+    ), log[-3000:]
 
 
 def test_delay_names_the_lock_redis_not_the_broker(redis_url: str) -> None:
