@@ -27,7 +27,7 @@ from .decorators import bounded_task, rate_limited_task, singleton_task
 from .metrics import connect as _connect_metrics
 from .task import RedisLockTask, SingletonTask
 
-# Counting is off unless an app sets redislock_metrics = True (#27); the receivers
+# Counting is on unless an app sets redislock_metrics = False (#27); the receivers
 # are connected here so that every process that loads the glue counts alike.
 _connect_metrics()
 

@@ -41,8 +41,8 @@ _CLEAR: Final = "\x1b[H\x1b[2J"
 def exporter_command(ctx: click.Context, host: str, port: int, max_names: int) -> None:
     """Serve Prometheus metrics on /metrics and a live page on /.
 
-    Counters are those the workers add to Redis when the app has
-    redislock_metrics = True; the gauges (locks held, pools, parked runs,
+    Counters are those the workers add to Redis (unless the app sets
+    redislock_metrics = False); the gauges (locks held, pools, parked runs,
     limiters' next admission) are read from Redis at each scrape. Needs the
     'metrics' extra: pip install 'celery-redislock[metrics]'.
     """

@@ -1,7 +1,8 @@
 """The signal receivers that count the package's events (#27).
 
-Connected once, when :mod:`celery_redislock.celery` is imported; each receiver does
-nothing unless the sender's app has ``redislock_metrics = True``. Every event is
+Connected once, when :mod:`celery_redislock.celery` is imported; each receiver counts
+unless the sender's app has ``redislock_metrics = False`` (on by default: what it
+costs a call is within the benchmarks' noise -- see :data:`SETTING`). Every event is
 counted under the task's name (singleton locks: never the lock key), the pool's or
 limiter's name (only when ``concurrency_key`` / ``global_rate_key`` names one: a
 callable's may be one per tenant, so its runs are counted under the task's name) or
@@ -13,15 +14,19 @@ Hold times are measured in the process that took the lease, on its monotonic clo
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, Final, TypeGuard
+import weakref
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Final
 
 from celery import Celery
 from celery.signals import worker_process_shutdown
 
-from ..config import check_prefix
+from ...core.validate import check_bool
+from ..config import CLIENT_KEYS, check_prefix
 from ..execution import AnyTask
 from ..signals import (
     lease_lost,
@@ -37,14 +42,22 @@ from ..signals import (
     singleton_duplicate,
     singleton_released,
 )
-from .recorder import flush, record
+from ..upstream import conf_fingerprint
+from .recorder import Recorder, flush, recorder_for
 
-__all__ = ["connect", "enabled"]
+__all__ = ["SETTING", "connect"]
 
 logger = logging.getLogger("celery_redislock.metrics")
 
 SETTING: Final = "redislock_metrics"
-"""The setting that switches counting on (default False)."""
+"""The setting that switches counting off (default True). On by default since the
+receivers read the app's settings once per change, not per event (#27): a singleton
+call's three signals cost ~10 us more with counting on than off (~45-50 us before),
+and benchmarks/bench_metrics.py finds on and off within its noise (docs/operations/
+metrics.md has the numbers)."""
+
+_KEYS: Final = (SETTING, "redislock_prefix", *CLIENT_KEYS)
+"""The settings a sink is made of (a change of any makes it again)."""
 
 _CRASHES: Final = frozenset(("worker-lost", "time-limit"))
 """Cleanup reasons that mean the run died: its lease given back is ``reclaimed``
@@ -59,13 +72,47 @@ _taken_guard = threading.Lock()
 _connected = False
 
 
-def enabled(app: Celery | None) -> TypeGuard[Celery]:
-    """True when ``app`` counts events (``redislock_metrics = True``)."""
-    return app is not None and app.conf.get(SETTING, False) is True
+@dataclass(frozen=True)
+class _Sink:
+    """Where an app's events go: this process's recorder for its lock Redis, under its
+    prefix."""
+
+    recorder: Recorder
+    prefix: str
+
+
+# app -> (pid, settings fingerprint, its sink or None: not counting). Read for every
+# signal: reading the settings and the client each time cost ~15 us an event.
+_sinks: weakref.WeakKeyDictionary[Celery, tuple[int, Hashable, _Sink | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _sink_of(sender: Any) -> _Sink | None:
+    """The sink of the sender's app, None when the app does not count."""
+    app = getattr(sender, "app", None)
+    if not isinstance(app, Celery):
+        return None
+    pid, fingerprint = os.getpid(), conf_fingerprint(app, _KEYS)
+    cached = _sinks.get(app)
+    if cached is not None and cached[0] == pid and cached[1] == fingerprint:
+        return cached[2]
+    from ..client import get_redis
+
+    sink = None
+    try:
+        if check_bool(app.conf.get(SETTING, True), SETTING):
+            prefix = check_prefix(app.conf.get("redislock_prefix", "redislock"), "redislock_prefix")
+            sink = _Sink(recorder_for(get_redis(app)), prefix)
+    except Exception as exc:  # counting never disturbs a task; logged once per settings
+        logger.error("celery_redislock: events are not counted: %s", exc)
+    if fingerprint is not None:  # None: the configuration is not loaded yet
+        _sinks[app] = (pid, fingerprint, sink)
+    return sink
 
 
 def _count(
-    app: Celery,
+    sink: _Sink,
     kind: str,
     name: str,
     outcome: str,
@@ -73,11 +120,8 @@ def _count(
     wait: float | None = None,
     hold: float | None = None,
 ) -> None:
-    from ..client import get_redis
-
     try:
-        prefix = check_prefix(app.conf.get("redislock_prefix", "redislock"), "redislock_prefix")
-        record(get_redis(app), prefix, kind, name, outcome, wait=wait, hold=hold)
+        sink.recorder.add(sink.prefix, kind, name, outcome, wait=wait, hold=hold)
     except Exception:  # counting never disturbs a task
         logger.exception("celery_redislock: could not count a %s %s event", kind, outcome)
 
@@ -104,7 +148,8 @@ def _held_for(kind: str, task_id: str | None) -> float | None:
 
 
 def _on_singleton_acquired(sender: Any = None, stage: str = "", **kw: Any) -> None:
-    if not enabled(getattr(sender, "app", None)):
+    sink = _sink_of(sender)
+    if sink is None:
         return
     if stage == "run":  # the run adopted the queued lease (or took it): hold starts
         _taken_now("lock", kw.get("task_id"))
@@ -112,13 +157,14 @@ def _on_singleton_acquired(sender: Any = None, stage: str = "", **kw: Any) -> No
 
         if options_of(sender).singleton.lock_at_enqueue:
             return  # the lease granted at enqueue, taken over: counted then
-    _count(sender.app, "lock", sender.name, "granted")
+    _count(sink, "lock", sender.name, "granted")
 
 
 def _on_singleton_duplicate(
     sender: Any = None, stage: str = "", action: str = "", **kw: Any
 ) -> None:
-    if not enabled(getattr(sender, "app", None)):
+    sink = _sink_of(sender)
+    if sink is None:
         return
     if stage == "enqueue":
         outcome = "refused_duplicate"
@@ -126,32 +172,35 @@ def _on_singleton_duplicate(
         outcome = "rescheduled_duplicate"
     else:
         outcome = "skipped_duplicate"
-    _count(sender.app, "lock", sender.name, outcome)
+    _count(sink, "lock", sender.name, outcome)
 
 
 def _on_singleton_released(sender: Any = None, stage: str = "", **kw: Any) -> None:
-    if not enabled(getattr(sender, "app", None)):
+    sink = _sink_of(sender)
+    if sink is None:
         return
     if stage == "cleanup" and kw.get("reason") in _CRASHES:
-        _count(sender.app, "lock", sender.name, "reclaimed")
+        _count(sink, "lock", sender.name, "reclaimed")
         return
     hold = _held_for("lock", kw.get("task_id")) if stage == "run" else None
-    _count(sender.app, "lock", sender.name, "released", hold=hold)
+    _count(sink, "lock", sender.name, "released", hold=hold)
 
 
 def _on_lease_lost(sender: Any = None, kind: str = "", key: str = "", **kw: Any) -> None:
-    if not enabled(getattr(sender, "app", None)):
+    sink = _sink_of(sender)
+    if sink is None:
         return
     if kind == "permit":
-        _count(sender.app, "semaphore", _pool_label(sender, key), "lease_lost")
+        _count(sink, "semaphore", _pool_label(sender, key), "lease_lost")
     else:
-        _count(sender.app, "lock", sender.name, "lease_lost")
+        _count(sink, "lock", sender.name, "lease_lost")
 
 
 def _on_permit_acquired(
     sender: Any = None, key: str = "", waited: float = 0.0, rescheduled: int = 0, **kw: Any
 ) -> None:
-    if not enabled(getattr(sender, "app", None)):
+    sink = _sink_of(sender)
+    if sink is None:
         return
     name = _pool_label(sender, key)
     _taken_now("semaphore", kw.get("task_id"))
@@ -161,33 +210,34 @@ def _on_permit_acquired(
         outcome = "granted"
     else:
         outcome = "granted_after_wait"
-    _count(sender.app, "semaphore", name, outcome, wait=waited)
+    _count(sink, "semaphore", name, outcome, wait=waited)
 
 
 def _on_permit_parked(sender: Any = None, key: str = "", **kw: Any) -> None:
-    if enabled(getattr(sender, "app", None)):
-        _count(sender.app, "parking", _pool_label(sender, key), "parked")
+    if (sink := _sink_of(sender)) is not None:
+        _count(sink, "parking", _pool_label(sender, key), "parked")
 
 
 def _on_permit_duplicate(sender: Any = None, key: str = "", **kw: Any) -> None:
-    if enabled(getattr(sender, "app", None)):
-        _count(sender.app, "parking", _pool_label(sender, key), "skipped_duplicate")
+    if (sink := _sink_of(sender)) is not None:
+        _count(sink, "parking", _pool_label(sender, key), "skipped_duplicate")
 
 
 def _on_permit_rescheduled(sender: Any = None, key: str = "", **kw: Any) -> None:
-    if enabled(getattr(sender, "app", None)):
-        _count(sender.app, "semaphore", _pool_label(sender, key), "rescheduled")
+    if (sink := _sink_of(sender)) is not None:
+        _count(sink, "semaphore", _pool_label(sender, key), "rescheduled")
 
 
 def _on_permit_released(sender: Any = None, key: str = "", stage: str = "", **kw: Any) -> None:
-    if not enabled(getattr(sender, "app", None)):
+    sink = _sink_of(sender)
+    if sink is None:
         return
     name = _pool_label(sender, key)
     if stage == "cleanup" and kw.get("reason") in _CRASHES:
-        _count(sender.app, "semaphore", name, "reclaimed")
+        _count(sink, "semaphore", name, "reclaimed")
         return
     hold = _held_for("semaphore", kw.get("task_id")) if stage == "run" else None
-    _count(sender.app, "semaphore", name, "released", hold=hold)
+    _count(sink, "semaphore", name, "released", hold=hold)
 
 
 def _limiter_label(task: AnyTask, limiter: str) -> str:
@@ -198,25 +248,24 @@ def _limiter_label(task: AnyTask, limiter: str) -> str:
 
 
 def _on_rate_limited(sender: Any = None, key: str = "", **kw: Any) -> None:
-    if enabled(getattr(sender, "app", None)):
-        _count(sender.app, "ratelimit", _limiter_label(sender, key), "rate_limited")
+    if (sink := _sink_of(sender)) is not None:
+        _count(sink, "ratelimit", _limiter_label(sender, key), "rate_limited")
 
 
 def _on_rate_penalized(sender: Any = None, key: str = "", **kw: Any) -> None:
-    if enabled(getattr(sender, "app", None)):
-        _count(sender.app, "ratelimit", _limiter_label(sender, key), "penalized")
+    if (sink := _sink_of(sender)) is not None:
+        _count(sink, "ratelimit", _limiter_label(sender, key), "penalized")
 
 
 def _on_rate_duplicate(sender: Any = None, key: str = "", **kw: Any) -> None:
-    if enabled(getattr(sender, "app", None)):
-        _count(sender.app, "ratelimit", _limiter_label(sender, key), "skipped_duplicate")
+    if (sink := _sink_of(sender)) is not None:
+        _count(sink, "ratelimit", _limiter_label(sender, key), "skipped_duplicate")
 
 
 def _beat(outcome: str, label: str) -> Callable[..., None]:
     def receiver(sender: Any = None, **kw: Any) -> None:
-        app = getattr(sender, "app", None)
-        if enabled(app):
-            _count(app, "beat", str(kw.get(label)), outcome)
+        if (sink := _sink_of(sender)) is not None:
+            _count(sink, "beat", str(kw.get(label)), outcome)
 
     return receiver
 

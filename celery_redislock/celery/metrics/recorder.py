@@ -20,6 +20,7 @@ import atexit
 import logging
 import os
 import threading
+import time
 import weakref
 from collections import Counter
 from typing import Final
@@ -33,6 +34,9 @@ logger = logging.getLogger("celery_redislock.metrics")
 
 _RETRY_AFTER: Final = 1.0
 """Seconds between attempts while Redis does not answer."""
+
+_IDLE_CHECK: Final = 30.0
+"""Seconds an idle thread waits before it looks whether its client still exists."""
 
 SPACING: Final = 0.02
 """Seconds the thread lets events gather after a send. The first event after a quiet
@@ -48,7 +52,9 @@ class Recorder:
     """Pending increments of one process for one client, and the thread sending them."""
 
     def __init__(self, client: RedisClient, spacing: float = 0.0) -> None:
-        self._client = client
+        # Weak: a recorder never keeps its client (and its connections) alive; an app
+        # dropped (a test's) takes its client along, and the idle thread then ends.
+        self._client = weakref.ref(client)
         self._spacing = spacing
         self._flushing = 0
         self._pending: Counter[_Field] = Counter()
@@ -57,7 +63,6 @@ class Recorder:
         self._sending = 0  # batches taken but not yet confirmed (for flush)
         self._failing = False
         self._thread: threading.Thread | None = None
-        self._closed = False
         self._idle = False  # the thread waits for a first event (only then woken by add)
 
     def add(
@@ -88,6 +93,11 @@ class Recorder:
             if self._idle:  # else it is sending or gathering: it takes this one then
                 self._wake.notify()
 
+    @property
+    def failing(self) -> bool:
+        """True while the last send failed (Redis did not answer)."""
+        return self._failing
+
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until everything counted so far was sent (True), or ``timeout`` passed."""
         with self._guard:
@@ -106,10 +116,13 @@ class Recorder:
         while True:
             with self._guard:
                 self._idle = True
-                self._wake.wait_for(lambda: bool(self._pending) or self._closed)
+                self._wake.wait_for(lambda: bool(self._pending), timeout=_IDLE_CHECK)
                 self._idle = False
                 if not self._pending:
-                    return
+                    if self._client() is None:  # nothing will come: end (add starts another)
+                        self._thread = None
+                        return
+                    continue
                 batch, self._pending = self._pending, Counter()
                 self._sending += 1
             sent = self._send(batch)
@@ -125,8 +138,11 @@ class Recorder:
                     self._wake.wait_for(lambda: self._flushing > 0, timeout=self._spacing)
 
     def _send(self, batch: Counter[_Field]) -> bool:
+        client = self._client()
+        if client is None:  # its app and client are gone: nobody reads these counts
+            return True
         try:
-            pipe = self._client.pipeline(transaction=False)
+            pipe = client.pipeline(transaction=False)
             for (key, field), amount in batch.items():
                 pipe.hincrby(key, field, amount)
             pipe.execute()
@@ -178,20 +194,25 @@ def record(
 ) -> None:
     """Count one event of ``kind`` for ``name`` in ``client``'s Redis under ``prefix``.
 
-    The seam for events without a signal (the rate limiter's Celery side): call it
-    where the event happens. Never raises for Redis trouble and never waits for it.
+    The seam for events without a signal: call it where the event happens. Never
+    raises for Redis trouble and never waits for it. Pass a client you keep (the app's,
+    ``celery_redislock.celery.client.get_redis(app)``): the recorder holds it weakly,
+    and what a client collected before its thread sent it is dropped.
     """
     recorder_for(client).add(prefix, kind, name, outcome, wait=wait, hold=hold)
 
 
 def flush(timeout: float = 5.0) -> bool:
     """Send everything this process counted so far; False if Redis did not take it in
-    ``timeout`` seconds (it stays pending)."""
+    ``timeout`` seconds (it stays pending). One deadline for all of this process's
+    recorders: an exit waits ``timeout`` at most, however many Redis servers are down."""
     pid = os.getpid()
+    deadline = time.monotonic() + timeout
+    mine = [recorder for owner, recorder in list(_recorders.values()) if owner == pid]
     ok = True
-    for owner_pid, recorder in list(_recorders.values()):
-        if owner_pid == pid:
-            ok = recorder.flush(timeout) and ok
+    # Those whose Redis answered last first: one whose Redis is down takes what is left.
+    for recorder in sorted(mine, key=lambda recorder: recorder.failing):
+        ok = recorder.flush(max(0.0, deadline - time.monotonic())) and ok
     return ok
 
 

@@ -4,10 +4,14 @@ handed off; what the exporter's collector then shows."""
 
 from __future__ import annotations
 
+import gc
+import logging
 import threading
 import time
+import weakref
 from typing import Any
 
+import pytest
 import redis
 from celery import Celery
 from prometheus_client import CollectorRegistry
@@ -16,9 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from celery_redislock import RateLimited, RedisLockTask, bounded_task, singleton_task
 from celery_redislock.celery.beat.signals import beat_elected, beat_slot_sent, beat_slot_skipped
-from celery_redislock.celery.metrics import flush
+from celery_redislock.celery.client import get_redis
+from celery_redislock.celery.metrics import flush, record
+from celery_redislock.celery.metrics import recorder as recorder_module
 from celery_redislock.celery.metrics.collector import RedisLockCollector
 from celery_redislock.celery.metrics.read import CounterSet, read_counters, read_state
+from celery_redislock.celery.metrics.recorder import recorder_for
 from celery_redislock.core import release_all
 
 from ..conftest import MakeApp
@@ -28,6 +35,12 @@ from ..helpers import wait_until
 def _counts(locks: redis.Redis, kind: str, name: str) -> CounterSet | None:
     found = [c for c in read_counters(locks, "redislock") if (c.kind, c.name) == (kind, name)]
     return found[0] if found else None
+
+
+def _flush(app: Celery) -> bool:
+    """Send what this process counted for ``app`` (not every app's: a recorder of an
+    earlier test whose Redis is gone would take the whole timeout)."""
+    return recorder_for(get_redis(app)).flush(10)
 
 
 def _settled(locks: redis.Redis, kind: str, name: str, expected: dict[str, int]) -> CounterSet:
@@ -44,15 +57,55 @@ def _settled(locks: redis.Redis, kind: str, name: str, expected: dict[str, int])
         raise AssertionError(f"{kind} {name}: {found and found.counts} != {expected}") from None
 
 
-def test_off_by_default(app: Celery, locks: redis.Redis, worker: Any) -> None:
+def test_on_by_default(app: Celery, locks: redis.Redis, worker: Any) -> None:
     @singleton_task(app=app)
     def job(n: int) -> int:
         return n
 
     worker(app)
     assert job.delay(1).get(timeout=30) == 1
-    flush()
+    _settled(locks, "lock", job.name, {"granted": 1, "released": 1})
+
+
+def test_switched_off_and_on_again(make_app: MakeApp, locks: redis.Redis, worker: Any) -> None:
+    """``redislock_metrics = False`` counts nothing; the setting is read again when it
+    changes (the receivers keep what they made of it until then)."""
+    app = make_app(redislock_metrics=False)
+
+    @singleton_task(app=app)
+    def job(n: int) -> int:
+        return n
+
+    worker(app)
+    assert job.delay(1).get(timeout=30) == 1
+    assert _flush(app)
     assert read_counters(locks, "redislock") == []
+    app.conf.redislock_metrics = True
+    assert job.delay(2).get(timeout=30) == 2
+    _settled(locks, "lock", job.name, {"granted": 1, "released": 1})
+    app.conf.redislock_metrics = False
+    assert job.delay(3).get(timeout=30) == 3
+    assert _flush(app)  # the worker runs in this process: what it counted is in Redis now
+    got = _counts(locks, "lock", job.name)
+    assert got is not None and got.counts == {"granted": 1, "released": 1}
+
+
+def test_a_bad_setting_is_logged_and_counts_nothing(
+    make_app: MakeApp, locks: redis.Redis, worker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app(redislock_metrics="yes")
+
+    @singleton_task(app=app)
+    def job(n: int) -> int:
+        return n
+
+    worker(app)
+    with caplog.at_level(logging.ERROR, logger="celery_redislock.metrics"):
+        assert [job.delay(n).get(timeout=30) for n in range(3)] == [0, 1, 2]
+    assert _flush(app)
+    assert read_counters(locks, "redislock") == []
+    errors = [r.getMessage() for r in caplog.records if r.name == "celery_redislock.metrics"]
+    assert len(errors) == 1 and "redislock_metrics" in errors[0] and "'yes'" in errors[0]
 
 
 def test_singleton_counts_and_hold_time(make_app: MakeApp, locks: redis.Redis, worker: Any) -> None:
@@ -162,6 +215,49 @@ def test_recorder_never_waits_and_sends_after_an_outage(fault_proxy: Any, r: red
     assert int(fields[b"hs"]) == 100 * 500_000
 
 
+def test_a_recorder_keeps_neither_its_client_nor_its_thread(
+    redis_url: str, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counting is on by default: a client made and dropped (a test's app, a setting
+    changed) must not stay open for the process's life with a thread of its own."""
+    monkeypatch.setattr(recorder_module, "_IDLE_CHECK", 0.2)
+    client = redis.Redis.from_url(redis_url)
+    gone = weakref.ref(client)
+    record(client, "redislock", "lock", "dropped", "granted")
+    assert recorder_for(client).flush(10)
+    [thread] = [
+        t
+        for t in threading.enumerate()
+        if t.name == "celery_redislock-metrics" and recorder_for(client)._thread is t
+    ]
+    del client
+    gc.collect()
+    assert gone() is None
+    thread.join(5)
+    assert not thread.is_alive()
+    assert int(r.hget("redislock:metrics:lock:{dropped}", "n:granted") or 0) == 1
+
+
+def test_flush_waits_its_timeout_once_whatever_is_down(fault_proxy: Any, r: redis.Redis) -> None:
+    """At exit (atexit) and in flush(): one deadline for all the process's recorders
+    (it was one each: an exit waited for every Redis that was down in turn), those
+    whose Redis answers flushed first."""
+    downs = [fault_proxy.client(socket_timeout=0.3, socket_connect_timeout=0.3) for _ in "abc"]
+    up = redis.Redis(connection_pool=r.connection_pool)
+    fault_proxy.pause()
+    for down in downs:
+        record(down, "redislock", "lock", "down", "granted")
+    time.sleep(0.5)  # their first sends failed
+    record(up, "redislock", "lock", "up", "granted")
+    started = time.monotonic()
+    assert flush(1.0) is False
+    assert time.monotonic() - started < 2.0
+    assert int(r.hget("redislock:metrics:lock:{up}", "n:granted") or 0) == 1
+    fault_proxy.resume()
+    assert all(recorder_for(down).flush(20) for down in downs)
+    assert int(r.hget("redislock:metrics:lock:{down}", "n:granted") or 0) == 3
+
+
 def test_lease_lost_counted(make_app: MakeApp, locks: redis.Redis, worker: Any) -> None:
     """A running singleton's lock released under it: its renewal reports it lost."""
     app = make_app(redislock_metrics=True)
@@ -201,7 +297,7 @@ def test_beat_events_counted(make_app: MakeApp, locks: redis.Redis) -> None:
     for _ in range(3):
         beat_slot_sent.send(sender=scheduler, entry="nightly", slot=None)
     beat_slot_skipped.send(sender=scheduler, entry="nightly", slot=None, last=None)
-    assert flush(10)
+    assert _flush(app)
     _settled(locks, "beat", "default", {"elected": 1})
     _settled(locks, "beat", "nightly", {"slot_sent": 3, "slot_skipped": 1})
 
