@@ -221,8 +221,17 @@ def rate_limited_task(
         "global_rate_limit": global_rate_limit,
         "global_rate_key": global_rate_key,
     }
-    check_rate_options(
-        SimpleNamespace(global_rate_limit=global_rate_limit, global_rate_key=global_rate_key)
-    )
     decorator = _decorator(app, options, RedisLockTask)
-    return decorator(fun) if fun is not None else decorator
+
+    def decorate(task_fun: Any) -> Any:
+        # Once the function is known, so that an error names the task (as Celery
+        # names it), as the other options' errors do.
+        name = str(options.get("name") or _celery_name(app, task_fun))
+        check_rate_options(
+            SimpleNamespace(
+                name=name, global_rate_limit=global_rate_limit, global_rate_key=global_rate_key
+            )
+        )
+        return decorator(task_fun)
+
+    return decorate(fun) if fun is not None else decorate

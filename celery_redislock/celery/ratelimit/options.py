@@ -60,13 +60,21 @@ def rate_options(task: object) -> RateOptions:
     key = getattr(task, "global_rate_key", None)
     if raw is None:
         return RateOptions((), None)
-    rates = parse_rates(raw, "global_rate_limit")
+    try:
+        rates = parse_rates(raw, "global_rate_limit")
+    except ConfigurationError as exc:  # which task's, as the other options' errors say
+        raise ConfigurationError(f"{_where(task)} {exc}") from None
     if key is not None and not callable(key) and (not isinstance(key, str) or not key):
         raise ConfigurationError(
-            f"global_rate_key must be a non-empty str (a pool name) or a callable of the "
-            f"task's arguments, got {key!r}"
+            f"{_where(task)} global_rate_key must be a non-empty str (a pool name) or a "
+            f"callable of the task's arguments, got {key!r}"
         )
     return RateOptions(tuple(rate.text for rate in rates), key)
+
+
+def _where(task: object) -> str:
+    name = getattr(task, "name", None) or getattr(task, "__name__", "?")
+    return f"task {str(name)!r}: option"
 
 
 def check_rate_options(task: object) -> None:
