@@ -17,6 +17,10 @@ INCLUDE = re.compile(r'^--8<-- "[\w.]+\.py(:\w+)?"$')
 # Shell commands shown, not run by a test (a long benchmark, a deployment's command).
 COMMANDS = {
     ("benchmarks.md", ".venv/bin/python benchmarks/bench_lock.py        # ~30 s"),
+    (
+        "getting-started.md",
+        'celery -A proj worker -l INFO     # among its first lines: "the lock Redis, ..., answers"',
+    ),
     ("guides/beat.md", "celery -A proj beat -S celery_redislock.beat:LeaderScheduler"),
     ("operations/cli.md", "celery -A proj redislock list [--kind lock|semaphore] [--json]"),
     ("operations/metrics.md", "pip install 'celery-redislock[metrics]'"),
@@ -67,3 +71,16 @@ def test_getting_started_shows_the_readmes_two_commands() -> None:
         body for page, info, body in blocks() if page == "getting-started.md" and info == "bash"
     ]
     assert page[:2] == readme[:2]
+
+
+def test_getting_started_shows_each_feature_and_how_to_run_it() -> None:
+    """A new user (#29) read "Singleton tasks and bounded concurrency for Celery" and a
+    Quickstart of those two: the rate limit the README shows was not there, nor how to
+    start a worker on the quickstart's app and see what it holds."""
+    page = (DOCS / "getting-started.md").read_text()
+    quickstart = page[page.index("## Quickstart") : page.index("## The example project")]
+    for snippet in ("singleton.py:task", "bounded.py:task", "ratelimit_task.py:task"):
+        assert f'--8<-- "{snippet}"' in quickstart, snippet
+    assert "celery -A proj worker" in quickstart
+    assert "celery -A proj redislock list" in quickstart
+    assert "beat" in page[: page.index("## Quickstart")]
