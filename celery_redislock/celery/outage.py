@@ -38,7 +38,7 @@ from celery import Celery, signals
 
 from ..errors import ConfigurationError, RedisLockError, RedisRestarting, RedisUnavailable
 from .cleanup import guards_of
-from .client import get_redis, redis_url
+from .client import connection_source, get_redis
 from .config import restart_grace
 from .execution import AnyTask, Guard, Hold, RunState
 from .sentinel import masked_url
@@ -83,11 +83,15 @@ _shared: weakref.WeakKeyDictionary[Celery, ctypes.c_bool] = weakref.WeakKeyDicti
 def lock_redis(app: Celery) -> str:
     """``redislock_url='<masked>'`` of ``app``, or what it defaults to, for messages."""
     try:
-        url = masked_url(redis_url(app))
+        raw, options = connection_source(app)
     except RedisLockError:
         return "redislock_url (unset)"
+    url = masked_url(raw)
     if app.conf.get("redislock_url") is None:
-        return f"redislock_url (unset: the broker's or result backend's {url!r})"
+        # Which of the two it is: a user with a Redis broker and a Redis backend on
+        # different servers must not have to guess which one holds the locks.
+        source = "broker" if options == "broker_transport_options" else "result backend"
+        return f"redislock_url (unset: the {source}'s {url!r})"
     return f"redislock_url={url!r}"
 
 

@@ -117,3 +117,19 @@ def test_task_option_returns_functions_unbound(app: Celery) -> None:
     assert task_option(subclassed, "missing", "dflt") == "dflt"
     # Plain attribute access would have bound the function as a method:
     assert app.tasks[decorated.name].lock_key is not key_function  # type: ignore[attr-defined]
+
+
+def test_messages_name_the_url_the_locks_default_to() -> None:
+    """A new user's worker said "redislock_url (unset: the broker's or result backend's
+    'redis://...')" (#29): it knows which, and with a Redis broker and a Redis backend
+    on two servers the user should not have to guess which holds the locks."""
+    from celery_redislock.celery.outage import lock_redis
+
+    both = Celery("both", broker="redis://:pw@broker:6379/0", backend="redis://backend:6379/1")
+    assert lock_redis(both) == "redislock_url (unset: the broker's 'redis://:**@broker:6379/0')"
+    rabbit = Celery("rabbit", broker="amqp://guest@mq//", backend="redis://backend:6379/1")
+    assert (
+        lock_redis(rabbit) == "redislock_url (unset: the result backend's 'redis://backend:6379/1')"
+    )
+    both.conf.redislock_url = "redis://locks:6379/2"
+    assert lock_redis(both) == "redislock_url='redis://locks:6379/2'"
