@@ -29,11 +29,24 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import ModuleType, TracebackType
+from typing import TypeVar
 from urllib.parse import urlsplit
 
-__all__ = ["BROKER_DB", "LOCKS_DB", "RESULTS_DB", "AppModule", "WorkerProcess", "db_url"]
+__all__ = [
+    "BROKER_DB",
+    "LOCKS_DB",
+    "RESULTS_DB",
+    "AppModule",
+    "CeleryProcess",
+    "WorkerProcess",
+    "db_url",
+    "module_env",
+    "side_by_side",
+    "stop_all",
+]
 
 BROKER_DB = 1
 RESULTS_DB = 2
@@ -109,7 +122,66 @@ class AppModule:
         return importlib.import_module(self.name)
 
 
-class WorkerProcess:
+def module_env(module: AppModule) -> dict[str, str]:
+    """The environment of a process that imports ``module`` (its directory on the path)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(module.directory), env.get("PYTHONPATH")])
+    )
+    return env
+
+
+_Self = TypeVar("_Self", bound="CeleryProcess")
+
+
+class CeleryProcess:
+    """A ``celery`` command on ``module`` in a subprocess of its own session, its
+    output in ``log_path``; a context manager (:meth:`start`, :meth:`stop`)."""
+
+    def __init__(self, module: AppModule, log_path: Path, args: list[str]) -> None:
+        self.module, self.log_path, self.args = module, log_path, args
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def launch(self, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """Run ``args`` in ``module``'s directory with ``env``."""
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                self.args,
+                cwd=self.module.directory,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self.process
+
+    def log(self) -> str:
+        """Everything the process wrote so far."""
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def start(self: _Self) -> _Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Self) -> _Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class WorkerProcess(CeleryProcess):
     """``celery -A <module> worker`` in a subprocess; a context manager."""
 
     def __init__(
@@ -122,10 +194,8 @@ class WorkerProcess:
         extra_args: tuple[str, ...] = (),
         ready_timeout: float = 30.0,
     ) -> None:
-        self.module = module
         self.hostname = f"{name or 'w'}-{uuid.uuid4().hex[:6]}@%h"
-        self.log_path = module.directory / f"{module.name}-{uuid.uuid4().hex[:6]}.log"
-        self.args = [
+        args = [
             sys.executable,
             "-m",
             "celery",
@@ -147,39 +217,27 @@ class WorkerProcess:
             "--without-mingle",
             *extra_args,
         ]
+        super().__init__(
+            module, module.directory / f"{module.name}-{uuid.uuid4().hex[:6]}.log", args
+        )
         self.ready_timeout = ready_timeout
-        self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
         """Start the worker and wait until it logs that it is ready."""
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(self.module.directory), env.get("PYTHONPATH")])
-        )
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                self.args,
-                cwd=self.module.directory,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.launch(module_env(self.module))
+        self.wait_ready()
+        return self
+
+    def wait_ready(self) -> None:
+        """Wait until the launched worker logs that it is ready (stopped if it does not)."""
+        process = self.process
+        assert process is not None
         deadline = time.monotonic() + self.ready_timeout
         while " ready." not in self.log():
-            if self.process.poll() is not None or time.monotonic() > deadline:
+            if process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"worker did not start:\n{self.log()}")
             time.sleep(0.05)
-        return self
-
-    def log(self) -> str:
-        """Everything the worker wrote so far."""
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
 
     def wait_for_log(self, text: str, timeout: float = 10.0) -> None:
         """Wait until ``text`` appears in the log; raise with the log if it does not."""
@@ -209,24 +267,39 @@ class WorkerProcess:
     def stop(self, timeout: float = 3.0) -> None:
         """Warm shutdown (SIGTERM); after ``timeout`` seconds SIGKILL of the whole
         process group (tests leave long tasks running)."""
-        process, self.process = self.process, None
+        stop_all([self], timeout)
+
+
+def stop_all(workers: Iterable[WorkerProcess], timeout: float = 3.0) -> None:
+    """:meth:`WorkerProcess.stop` of each of ``workers``, side by side: all are sent
+    SIGTERM first, then each is given what is left of the one ``timeout``."""
+    stopping = []
+    for worker in workers:
+        process, worker.process = worker.process, None
         if process is None:
-            return
+            continue
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout)
+        stopping.append(process)
+    deadline = time.monotonic() + timeout
+    for process in stopping:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(max(deadline - time.monotonic(), 0.0))
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # orphaned pool children too
         process.wait(5)
 
-    def __enter__(self) -> WorkerProcess:
-        return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+@contextlib.contextmanager
+def side_by_side(*workers: WorkerProcess) -> Iterator[tuple[WorkerProcess, ...]]:
+    """Start ``workers`` side by side (all launched, then each waited for until ready)
+    and stop them so (:func:`stop_all`): two workers cost one start-up and one
+    shutdown (each some 2 s on a loaded 2-core machine), not two."""
+    try:
+        for worker in workers:
+            worker.launch(module_env(worker.module))
+        for worker in workers:
+            worker.wait_ready()
+        yield workers
+    finally:
+        stop_all(workers)

@@ -19,11 +19,10 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 import redis
 
-from ..workers import LOCKS_DB, AppModule, db_url
+from ..workers import LOCKS_DB, AppModule, CeleryProcess, db_url, module_env
 
 __all__ = ["RUNS", "BeatProcess", "Run", "beat_module", "module_env", "runs", "wait_for"]
 
@@ -70,15 +69,6 @@ def beat_module(
     return AppModule(directory, redis_url, body, conf=conf)
 
 
-def module_env(module: AppModule) -> dict[str, str]:
-    """The environment of a process that imports ``module`` (its directory on the path)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(module.directory), env.get("PYTHONPATH")])
-    )
-    return env
-
-
 @dataclass(frozen=True)
 class Run:
     """One run of ``beat_tick``: the entry, its slot (epoch s; None from plain Celery),
@@ -109,7 +99,7 @@ def runs(module: AppModule, redis_url: str) -> list[Run]:
     return out
 
 
-class BeatProcess:
+class BeatProcess(CeleryProcess):
     """``celery -A <module> beat`` in a subprocess (its own session); a context manager."""
 
     def __init__(
@@ -120,10 +110,8 @@ class BeatProcess:
         lock_url: str | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
-        self.module = module
         tag = uuid.uuid4().hex[:6]
-        self.log_path = module.directory / f"beat-{tag}.log"
-        self.args = [
+        args = [
             sys.executable,
             "-m",
             "celery",
@@ -138,9 +126,9 @@ class BeatProcess:
             "-l",
             "info",
         ]
+        super().__init__(module, module.directory / f"beat-{tag}.log", args)
         self.lock_url = lock_url
         self.env = env or {}
-        self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def pid(self) -> int:
@@ -152,23 +140,8 @@ class BeatProcess:
         if self.lock_url is not None:
             env["BEAT_LOCK_URL"] = self.lock_url
         env.update(self.env)
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                self.args,
-                cwd=self.module.directory,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.launch(env)
         return self
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
 
     def signal(self, signum: int) -> None:
         assert self.process is not None
@@ -192,17 +165,6 @@ class BeatProcess:
         if process is not None and process.poll() is None:
             process.kill()
             process.wait(5)
-
-    def __enter__(self) -> BeatProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def wait_for(predicate: object, timeout: float, what: str) -> None:

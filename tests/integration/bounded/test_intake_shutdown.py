@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from celery.result import AsyncResult
 
 from ...faults import FaultProxy
 from ..workers import AppModule, WorkerProcess
@@ -28,6 +29,40 @@ pytestmark = [pytest.mark.slow]
 LOCK_TTL = 30.0
 
 
+def _module(tmp_path: Path, url: str, limit: int, rate_limit: str | None = None) -> AppModule:
+    """An app of one task ``call(n, seconds)`` of pool "api" (``limit``; Celery's
+    ``rate_limit`` beside it when given), its workers prefetching one message."""
+    rate = "" if rate_limit is None else f", rate_limit={rate_limit!r}"
+    return AppModule(
+        tmp_path,
+        url,
+        RECORD
+        + f"""
+from celery_redislock import bounded_task
+
+@bounded_task(app=app, concurrency_limit={limit}, concurrency_key="api", lock_ttl={LOCK_TTL}{rate})
+def call(n, seconds):
+    record("runs", str(n), seconds)
+    return n
+""",
+        conf='{"worker_prefetch_multiplier": 1}',
+    )
+
+
+def _seconds_to_run_on_b(module: AppModule, result: AsyncResult[int]) -> float:
+    """How long a fresh worker b, started once a is gone, takes to run ``result``'s
+    ``call(1, ...)``."""
+    with WorkerProcess(module, concurrency=2, name="b"):
+        started = time.monotonic()
+        assert result.get(timeout=LOCK_TTL + 15) == 1
+        return time.monotonic() - started
+
+
+def _ran_once_each_and_nothing_held(locks: redis.Redis) -> None:
+    assert [label for _, _, label in runs(locks, "runs")] == ["0", "1"]  # once each
+    assert not holders(locks, "api")
+
+
 def test_a_message_taken_in_warm_shutdown_runs_elsewhere_at_once(
     tmp_path: Path, redis_url: str, locks: redis.Redis
 ) -> None:
@@ -35,20 +70,7 @@ def test_a_message_taken_in_warm_shutdown_runs_elsewhere_at_once(
     # warmly, and a message of the pool is sent while it finishes that task: a's
     # pending fetch takes it. It must not run on a, nor wait for lock_ttl: worker b,
     # started once a is gone, runs it at once.
-    module = AppModule(
-        tmp_path,
-        redis_url,
-        RECORD
-        + f"""
-from celery_redislock import bounded_task
-
-@bounded_task(app=app, concurrency_limit=2, concurrency_key="api", lock_ttl={LOCK_TTL})
-def call(n, seconds):
-    record("runs", str(n), seconds)
-    return n
-""",
-        conf='{"worker_prefetch_multiplier": 1}',
-    )
+    module = _module(tmp_path, redis_url, limit=2)
     a = WorkerProcess(module, concurrency=2, name="a").start()
     try:
         tasks = module.load()
@@ -65,13 +87,9 @@ def call(n, seconds):
     finally:
         a.stop()
     assert long.get(timeout=5) == 0
-    with WorkerProcess(module, concurrency=2, name="b"):
-        started = time.monotonic()
-        assert short.get(timeout=LOCK_TTL + 15) == 1
-        took = time.monotonic() - started
-    assert [label for _, _, label in runs(locks, "runs")] == ["0", "1"]  # once each
+    took = _seconds_to_run_on_b(module, short)
+    _ran_once_each_and_nothing_held(locks)
     assert took < LOCK_TTL / 3, f"the run waited {took:.1f}s: its permit was reserved on a"
-    assert not holders(locks, "api")
 
 
 def test_a_run_handed_a_permit_and_waiting_for_a_rate_limit_token_at_shutdown(
@@ -81,21 +99,7 @@ def test_a_run_handed_a_permit_and_waiting_for_a_rate_limit_token_at_shutdown(
     # intake waits in the task's token bucket of worker a when a is shut down warmly.
     # It never runs on a; its permit must not stay reserved for lock_ttl: worker b,
     # started once a is gone, runs it at once.
-    module = AppModule(
-        tmp_path,
-        redis_url,
-        RECORD
-        + f"""
-from celery_redislock import bounded_task
-
-@bounded_task(app=app, concurrency_limit=3, concurrency_key="api", lock_ttl={LOCK_TTL},
-              rate_limit="6/m")
-def call(n, seconds):
-    record("runs", str(n), seconds)
-    return n
-""",
-        conf='{"worker_prefetch_multiplier": 1}',
-    )
+    module = _module(tmp_path, redis_url, limit=3, rate_limit="6/m")
     a = WorkerProcess(module, concurrency=2, name="a").start()
     try:
         tasks = module.load()
@@ -109,13 +113,9 @@ def call(n, seconds):
         a.process.wait(30)
     finally:
         a.stop()
-    with WorkerProcess(module, concurrency=2, name="b"):
-        started = time.monotonic()
-        assert waiting.get(timeout=LOCK_TTL + 15) == 1
-        took = time.monotonic() - started
-    assert [label for _, _, label in runs(locks, "runs")] == ["0", "1"]  # once each
+    took = _seconds_to_run_on_b(module, waiting)
+    _ran_once_each_and_nothing_held(locks)
     assert took < LOCK_TTL / 3, f"the run waited {took:.1f}s: its permit was reserved on a"
-    assert not holders(locks, "api")
 
 
 def test_a_run_handed_a_permit_and_waiting_for_a_token_when_the_broker_connection_drops(
@@ -125,21 +125,8 @@ def test_a_run_handed_a_permit_and_waiting_for_a_token_when_the_broker_connectio
     # closes (their messages, unacknowledged, come back from the broker). A message
     # handed a permit at intake was acknowledged: given back, it runs once the worker
     # is connected again and its token is due -- not after lock_ttl.
-    module = AppModule(
-        tmp_path,
-        fault_proxy.url,  # broker and lock Redis through the proxy
-        RECORD
-        + f"""
-from celery_redislock import bounded_task
-
-@bounded_task(app=app, concurrency_limit=3, concurrency_key="api", lock_ttl={LOCK_TTL},
-              rate_limit="10/m")
-def call(n, seconds):
-    record("runs", str(n), seconds)
-    return n
-""",
-        conf='{"worker_prefetch_multiplier": 1}',
-    )
+    # broker and lock Redis through the proxy
+    module = _module(tmp_path, fault_proxy.url, limit=3, rate_limit="10/m")
     with WorkerProcess(module, concurrency=2, name="a") as a:
         tasks = module.load()
         assert tasks.call.delay(0, 0.1).get(timeout=20) == 0  # the bucket's one token
@@ -151,6 +138,5 @@ def call(n, seconds):
         fault_proxy.cut()
         assert waiting.get(timeout=LOCK_TTL + 15) == 1
         took = time.monotonic() - cut
-    assert [label for _, _, label in runs(locks, "runs")] == ["0", "1"]  # once each
+    _ran_once_each_and_nothing_held(locks)
     assert took < LOCK_TTL / 2, f"the run waited {took:.1f}s: its permit stayed reserved"
-    assert not holders(locks, "api")
