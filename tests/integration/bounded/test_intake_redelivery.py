@@ -10,7 +10,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 import redis
 from celery import Celery
 from celery.signals import task_prerun
@@ -22,10 +21,11 @@ from celery_redislock.core.parking import ParkingSemaphore
 from celery_redislock.testing import RedisServer
 
 from ..helpers import wait_until
+from ..own_redis import own_redis_url  # noqa: F401 (the fixture redis_url)
 from .helpers import holders
 
-# Start worker processes of their own and wait on parking by time: alone, after the rest.
-pytestmark = pytest.mark.serial
+# Not serial: in-process workers on a Redis of the module's own (own_redis); every
+# wait a wait_until on a state, no bound on a duration.
 
 
 def _lot(task: Any) -> ParkingSemaphore:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import redis
 from celery_redislock.celery.singleton.signature import call_key
 
 from ..helpers import lock_info, wait_until
-from ..workers import AppModule, WorkerProcess
+from ..workers import AppModule, WorkerProcess, side_by_side
 from .helpers import RECORD, holders, peak, runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
@@ -39,8 +40,9 @@ def _module(tmp_path: Path, redis_url: str, body: str, conf: str = "{}") -> AppM
     return AppModule(tmp_path, redis_url, HEADER + body, conf=conf)
 
 
-def _two_workers(module: AppModule) -> tuple[WorkerProcess, WorkerProcess]:
-    return (
+def _two_workers(module: AppModule) -> AbstractContextManager[object]:
+    """Workers a and b (prefork, 4 processes each), started and stopped side by side."""
+    return side_by_side(
         WorkerProcess(module, concurrency=4, name="a"),
         WorkerProcess(module, concurrency=4, name="b"),
     )
@@ -59,8 +61,7 @@ def call(self, n):
     return n
 """,
     )
-    a, b = _two_workers(module)
-    with a, b:
+    with _two_workers(module):
         tasks = module.load()
         results = [tasks.call.delay(n) for n in range(30)]
         assert [r.get(timeout=60) for r in results] == list(range(30))
@@ -88,8 +89,7 @@ def refund(n):
     record("runs", "refund", 0.15)
 """,
     )
-    a, b = _two_workers(module)
-    with a, b:
+    with _two_workers(module):
         tasks = module.load()
         results = [task.delay(n) for n in range(12) for task in (tasks.charge, tasks.refund)]
         for result in results:
@@ -125,8 +125,7 @@ def flaky(self):
     return "done"
 """,
     )
-    a, b = _two_workers(module)
-    with a, b:
+    with _two_workers(module):
         tasks = module.load()
         busy = tasks.busy.delay(2.0)
         wait_until(lambda: holders(locks, "api"), what="the busy run")
@@ -151,8 +150,7 @@ def call(self, n):
     return n
 """,
     )
-    a, b = _two_workers(module)
-    with a, b:
+    with _two_workers(module):
         tasks = module.load()
         results = [tasks.call.delay(n) for n in range(12)]
         row = wait_until(lambda: locks.lindex("started", 0), what="a run").decode()
@@ -237,8 +235,7 @@ def export(tenant, n):
     record("runs", tenant, 0.2)
 """,
     )
-    a, b = _two_workers(module)
-    with a, b:
+    with _two_workers(module):
         tasks = module.load()
         results = [tasks.export.delay(t, n) for n in range(6) for t in ("x", "y", "z")]
         for result in results:
@@ -263,8 +260,7 @@ def sync(user, attempt=0):
     return user
 """,
     )
-    a, b = _two_workers(module)
-    with a, b:
+    with _two_workers(module):
         tasks = module.load()
         users = [f"u{i}" for i in range(6)]
         results = {user: tasks.sync.delay(user) for user in users}

@@ -34,10 +34,13 @@ from celery_redislock.core.parking import new_entry_id
 from celery_redislock.testing import RedisServer
 
 from ..helpers import wait_until
+from ..own_redis import own_redis_url  # noqa: F401 (the fixture redis_url)
 from ..workers import BROKER_DB, AppModule, WorkerProcess, db_url
 from .helpers import RECORD, runs
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+# Not serial: one worker of one or two pool processes at a time, on a Redis of the
+# module's own (own_redis); every wait a wait_until on a state, no bound on a duration.
+pytestmark = pytest.mark.slow
 
 BODY = (
     RECORD

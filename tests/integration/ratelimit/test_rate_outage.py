@@ -17,7 +17,7 @@ import redis
 from celery_redislock.testing import RedisServer
 
 from ..helpers import wait_until
-from ..workers import LOCKS_DB, AppModule, WorkerProcess, db_url
+from ..workers import LOCKS_DB, AppModule, WorkerProcess, db_url, side_by_side
 from .test_rate_limited import _windows
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
@@ -62,7 +62,7 @@ def test_the_lock_redis_stopped_mid_backlog_delays_runs_and_loses_none(
         source = module.path.read_text().replace(db_url(redis_url, LOCKS_DB), lock_server.url)
         module.path.write_text(source)
         workers = [WorkerProcess(module, concurrency=2, name=n) for n in ("a", "b")]
-        with workers[0], workers[1]:
+        with side_by_side(*workers):
             tasks = module.load()
             sent = [tasks.call.delay().id for _ in range(16)]  # 4 s of runs at 4/s
             wait_until(lambda: len(_runs(records)) >= 5, timeout=20, what="a few runs")
@@ -107,7 +107,7 @@ def test_a_limiter_whose_state_was_lost_lets_no_fresh_burst_through(
         source = module.path.read_text().replace(db_url(redis_url, LOCKS_DB), lock_server.url)
         module.path.write_text(source)
         workers = [WorkerProcess(module, concurrency=2, name=n) for n in ("a", "b")]
-        with workers[0], workers[1]:
+        with side_by_side(*workers):
             tasks = module.load()
             sent = [tasks.call.delay().id for _ in range(12)]  # 3 s of runs at 4/s
             wait_until(lambda: len(_runs(records)) >= 6, timeout=20, what="a few runs")
