@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from celery_redislock.celery.metrics.read import read_counters
+
 from . import scenario
 
 pytestmark = pytest.mark.serial  # many processes
@@ -28,3 +30,7 @@ def test_counts_exact_under_prefork_with_kills(
     assert refused[0] > 0  # duplicates were sent
     reclaimed = [v for k, v in outcome.expected.items() if k[2] == "reclaimed"]
     assert reclaimed == [2, 2]
+    # Every parked run started once, on a permit a release handed it; a run whose
+    # permit its worker's intake reserved is granted, not handed off.
+    [pool] = [c for c in read_counters(locks, "redislock") if c.kind == "semaphore"]
+    assert pool.counts.get("handed_off", 0) == outcome.expected["parking", "pool-x", "parked"]
