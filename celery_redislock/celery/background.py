@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from celery import Celery, signals
 from celery.utils.dispatch import Signal
@@ -109,7 +109,7 @@ class PerApp(Generic[_T]):
         start_on.connect(self._on_start, weak=False, dispatch_uid=f"{uid}.start")
         signals.worker_shutdown.connect(self._on_shutdown, weak=False, dispatch_uid=f"{uid}.stop")
 
-    def _on_start(self, sender: Any = None, **_: Any) -> None:
+    def _on_start(self, sender: object = None, **_: object) -> None:
         app = getattr(sender, "app", None)  # a WorkController or a Consumer
         if app is None:
             return
@@ -122,11 +122,11 @@ class PerApp(Generic[_T]):
         )
         self.start(app)
 
-    def _on_shutdown(self, sender: Any = None, **_: Any) -> None:
+    def _on_shutdown(self, sender: object = None, **_: object) -> None:
         app = getattr(sender, "app", None)  # the WorkController
         if app is not None:
             self.stop(app)
 
-    def _on_test_stopped(self, sender: Any = None, **_: Any) -> None:
+    def _on_test_stopped(self, sender: object = None, **_: object) -> None:
         if isinstance(sender, Celery):  # start_worker sends the app itself
             self.stop(sender)

@@ -24,7 +24,7 @@ Options of ours are checked at once, so a typo in a value fails at import time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -45,10 +45,15 @@ __all__ = ["bounded_task", "singleton_task"]
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
+AnyRedisLockTask = RedisLockTask[..., Any]
+"""A task of ours, whatever its parameters and result."""
+_Decorate = Callable[[Callable[..., object]], AnyRedisLockTask]
+"""What ``@app.task(**options)`` / ``@shared_task(**options)`` returns."""
+
 
 def _decorator(
-    app: Celery | None, options: dict[str, Any], default_base: type[RedisLockTask[Any, Any]]
-) -> Callable[[Any], Any]:
+    app: Celery | None, options: dict[str, object], default_base: type[AnyRedisLockTask]
+) -> _Decorate:
     if app is not None and not isinstance(app, Celery):
         raise ConfigurationError(f"app must be a Celery app or None, got {app!r}")
     base = options.setdefault("base", default_base)
@@ -56,9 +61,9 @@ def _decorator(
         raise ConfigurationError(
             f"base must be a subclass of celery_redislock.RedisLockTask, got {base!r}"
         )
-    factory: Callable[..., Callable[[Any], Any]] = app.task if app is not None else shared_task
+    factory: Callable[..., _Decorate] = app.task if app is not None else shared_task
 
-    def decorate(fun: Any) -> Any:
+    def decorate(fun: Callable[..., object]) -> AnyRedisLockTask:
         # Checked once the function is known, so an error names the task as Celery
         # will (module + function), not "<task>".
         name = str(options.get("name") or _celery_name(app, fun))
@@ -71,7 +76,7 @@ def _decorator(
     return decorate
 
 
-def _celery_name(app: Celery | None, fun: Any) -> str:
+def _celery_name(app: Celery | None, fun: object) -> str:
     """The name Celery gives a task made of ``fun`` (``module.function``)."""
     module, name = getattr(fun, "__module__", None), getattr(fun, "__name__", None)
     if not module or not name:
@@ -79,7 +84,7 @@ def _celery_name(app: Celery | None, fun: Any) -> str:
     return str((app or current_app).gen_task_name(name, module))
 
 
-def _class_options(base: type) -> dict[str, Any]:
+def _class_options(base: type) -> dict[str, object]:
     names = (
         "singleton",
         "singleton_mode",
@@ -104,11 +109,11 @@ def singleton_task(
     on_duplicate: OnDuplicate = ...,
     on_running_duplicate: OnRunningDuplicate = ...,
     singleton_mode: SingletonMode = ...,
-    **options: Any,
+    **options: object,
 ) -> Callable[[Callable[_P, _R]], SingletonTask[_P, _R]]: ...
 def singleton_task(
-    fun: Callable[..., Any] | None = None, /, *, app: Celery | None = None, **options: Any
-) -> Any:
+    fun: Callable[..., object] | None = None, /, *, app: Celery | None = None, **options: object
+) -> AnyRedisLockTask | _Decorate:
     """Declare a singleton task: ``shared_task`` (or ``app.task``) with
     ``base=SingletonTask``.
 
@@ -134,7 +139,7 @@ def bounded_task(
     on_duplicate: OnDuplicate = ...,
     on_running_duplicate: OnRunningDuplicate = ...,
     singleton_mode: SingletonMode = ...,
-    **options: Any,
+    **options: object,
 ) -> Callable[[Callable[_P, _R]], RedisLockTask[_P, _R]]: ...
 @overload
 def bounded_task(
@@ -147,17 +152,17 @@ def bounded_task(
     on_duplicate: OnDuplicate = ...,
     on_running_duplicate: OnRunningDuplicate = ...,
     singleton_mode: SingletonMode = ...,
-    **options: Any,
+    **options: object,
 ) -> RedisLockTask[_P, _R]: ...
 def bounded_task(
-    fun: Callable[..., Any] | None = None,
+    fun: Callable[..., object] | None = None,
     /,
     *,
-    concurrency_limit: Any = None,
+    concurrency_limit: object = None,  # the overloads say int; checked with the options
     concurrency_key: PoolKey = None,
     app: Celery | None = None,
-    **options: Any,
-) -> Any:
+    **options: object,
+) -> AnyRedisLockTask | _Decorate:
     """Declare a task whose concurrent runs across all workers never exceed a limit:
     ``shared_task`` (or ``app.task``) with ``base=RedisLockTask``.
 
@@ -188,14 +193,14 @@ def bounded_task(
 
 
 def rate_limited_task(
-    fun: Callable[..., Any] | None = None,
+    fun: Callable[..., object] | None = None,
     /,
     *,
-    global_rate_limit: Any = None,
-    global_rate_key: Any = None,
+    global_rate_limit: str | Sequence[str] | None = None,
+    global_rate_key: PoolKey = None,
     app: Celery | None = None,
-    **options: Any,
-) -> Any:
+    **options: object,
+) -> AnyRedisLockTask | _Decorate:
     """Declare a task whose runs across all workers stay under a rate (issue #25):
     ``shared_task`` (or ``app.task``) with ``base=RedisLockTask``.
 

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, Protocol
 
 import redis
 
@@ -39,9 +39,14 @@ INTERVAL: Final = 0.25
 _DEFAULT_TTL: Final = 30.0
 
 
+class _Hold(Protocol):
+    # What this module needs of an execution.Hold (execution imports this module).
+    def finish(self, reason: str) -> bool: ...
+
+
 @dataclass
 class _Pending:
-    hold: Any
+    hold: _Hold
     reason: str
     task_name: str
     task_id: str
@@ -54,7 +59,7 @@ _cond = threading.Condition()
 _thread: threading.Thread | None = None
 
 
-def give_back_later(hold: Any, reason: str, task_name: str, task_id: str) -> None:
+def give_back_later(hold: _Hold, reason: str, task_name: str, task_id: str) -> None:
     """Keep ``hold`` (whose ``finish(reason)`` failed on an outage error) and try its
     ``finish`` again until it succeeds or its lease has expired by itself."""
     global _thread

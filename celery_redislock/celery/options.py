@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from celery import Celery
 from celery.local import Proxy
@@ -31,6 +31,9 @@ from .redlock import redlock_max_ttl
 from .singleton.options import OPTIONS as SINGLETON_OPTIONS
 from .singleton.options import SingletonOptions, check_singleton_options, resolve_singleton
 from .upstream import conf_fingerprint
+
+if TYPE_CHECKING:
+    from .execution import AnyTask
 
 __all__ = ["OPTIONS", "SETTINGS", "TaskOptions", "check_class_options", "options_of"]
 
@@ -58,7 +61,7 @@ _NAMES: Final = frozenset(OPTIONS)
 _read_class: Final = operator.attrgetter(*OPTIONS, "__class__")
 
 
-def options_of(task: Any) -> TaskOptions:
+def options_of(task: AnyTask) -> TaskOptions:
     """The task's options now: its own, else its app's settings (see the module docs).
 
     Raises :class:`~celery_redislock.errors.ConfigurationError` naming the option or
@@ -98,7 +101,7 @@ def _redlock_ttl(app: Celery, singleton: SingletonOptions) -> float | None:
     return max(redlock_max_ttl(app, singleton.queued_ttl), singleton.lock_ttl)
 
 
-def check_class_options(task: Any) -> None:
+def check_class_options(task: object) -> None:
     """Validate the options set on a task (class or instance); raise if one is bad.
 
     Run when a task is bound to its app and by the decorators, so a bad value fails

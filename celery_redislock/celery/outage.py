@@ -223,7 +223,8 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
     _report_start(getattr(sender, "app", None))
 
 
-def _on_worker_init(sender: Any = None, **_: Any) -> None:
+def _on_worker_init(sender: object = None, **_: object) -> None:
+    # sender: the WorkController
     app = getattr(sender, "app", None)
     if app is None:
         return

@@ -102,7 +102,7 @@ class CeleryRedlock(RedlockLock):
         return min(ttl_to_ms(ttl, argument), self._max_ttl_ms)
 
 
-def check_not_bounded(app: Celery, name: str, limit: object) -> None:
+def check_not_bounded(app: Celery, name: object, limit: object) -> None:
     """Raise ``ConfigurationError`` when a task ``name`` with ``concurrency_limit`` =
     ``limit`` (None: not bounded) is defined on an app that uses Redlock."""
     if limit is None or app.conf.get("redislock_urls") is None:

@@ -146,7 +146,7 @@ def uninstall() -> None:
             _original = None
 
 
-def _on_worker_init(**_: Any) -> None:
+def _on_worker_init(**_: object) -> None:
     install()
 
 

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import click
 
 if TYPE_CHECKING:
+    from celery import Celery
+
     from ...core.inventory import Entry
     from ...core.scripts import RedisClient
 
@@ -83,8 +85,8 @@ class _Options:
     prefix: str | None
 
 
-def _app(ctx: click.Context) -> Any:
-    app = getattr(ctx.find_root().obj, "app", None)
+def _app(ctx: click.Context) -> Celery:
+    app: Celery | None = getattr(ctx.find_root().obj, "app", None)
     if app is None:  # invoked outside the celery command (e.g. a test runner)
         from celery import current_app
 

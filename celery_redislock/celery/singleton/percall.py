@@ -192,7 +192,7 @@ def _task_name(task: object) -> str:
 
 
 def call_options(
-    task: Any,
+    task: object,
     options: dict[str, Any],
     on_duplicate: object = None,
     singleton: object = None,
