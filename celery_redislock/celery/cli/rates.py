@@ -13,13 +13,17 @@ library when loaded (see :mod:`.group`).
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Final
 
 import click
 
 from .group import NotFound, connect, emit_json, json_option, redis_errors, redislock
 
-__all__ = ["rates_command"]
+__all__ = ["DEFAULT_FOR", "rates_command"]
+
+DEFAULT_FOR: Final = 3600.0
+"""Seconds a temporary rate holds when ``--set`` has no ``--for``."""
 
 
 @redislock.command(name="rates")
@@ -35,9 +39,8 @@ __all__ = ["rates_command"]
     "--for",
     "seconds",
     type=float,
-    default=3600.0,
-    show_default=True,
-    help="With --set: seconds the temporary rate holds.",
+    default=None,
+    help=f"With --set: seconds the temporary rate holds.  [default: {DEFAULT_FOR:g}]",
 )
 @click.option("--clear", is_flag=True, help="End the temporary rate of NAME now.")
 @click.option(
@@ -52,7 +55,7 @@ def rates_command(
     ctx: click.Context,
     name: str | None,
     set_rate: str | None,
-    seconds: float,
+    seconds: float | None,
     clear: bool,
     reset: bool,
     as_json: bool,
@@ -74,6 +77,17 @@ def rates_command(
     from ...core.ratelimit import RedisRateLimiter, limiter_names
     from ...errors import ConfigurationError
 
+    # Refused before anything changes, naming the options: a --for without --set, or
+    # --set with --clear, was ignored without a word; a bad --for was blamed on --set.
+    if seconds is not None and set_rate is None:
+        raise click.UsageError(f"--for {seconds:g} goes with --set RATE (the rate it holds)")
+    if set_rate is not None and clear:
+        raise click.UsageError("--set and --clear contradict each other: give one")
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise click.BadParameter(
+            f"seconds the temporary rate holds, a finite number > 0, got {seconds:g}",
+            param_hint="--for",
+        )
     conn = connect(ctx)
     with redis_errors(conn.url):
         names = [name] if name else limiter_names(conn.client, prefix=conn.prefix)
@@ -89,7 +103,10 @@ def rates_command(
                 )
             if set_rate is not None:
                 try:
-                    limiter.override([r.strip() for r in set_rate.split(",")], seconds)
+                    limiter.override(
+                        [r.strip() for r in set_rate.split(",")],
+                        DEFAULT_FOR if seconds is None else seconds,
+                    )
                 except ConfigurationError as exc:
                     raise click.BadParameter(str(exc), param_hint="--set") from exc
             elif clear:

@@ -104,3 +104,30 @@ def test_inspect_of_a_rate_limiters_name_points_at_rates(app: Celery, locks: red
     assert "celery redislock rates crm-api" in result.output, result.output
     unknown = _invoke(app, "inspect", "nothing-here")
     assert unknown.exit_code == 3 and "rate limiter" not in unknown.output, unknown.output
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        # before: "Invalid value for --set: ttl must be a finite number of seconds > 0"
+        (["--set", "2/s", "--for", "0"], ["--for", "0"]),
+        (["--set", "2/s", "--for", "inf"], ["--for", "inf"]),
+        # before: exit 0, --for ignored without a word
+        (["--for", "10"], ["--for", "--set"]),
+        # before: exit 0, --clear ignored (the rate set)
+        (["--set", "2/s", "--clear"], ["--set", "--clear"]),
+    ],
+)
+def test_rates_refuses_options_that_do_not_go_together_naming_them(
+    app: Celery, locks: redis.Redis, args: list[str], says: list[str]
+) -> None:
+    """A new user's mistakes with ``rates NAME``: each is a usage error (exit 2) naming
+    the option (and its value), and the limiter is left as it was."""
+    limiter = RedisRateLimiter(locks, "crm-api", rate="5/s")
+    limiter.acquire()
+    result = _invoke(app, "rates", "crm-api", *args)
+    assert result.exit_code == 2, result.output
+    error = result.output.splitlines()[-1]
+    assert all(word in error for word in says), error
+    assert "ttl" not in error, error
+    assert limiter.info().override is None
