@@ -192,11 +192,31 @@ def bounded_task(
     return decorator(fun) if fun is not None else decorator
 
 
+@overload
+def rate_limited_task(
+    fun: None = None,
+    /,
+    *,
+    global_rate_limit: str | Sequence[str],
+    global_rate_key: PoolKey = None,
+    app: Celery | None = None,
+    **options: object,
+) -> Callable[[Callable[_P, _R]], RedisLockTask[_P, _R]]: ...
+@overload
+def rate_limited_task(
+    fun: Callable[_P, _R],
+    /,
+    *,
+    global_rate_limit: str | Sequence[str],
+    global_rate_key: PoolKey = None,
+    app: Celery | None = None,
+    **options: object,
+) -> RedisLockTask[_P, _R]: ...
 def rate_limited_task(
     fun: Callable[..., object] | None = None,
     /,
     *,
-    global_rate_limit: str | Sequence[str] | None = None,
+    global_rate_limit: object = None,  # the overloads say str | Sequence[str]; checked here
     global_rate_key: PoolKey = None,
     app: Celery | None = None,
     **options: object,

@@ -70,3 +70,38 @@ def test_the_typed_example_of_the_docs_fails_as_it_says(tmp_path: Path) -> None:
     assert len(errors) == 1, out + err
     quoted = lines[said - 1].removeprefix("# mypy reports: ")
     assert f":{said + 1}: error: {quoted}  [arg-type]" in errors[0], errors
+
+
+RATE_SNIPPET = """
+from celery import Celery
+from celery_redislock import rate_limited_task
+
+app = Celery("typed")
+
+@rate_limited_task(global_rate_limit="10/s", global_rate_key="openai", app=app)
+def summarize(doc_id: int) -> None: ...
+
+summarize.delay(1)
+summarize.delay("not an int")  # line 11: error (celery-types)
+"""
+
+
+def test_rate_limited_task_is_typed_as_the_other_decorators(tmp_path: Path) -> None:
+    """``@rate_limited_task(...)`` gives a typed task under ``--strict``, as
+    ``@bounded_task(...)`` does: no "untyped decorator" error, and ``.delay()`` checks
+    its arguments."""
+    source = tmp_path / "rate_snippet.py"
+    source.write_text(RATE_SNIPPET)
+    out, err, _ = api.run(
+        [
+            "--strict",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path / "c"),
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            str(source),
+        ]
+    )
+    lines = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
+    assert lines == {11}, out + err
