@@ -75,7 +75,7 @@ from typing import Any
 import _stages
 import redis
 from _backlog_print import CONTROLS, MODES, print_backlog
-from _common import add_to_dump, percentile
+from _common import add_to_dump, peak, percentile
 
 from celery_redislock.testing import RedisServer
 
@@ -207,8 +207,6 @@ def _batch(
         for _, _, start, _ in rows
         if ends[0] <= start
     ]
-    from bench_bounded import peak
-
     return {
         "drain": last - first,
         "publishes": (_pushes(records) - received) / count,

@@ -11,21 +11,27 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import datetime
 import io
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, TextIO
 
 from celery_redislock.errors import ConfigurationError
 from celery_redislock.testing import find_redis_server
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The repository: the workers import the package from it (this copy, not another)."""
 
 # Keys of a dump that are not a script's own series (plot_figures.py skips them).
 META_KEYS = ("meta", "tables", "printed")
@@ -209,3 +215,84 @@ def _write(path: str, argv: list[str]) -> None:
 
 def _utc(at: float) -> str:
     return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def peak(intervals: Iterable[Sequence[Any]]) -> int:
+    """Most intervals ``(start, end, ...)`` open at one instant (an end at t closes
+    before a start at t)."""
+    spans = [(float(span[0]), float(span[1])) for span in intervals]
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    current = best = 0
+    for _, step in events:
+        current += step
+        best = max(best, current)
+    return best
+
+
+def start_worker(
+    directory: str,
+    module: str,
+    name: str,
+    log_path: str,
+    *options: str,
+    concurrency: int = 4,
+) -> subprocess.Popen[bytes]:
+    """A ``celery -A <module>:app worker`` subprocess (prefork, ``concurrency``
+    processes, node ``<name>-<random>@%h``) importing from ``directory`` and
+    :data:`ROOT`, in a session of its own (see :func:`stop_workers`), its output
+    appended to ``log_path``. ``options``: more ``celery worker`` options, e.g.
+    ``"-Q", "queue"``."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [directory, ROOT, os.environ.get("PYTHONPATH")])
+        ),
+    }
+    args = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        f"{module}:app",
+        "worker",
+        "-P",
+        "prefork",
+        "-c",
+        str(concurrency),
+        "-n",
+        f"{name}-{uuid.uuid4().hex[:6]}@%h",
+        "-l",
+        "info",
+        "--without-heartbeat",
+        "--without-gossip",
+        "--without-mingle",
+        *options,
+    ]
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            args,
+            cwd=directory,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_workers(
+    workers: Sequence[subprocess.Popen[bytes]], groups: Iterable[subprocess.Popen[bytes]] = ()
+) -> None:
+    """Stop ``workers`` (SIGTERM, SIGKILL after 10 s), then SIGKILL the process group
+    of each of them and of ``groups`` (workers killed earlier): a pool child orphaned
+    by a killed main process is ended too."""
+    for process in workers:
+        process.terminate()
+    for process in workers:
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+    for process in [*workers, *groups]:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)

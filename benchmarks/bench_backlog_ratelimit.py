@@ -24,10 +24,7 @@ no message is delivered twice here) and re-publishes of parked runs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -40,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import itertools
 
-from _common import parse_args, print_table
+from _common import parse_args, peak, print_table, start_worker, stop_workers
 
 from celery_redislock.testing import RedisServer
 
@@ -73,40 +70,6 @@ def plain(seconds):
 """
 
 
-def _start(directory: str, module: str, queue: str, n: int) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [directory, os.environ.get("PYTHONPATH")])),
-    }
-    log = open(os.path.join(directory, f"worker-{queue}-{n}.log"), "ab")  # noqa: SIM115
-    args = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        f"{module}:app",
-        "worker",
-        "-P",
-        "prefork",
-        "-c",
-        "4",
-        "-Q",
-        queue,
-        "-n",
-        f"w{n}-{uuid.uuid4().hex[:4]}@%h",
-        "-l",
-        "info",
-        "--without-heartbeat",
-        "--without-gossip",
-        "--without-mingle",
-    ]
-    process = subprocess.Popen(
-        args, cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    log.close()
-    return process
-
-
 def _runs(path: Path) -> list[tuple[float, float]]:
     if not path.exists():
         return []
@@ -114,23 +77,17 @@ def _runs(path: Path) -> list[tuple[float, float]]:
     return sorted((float(s), float(e)) for s, e in rows)
 
 
-def _peak(runs: list[tuple[float, float]]) -> int:
-    events = sorted([(s, 1) for s, _ in runs] + [(e, -1) for _, e in runs])
-    current = best = 0
-    for _, step in events:
-        current += step
-        best = max(best, current)
-    return best
-
-
 def run_kind(
     kind: str, directory: str, module: str, tasks: Any, args: argparse.Namespace
 ) -> dict[str, Any]:
     """Send ``args.calls`` tasks of ``kind`` to 2 fresh workers; what happened."""
     queue = f"q-{kind}"
-    workers = [_start(directory, module, queue, n) for n in range(2)]
+    logs = [Path(directory, f"worker-{queue}-{n}.log") for n in range(2)]
+    workers = [
+        start_worker(directory, module, f"w{n}", str(log), "-Q", queue)
+        for n, log in enumerate(logs)
+    ]
     try:
-        logs = [Path(directory, f"worker-{queue}-{n}.log") for n in range(2)]
         deadline = time.monotonic() + 60
         while not all(" ready." in p.read_text(errors="replace") for p in logs if p.exists()):
             if time.monotonic() > deadline:
@@ -152,21 +109,12 @@ def run_kind(
             "ran": len(runs),
             "total": (max(e for _, e in runs) - t0) if runs else float("nan"),
             "stall": max((b - a for a, b in itertools.pairwise(starts)), default=0.0),
-            "peak": _peak(runs),
+            "peak": peak(runs),
             "second": text.count("is a second message"),
             "released": text.count("released from the parked queue"),
         }
     finally:
-        for process in workers:
-            process.terminate()
-        for process in workers:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+        stop_workers(workers)
 
 
 def main() -> None:

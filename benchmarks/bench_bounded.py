@@ -42,7 +42,6 @@ import argparse
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -55,15 +54,21 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # The checkout this file is in, ahead of an installed (or editable, other worktree's)
-# copy of the package: in this process and in the workers it starts (ROOT, below).
+# copy of the package: in this process and in the workers it starts (_common.ROOT).
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import redis
-from _common import add_to_dump, command_calls, parse_args, print_table
+from _common import (
+    add_to_dump,
+    command_calls,
+    parse_args,
+    peak,
+    print_table,
+    start_worker,
+    stop_workers,
+)
 
 from celery_redislock.testing import RedisServer
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 APP = """
 import time
@@ -96,16 +101,6 @@ def plain(label, i, seconds):
 """
 
 
-def peak(intervals: list[tuple[float, float]]) -> int:
-    """Most intervals open at one instant (an end at t closes before a start at t)."""
-    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
-    current = best = 0
-    for _, step in events:
-        current += step
-        best = max(best, current)
-    return best
-
-
 @contextmanager
 def worker(
     directory: str, module: str, queue: str, concurrency: int, options: tuple[str, ...] = ()
@@ -114,43 +109,9 @@ def worker(
 
     ``options``: more ``celery worker`` options, e.g. ``("--prefetch-multiplier", "1")``."""
     log_path = os.path.join(directory, f"{queue}-{uuid.uuid4().hex[:6]}.log")
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [directory, ROOT, os.environ.get("PYTHONPATH")])
-        ),
-    }
-    args = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        f"{module}:app",
-        "worker",
-        "-P",
-        "prefork",
-        "-c",
-        str(concurrency),
-        "-Q",
-        queue,
-        "-n",
-        f"{queue}-{uuid.uuid4().hex[:6]}@%h",
-        "-l",
-        "info",
-        "--without-heartbeat",
-        "--without-gossip",
-        "--without-mingle",
-        *options,
-    ]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            args,
-            cwd=directory,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process = start_worker(
+        directory, module, queue, log_path, "-Q", queue, *options, concurrency=concurrency
+    )
     try:
         deadline = time.monotonic() + 30
         while " ready." not in Path(log_path).read_text(encoding="utf-8", errors="replace"):
@@ -159,12 +120,7 @@ def worker(
             time.sleep(0.05)
         yield process.pid
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_workers([process])
 
 
 def run_batch(

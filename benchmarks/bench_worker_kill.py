@@ -46,7 +46,6 @@ reserved permit lapses): the last line counts them, and must say 0.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import os
 import random
@@ -65,7 +64,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import redis
-from _common import parse_args, print_table
+from _common import parse_args, peak, print_table, start_worker, stop_workers
 from _kills import HOOKS, read_events, summary
 
 from celery_redislock.core.parking import ParkingSemaphore
@@ -104,35 +103,7 @@ def plain(seconds):
 
 
 def _start(directory: str, module: str, n: int) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [directory, os.environ.get("PYTHONPATH")])),
-    }
-    log = open(os.path.join(directory, f"worker-{n}.log"), "ab")  # noqa: SIM115
-    args = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        f"{module}:app",
-        "worker",
-        "-P",
-        "prefork",
-        "-c",
-        "4",
-        "-n",
-        f"w{n}-{uuid.uuid4().hex[:4]}@%h",
-        "-l",
-        "info",
-        "--without-heartbeat",
-        "--without-gossip",
-        "--without-mingle",
-    ]
-    process = subprocess.Popen(
-        args, cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    log.close()
-    return process
+    return start_worker(directory, module, f"w{n}", os.path.join(directory, f"worker-{n}.log"))
 
 
 def _runs(path: Path) -> list[tuple[float, float, str]]:
@@ -140,15 +111,6 @@ def _runs(path: Path) -> list[tuple[float, float, str]]:
         return []
     rows = (line.split() for line in path.read_text().splitlines() if line.strip())
     return [(float(s), float(e), t) for s, e, t in rows]
-
-
-def _peak(runs: list[tuple[float, float, str]]) -> int:
-    events = sorted([(s, 1) for s, _, _ in runs] + [(e, -1) for _, e, _ in runs])
-    current = best = 0
-    for _, step in events:
-        current += step
-        best = max(best, current)
-    return best
 
 
 SETTINGS = {
@@ -247,17 +209,7 @@ def one_round(args: argparse.Namespace, settings: str) -> dict[str, Any]:
         locks = redis.Redis.from_url(f"{base}/3")
         sem = ParkingSemaphore(locks, "kill", limit=limit)
         info, permits = sem.parking_info(), len(sem.info().holders)
-        for process in workers:
-            process.terminate()
-        for process in workers:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
-        for process in every:  # each worker's process group: orphaned pool children
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+        stop_workers(workers, every)  # every: killed ones' orphaned pool children
         result: dict[str, Any] = {"kills": len(kills)}
         traces = read_events(Path(f"{records}.events"))
         for kind, sent in (("bounded", bounded), ("plain", plain)):
@@ -270,7 +222,7 @@ def one_round(args: argparse.Namespace, settings: str) -> dict[str, Any]:
                 "lost": len(set(sent) - set(ran)),
                 "twice": sum(1 for n in ran.values() if n > 1),
                 "beside": _beside(runs),
-                "peak": _peak(runs),
+                "peak": peak(runs),
                 "summary": summary(sent, ended, traces, kills),
             }
         if args.keep:
