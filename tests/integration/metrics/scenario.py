@@ -29,7 +29,7 @@ import redis
 
 from celery_redislock.celery.metrics.read import read_counters
 
-from ..workers import LOCKS_DB, AppModule, WorkerProcess, db_url
+from ..workers import LOCKS_DB, AppModule, WorkerProcess, db_url, side_by_side
 
 BODY = """
 from celery_redislock import bounded_task
@@ -109,11 +109,8 @@ def run(
     locks.flushdb()
     module = AppModule(tmp_path, redis_url, BODY, conf="{'redislock_metrics': True}")
     app_module = module.load()
-    with contextlib.ExitStack() as stack:
-        pool = [
-            stack.enter_context(WorkerProcess(module, concurrency=processes, name=f"m{i}"))
-            for i in range(workers)
-        ]
+    pool = [WorkerProcess(module, concurrency=processes, name=f"m{i}") for i in range(workers)]
+    with side_by_side(*pool):
         granted = refused = 0
         sent: list[Any] = []
         to_kill = {"single": kills, "bounded": kills}
