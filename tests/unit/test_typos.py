@@ -21,6 +21,7 @@ from celery_redislock import (
     RedisLockTask,
     SingletonTask,
     bounded_task,
+    rate_limited_task,
     singleton_task,
 )
 from celery_redislock.celery import singleton
@@ -253,3 +254,28 @@ def test_every_apply_async_option_passes_the_check(app: Celery) -> None:
     def job() -> None: ...
 
     call_options(job, dict.fromkeys(_celery_names(), 1))
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("global_rate_limit", "1/s"),  # before: accepted, and ignored without a word
+        ("global_rate_key", "crm-api"),  # the same
+        ("concurrency_limit", 5),  # before: "(a typo of 'concurrency_limit'?)"
+        ("unique_on", ["user_id"]),  # the same, of 'unique_on'
+        ("singleton_mode", "interval"),
+    ],
+)
+def test_a_task_option_given_per_call_is_refused_as_one(app: Celery, name: str, value: Any) -> None:
+    """A new user's ``sync_order.apply_async(args, global_rate_limit="1/s")`` (#29): our
+    task options are not per-call options; the error says so, not that it is a typo of
+    itself, and a rate-limit option is not let through silently."""
+
+    @rate_limited_task(app=app, global_rate_limit="5/s", shared=False)
+    def job() -> None: ...
+
+    with pytest.raises(ConfigurationError) as refused:
+        job.apply_async(**{name: value})
+    message = str(refused.value)
+    assert f"{name}={value!r} is a task option, not a per-call option" in message, message
+    assert "a typo of" not in message, message

@@ -202,6 +202,15 @@ def call_options(
     """The checked per-call options of one ``apply_async``; raise for a name among the
     other ``options`` that looks like ours (see the module doc)."""
     for name in options:
+        if name in OUR_NAMES:
+            # One of our task options, given to one call: Celery would pass it on as a
+            # message property, ignored (global_rate_limit=), and it is no typo.
+            raise ConfigurationError(
+                f"{_task_name(task)}.apply_async(): {name}={options[name]!r} is a task "
+                "option, not a per-call option: set it on the task (its decorator, "
+                "@app.task(...), a subclass or task_annotations); per-call options are "
+                f"{', '.join(PER_CALL)}"
+            )
         if looks_like_ours(name):
             hint = (
                 " (celery-once's per-call options: use on_duplicate=, lock_queued_ttl=)"
