@@ -10,7 +10,7 @@ the ``task_postrun`` safety net, or, when the child died, by :meth:`Guard.cleanu
 the worker's main process. On ``retry()`` each hold decides whether the next attempt
 inherits it (:meth:`Hold.on_retry`).
 
-The run's state lives on the Celery request (``request._redislock_run``), so thread
+The run's state is kept beside its Celery request (:mod:`.request_state`), so thread
 pools and nested ``apply()`` calls each see their own.
 """
 
@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
 from .giveback import OUTAGE_ERRORS, give_back_later
+from .request_state import RequestSlot
 from .tokens import HEADERS, RESENT_HEADER
 
 if TYPE_CHECKING:
@@ -45,8 +46,6 @@ AnyTask = Task[Any, Any]
 """Any Celery task, whatever its parameters and result."""
 
 logger = logging.getLogger(__name__)
-
-_ATTRIBUTE = "_redislock_run"
 
 
 class Hold:
@@ -171,17 +170,19 @@ class RunState:
                 )
 
 
+_RUNS: Final[RequestSlot[RunState]] = RequestSlot("run")
+
+
 def start_run(task: AnyTask, task_id: str) -> RunState:
-    """Attach a new :class:`RunState` to the task's current request and return it."""
+    """Start a new :class:`RunState` beside the task's current request and return it."""
     run = RunState(task, task_id)
-    setattr(task.request, _ATTRIBUTE, run)
+    _RUNS.set(task.request, run)
     return run
 
 
 def current_run(task: AnyTask) -> RunState | None:
     """The run of ``task`` executing in this thread (its current request), or None."""
-    request = task.request_stack.top
-    return getattr(request, _ATTRIBUTE, None) if request is not None else None
+    return _RUNS.get(task.request_stack.top)
 
 
 def outcome_of(exc: BaseException | None) -> str:

@@ -39,6 +39,7 @@ from .ratelimit import pump
 from .ratelimit.guard import RATE, rate_limited_by_body
 from .ratelimit.options import check_rate_options
 from .redlock import check_not_bounded
+from .request_state import inherit
 from .singleton import enqueue, lookup
 from .singleton.guard import SINGLETON
 from .singleton.percall import NO_CALL_OPTIONS, call_options, check_unknown_options
@@ -242,6 +243,14 @@ class RedisLockTask(Task[_P, _R]):
             run.finish(outcome_of(exc))
             raise
         super().before_start(task_id, args, kwargs)
+
+    def push_request(self, *args: Any, **kwargs: Any) -> None:
+        """Push a request made of the current one's attributes (``Task.__call__`` does,
+        for a direct call): it sees the state of ours kept beside the current one too
+        (:mod:`.request_state`)."""
+        outer = self.request
+        super().push_request(*args, **kwargs)
+        inherit(outer, self.request)
 
     def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         """Run the body; when run by a worker, give the holds back before the result

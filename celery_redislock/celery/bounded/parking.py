@@ -44,6 +44,7 @@ from ...errors import ConfigurationError
 from ..client import get_redis, replica_options
 from ..config import restart_grace, settings_for
 from ..execution import AnyTask, Hold, RunState
+from ..request_state import RequestSlot
 from ..signals import permit_parked
 from ..tokens import HEADERS, PARK_HEADER, RESENT_HEADER, park_token
 from .journal import ParkSpec, forget, forget_if_taken, record
@@ -71,6 +72,7 @@ __all__ = [
     "park_state",
     "parking_for",
     "publish_claimed",
+    "set_park_attempt",
     "queue_for",
     "register_kind",
     "register_park_header",
@@ -97,7 +99,10 @@ first (see :meth:`~celery_redislock.core.parking.ParkingSemaphore.park`)."""
 
 _MAGIC: Final = b"RLP1"
 ATTEMPT: Final = "_redislock_park_attempt"
-"""Request attribute (and request-dict key): the park token of an earlier attempt."""
+"""Request-dict key (the intake's) and header (a park at send whose reply was lost): the
+park token of an earlier attempt, which Celery shows the run as an attribute of its
+request. Read with :func:`park_attempt`."""
+_ATTEMPTS: Final[RequestSlot[str]] = RequestSlot("park attempt")
 RESERVED: Final = "_redislock_intake_reserved"
 """Request-dict key (a header of the run): the park token of a fresh run whose
 capacity the worker's intake reserved for it at once -- its message carries a park
@@ -311,10 +316,20 @@ def _quiet(task_id: str) -> None:
             _recently_parked.popitem(last=False)
 
 
-def park_attempt(request: object) -> str | None:
-    """The park token of an earlier attempt to park this request, if any."""
-    value = getattr(request, ATTEMPT, None)
+def park_attempt(request: Context) -> str | None:
+    """The park token of an earlier attempt to park this request, if any: this run's
+    own (:func:`set_park_attempt`), else its message's (:data:`ATTEMPT`)."""
+    value = _ATTEMPTS.get(request)
+    if value is None:
+        value = getattr(request, ATTEMPT, None)  # Celery's attribute from the message
     return value if isinstance(value, str) else None
+
+
+def set_park_attempt(request: Context, entry_id: str) -> None:
+    """This run parks (again) under ``entry_id``: a park whose reply was lost to an
+    outage is tried again under the same token (see outage.py), which never parks the
+    run twice."""
+    _ATTEMPTS.set(request, entry_id)
 
 
 def sent_at(raw: Any) -> float | None:
@@ -413,9 +428,7 @@ def park_message(
     """
     request = task.request
     entry_id = park_attempt(request) or _fresh_token(request, header)
-    # Kept on the request: a park whose reply was lost to an outage is tried again
-    # under the same id (see outage.py), which never parks the run twice.
-    setattr(request, ATTEMPT, entry_id)
+    set_park_attempt(request, entry_id)
     leaving = _other_queues(request, header)
     payload = _payload(task, request, entry_id, since, run.holds, header, tuple(leaving))
     try:

@@ -37,9 +37,17 @@ from ...core.parking import DUPLICATE, REFUSED, ParkingQueue, new_entry_id
 from ...errors import RateLimited
 from ..bounded.intake import Intake, NotAtIntake, register_intake
 from ..bounded.journal import forget
-from ..bounded.parking import ATTEMPT, park_message, park_state, register_park_header
+from ..bounded.parking import (
+    ATTEMPT,
+    park_attempt,
+    park_message,
+    park_state,
+    register_park_header,
+    set_park_attempt,
+)
 from ..execution import AnyTask, Guard, Hold, RunState
 from ..logs import quiet_ignored
+from ..request_state import RequestSlot
 from ..signals import rate_duplicate, rate_limited, rate_penalized
 from ..tokens import PARK_HEADER, running_owner
 from .options import RateOptions, rate_options
@@ -113,7 +121,7 @@ class RateGuard(Guard):
         queue = rate_queue(task.app, pool, options.rates)
         parked = park_state(request, RATE_PARK_HEADER)
         since = time.time() if parked is None else parked[1]
-        if getattr(request, ATTEMPT, None) is not None:  # an earlier attempt may have parked it
+        if park_attempt(request) is not None:  # an earlier attempt may have parked it
             _park(task, run, queue, options, pool, since)
         if parked is not None:
             forget(task.app, parked[0])  # before the token is consumed: see journal.py
@@ -144,13 +152,13 @@ class RateGuard(Guard):
         return RateHold(run.task_id, pool)
 
 
-_OWNER: Final = "_redislock_rate_owner"
-"""Attribute of a request: the owner its takes send (see :func:`_owner`)."""
+_OWNERS: Final[RequestSlot[str]] = RequestSlot("rate owner")
+"""Beside a request: the owner its takes send (see :func:`_owner`)."""
 
 
 def _owner(request: Context, task_id: str) -> str:
     """The owner this delivery's takes send: ``"<task id>@<nonce>"``
-    (:func:`running_owner`), one per message run, kept on its request for the guard's
+    (:func:`running_owner`), one per message run, kept beside its request for the guard's
     attempts after an outage. Never the bare task id: every message of a parked run
     carries its task id, and a take of a consumed token by the owner that consumed it
     is a re-sent take (its reply lost), answered as the first was -- so a second
@@ -158,10 +166,10 @@ def _owner(request: Context, task_id: str) -> str:
     Redis stopped mid-backlog; after its restart recovery parks every journaled run
     again, and a re-sent park publishes again the entries it claimed that are still
     claimed)."""
-    owner = getattr(request, _OWNER, None)
-    if not isinstance(owner, str):
+    owner = _OWNERS.get(request)
+    if owner is None:
         owner = running_owner(task_id)
-        setattr(request, _OWNER, owner)
+        _OWNERS.set(request, owner)
     return owner
 
 
@@ -228,7 +236,7 @@ def rate_limited_by_body(
         pool,
         seconds,
     )
-    setattr(task.request, ATTEMPT, new_entry_id())  # a new entry: its token was taken
+    set_park_attempt(task.request, new_entry_id())  # a new entry: its token was taken
     # Its admission was used: the parked message is charged again when it starts.
     run.holds[:] = [hold for hold in run.holds if not isinstance(hold, RateHold)]
     queue = rate_queue(task.app, pool, options.rates)
