@@ -144,18 +144,15 @@ _PRIVATE_ATTRIBUTES = frozenset(
     }
 )
 # setattr() on an object of our own, each named: (module, the object's expression).
+# State of ours beside another library's object goes in a structure of ours instead
+# (Celery's request: celery/request_state.py).
 _OWN_SETATTR = frozenset({("celery_redislock.asyncio.notifier", "entry")})
-# Known debt (#30): run state still kept on Celery's request Context, which Celery
-# fills from the message's headers; to be kept beside the request instead. Listed so
-# that no new one comes in; remove each as it moves.
-_REQUEST_ATTRIBUTES_TO_MOVE = frozenset(
-    {
-        ("celery_redislock.celery.bounded.parking", "request"),
-        ("celery_redislock.celery.execution", "task.request"),
-        ("celery_redislock.celery.ratelimit.guard", "request"),
-        ("celery_redislock.celery.ratelimit.guard", "task.request"),
-    }
-)
+
+
+def _is_request(node: ast.expr) -> bool:
+    """``request`` or ``<anything>.request``: by its name, a Celery request."""
+    text = ast.unparse(node)
+    return text == "request" or text.endswith(".request")
 
 
 def _foreign_private_uses(name: str, path: Path) -> list[str]:
@@ -188,9 +185,15 @@ def _foreign_private_uses(name: str, path: Path) -> list[str]:
             found.append(f"{name}:{line}: {node.value!r}")
         elif isinstance(node, ast.Call) and ast.unparse(node.func) == "setattr" and node.args:
             target = ast.unparse(node.args[0])
-            known = _OWN_SETATTR | _REQUEST_ATTRIBUTES_TO_MOVE
-            if target not in ("self", "cls") and (name, target) not in known:
+            if target not in ("self", "cls") and (name, target) not in _OWN_SETATTR:
                 found.append(f"{name}:{line}: setattr({target}, ...)")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found += [
+                f"{name}:{line}: {ast.unparse(t)} = ..."
+                for t in targets
+                if isinstance(t, ast.Attribute) and _is_request(t.value)
+            ]
     return found
 
 
@@ -212,7 +215,9 @@ def test_the_check_finds_what_it_looks_for(tmp_path: Path) -> None:
         "y = getattr(reader, '_buffer')\n"
         "z = app.conf.maps\n"
         "setattr(task.request, 'mine', 1)\n"
+        "setattr(request, ATTEMPT, entry_id)\n"
+        "self.request.mine = 2\n"
         "w = 1  # fmt: skip\n",
         encoding="utf-8",
     )
-    assert len(_foreign_private_uses("sample", sample)) == 6
+    assert len(_foreign_private_uses("sample", sample)) == 8
