@@ -20,6 +20,14 @@ from celery_redislock.errors import ConfigurationError
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
+WAY = 0.1
+"""Seconds a run's body may start after its admission. The limiter holds N per period
+on admissions, by the lock Redis's clock; a body's ``time.time()`` comes later by the
+way back from the script and Celery's start of the task, a few ms idle and up to
+~50 ms under load (CI at load 5: 5 bodies in 0.968 s, admissions 1 s apart; the
+margin was -1.5 to +19 ms in 8 runs here at load 4). So windows of body starts are
+``period - WAY`` long."""
+
 
 def _windows(starts: list[float], period: float) -> int:
     """The most starts in any window of ``period`` (interval sweep)."""
@@ -56,7 +64,7 @@ def test_a_backlog_runs_once_each_at_the_rate_and_a_plain_task_is_not_held(
     assert [r.get(timeout=20) for r in results] == list(range(15))
     assert len(runs) == 15 and all(retries == 0 for _, retries in runs.values())
     starts = [at for at, _ in runs.values()]
-    assert _windows(starts, 1.0) <= 5  # at most 5 in any 1 s window
+    assert _windows(starts, 1.0 - WAY) <= 5  # at most 5 in any 1 s window
     assert max(starts) - sent >= 2.0  # 15 at 5/s: the last admitted after 2 s
     assert plain_started - plain_sent < 1.0  # no worker process was held meanwhile
     assert len(limited) == 10 and {s["key"] for s in limited} == {"api"}
@@ -118,7 +126,7 @@ def test_a_rate_and_a_concurrency_limit_hold_together(
     results = [call.delay(n) for n in range(10)]
     assert sorted(r.get(timeout=30) for r in results) == list(range(10))
     assert len(spans) == 10 and all(retries == 0 for _, _, retries in spans)
-    assert _windows([start for start, _, _ in spans], 1.0) <= 4  # the rate: charged once each
+    assert _windows([start for start, _, _ in spans], 1.0 - WAY) <= 4  # the rate: charged once each
     events = sorted([(s, 1) for s, _, _ in spans] + [(e, -1) for _, e, _ in spans])
     running = peak = 0
     for _, step in events:
@@ -148,7 +156,7 @@ def test_a_run_admitted_by_the_rate_but_refused_a_permit_is_not_lost(
     results = [call.delay(n) for n in range(8)]
     assert sorted(r.get(timeout=30) for r in results) == list(range(8))
     assert len(spans) == 8 and all(retries == 0 for _, _, retries in spans)
-    assert _windows([start for start, _, _ in spans], 1.0) <= 4
+    assert _windows([start for start, _, _ in spans], 1.0 - WAY) <= 4
     ordered = sorted(spans)
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))  # one at once
 
@@ -196,7 +204,7 @@ def test_a_run_the_rate_admitted_waits_for_its_permit_without_a_charge(
     assert all(retries == 0 for _, _, retries in spans)
     ordered = sorted(spans)
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))  # one at once
-    assert _windows([start for start, _, _ in spans], 2.0) <= 2
+    assert _windows([start for start, _, _ in spans], 2.0 - WAY) <= 2
     parked_at = [r.getMessage() for r in caplog.records if late.id in r.getMessage()]
     assert any("on intake" in line for line in parked_at), parked_at
 
@@ -217,7 +225,7 @@ def test_a_singleton_with_a_rate_runs_each_signature_once_at_the_rate(
     assert [r.get(timeout=20) for r in results] == list(range(5))
     assert sorted(n for _, n, _ in runs) == list(range(5))  # each once
     assert all(retries == 0 for _, _, retries in runs)
-    assert _windows([at for at, _, _ in runs], 1.0) <= 2
+    assert _windows([at for at, _, _ in runs], 1.0 - WAY) <= 2
 
 
 def test_celerys_own_rate_limit_still_works_beside(
@@ -253,7 +261,7 @@ def test_runs_sent_past_apply_async_are_parked_at_the_workers_intake(
     assert sorted(r.get(timeout=20) for r in results) == list(range(7))
     assert len({task_id for _, task_id, _ in runs}) == 7 == len(runs)
     assert all(retries == 0 for _, _, retries in runs)
-    assert _windows([at for at, _, _ in runs], 1.0) <= 3
+    assert _windows([at for at, _, _ in runs], 1.0 - WAY) <= 3
     assert len(limited) == 4
 
 

@@ -18,16 +18,10 @@ from celery_redislock.testing import RedisServer
 
 from ..helpers import wait_until
 from ..workers import LOCKS_DB, AppModule, WorkerProcess, db_url, side_by_side
-from .test_rate_limited import _windows
+from .test_rate_limited import WAY, _windows
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
-WAY = 0.1
-"""Seconds a run's body may start after its admission: the limiter holds N per period
-on admissions, by the server's clock; the body's ``time.time()`` comes later by the
-reply's way back and Celery's start of the task, which vary by a few ms idle and by
-up to ~50 ms under load (CI at load 5: 5 bodies in 0.968 s, their admissions 1 s
-apart). The windows below are shorter by that much."""
 
 BODY = """
 from celery_redislock import rate_limited_task
