@@ -62,6 +62,10 @@ class Hold:
         task_id = getattr(self, "task_id", None)
         return f"<{type(self).__name__} of {task_id}>" if task_id else f"<{type(self).__name__}>"
 
+    def on_start(self) -> None:
+        """The body is about to be called (every guard entered, Celery's hooks run):
+        the last moment before the run really starts. Default: nothing."""
+
     def on_retry(self, key: str | None, delay: float, headers: dict[str, Any]) -> None:
         """``retry()`` is about to publish the next attempt (same task id), which will
         start after ``delay`` seconds and whose singleton key is ``key`` (None: not a

@@ -260,6 +260,8 @@ class RedisLockTask(Task[_P, _R]):
             return super().__call__(*args, **kwargs)
         run.entered = True
         error: BaseException | None = None
+        for hold in run.holds:
+            hold.on_start()
         try:
             # The tracer pushed the request already: call run() as Celery's own fast
             # path does (celery/app/trace.py), not Task.__call__, which pushes again.

@@ -39,6 +39,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -52,7 +53,7 @@ from .operations import run
 from .ratelimit_rates import check_cost
 from .ratelimit_scripts import DEFAULT_SLOTS, RateLimitScripts, seen
 from .restart import grace_args
-from .scripts import LuaScript, RedisClient, as_text
+from .scripts import LuaScript, RedisClient, as_text, key_encoder
 from .semaphore import RedisSemaphore
 from .validate import ttl_to_ms
 
@@ -118,6 +119,8 @@ HANDED_OVER: Final = -2
 """``park(intake=True, hand_over=True)``'s answer when capacity was free for the entry."""
 
 TAKEN, REFUSED, DUPLICATE = "granted", "refused", "duplicate"  # what take() answers
+
+_TAKE_SENT: ContextVar[float | None] = ContextVar("celery_redislock_take_sent", default=None)
 
 MAX_AHEAD: Final = 1.0
 """The most seconds a :class:`RateCapacity` claims ahead (its runs wait up to that
@@ -393,6 +396,14 @@ class RateCapacity:
             run(self._client, scripts.attempt(self.cost, False))
         return [self.kind, self.cost, *scripts.lib_args(), self.ahead_us]
 
+    def charge_late(self, entry_id: str, owner: str, margin_us: int = START_MARGIN_US) -> bool:
+        """The run that took ``entry_id`` as ``owner`` started its body later than the
+        charge its take left covers (``START_MARGIN_US`` after the take): that charge
+        moves to the server's now plus ``margin_us`` (True), or -- its take's note gone
+        -- the run is charged once more (False); see ``ratelimit_late.lua``."""
+        done = key_encoder(self._client)(self.key(f"done:{entry_id}:take"))
+        return run(self._client, self.scripts.late_charge(self.cost, margin_us, done, owner))
+
     def take_ttl(self, ttl: float | None, owner: str | None) -> int:
         """Nothing is held after an admission: 1 ms (unused)."""
         return 1
@@ -572,6 +583,7 @@ class ParkingQueue:
         ttl_ms = self.capacity.take_ttl(ttl, owner)
         while True:
             sent_at = time.monotonic()
+            _TAKE_SENT.set(sent_at)
             reply = _TAKE(
                 self.capacity.client,
                 self._script_keys(f"{entry_id}:take"),
@@ -591,6 +603,13 @@ class ParkingQueue:
             entry_id, int(reply[1]), int(reply[2]), owner, sent_at, renew, on_lost
         )
         return TAKEN, lease
+
+    @staticmethod
+    def last_take_sent() -> float | None:
+        """When (``time.monotonic()``) this thread's (asyncio task's) last :meth:`take`
+        sent the call that answered it: its capacity was granted at the server's time
+        of that call or later (a bound for when the run that took it started)."""
+        return _TAKE_SENT.get()
 
     def give_back(self, entry_id: str, *, dead: str | None = None) -> bool:
         """Return a claimed entry that could not be published: to its old place in

@@ -32,6 +32,7 @@ from redis.typing import EncodableT, KeyT
 from ..errors import ConfigurationError
 from .clients import AnyRedisClient
 from .keys import KeySpace
+from .lock_scripts import RELEASE_MEMORY_MS
 from .operations import Call, Operation
 from .ratelimit_rates import MAX_COST, Rate, check_cost, from_wire, parse_rates, wire
 from .scripts import LuaScript, as_text, key_encoder
@@ -42,6 +43,7 @@ __all__ = [
     "ADJUST",
     "INFO",
     "KIND",
+    "LATE",
     "OVERRIDE",
     "PENALIZE",
     "RESET",
@@ -66,6 +68,7 @@ PENALIZE = LuaScript("ratelimit_penalize.lua")
 OVERRIDE = LuaScript("ratelimit_override.lua")
 RESET = LuaScript("ratelimit_reset.lua")
 INFO = LuaScript("ratelimit_info.lua")
+LATE = LuaScript("ratelimit_late.lua", {"RELEASE_MEMORY_MS": RELEASE_MEMORY_MS})
 
 DEFAULT_SLOTS = 1000
 """Slots per period an admission is recorded in (see lua/lib_ratelimit.lua): memory at
@@ -207,6 +210,26 @@ class RateLimitScripts:
                 self.name,
                 "" if self.start_spent else " (start_spent=False: not charged)",
             )
+
+    def late_charge(self, cost: int, margin_us: int, done: KeyT, owner: str) -> Operation[bool]:
+        """A run that started later than its take's charge covers: that charge (noted
+        in ``done`` for ``owner`` by its take) moves to the server's now plus
+        ``margin_us``; without the note, ``cost`` (checked by the caller) is charged
+        once more, whatever the limiter holds (see ``ratelimit_late.lua``). True when
+        the charge was moved."""
+        args: list[EncodableT] = [
+            secrets.token_hex(4),
+            self.spec,
+            cost,
+            self.slots,
+            seen(self.client, self.base),
+            int(self.start_spent),
+            margin_us,
+            owner,
+        ]
+        keep, lost, moved = yield Call(LATE, [*self.keys, done], args)
+        self._note(keep, lost)
+        return bool(moved)
 
     # -- acquire / retry_after -------------------------------------------------
 

@@ -209,10 +209,12 @@ local function capacity_take_reserved(c, id, ttl, owner, now, now_us, claim, not
       -- way through the broker. A live charge moved later only counts longer, so
       -- nothing is asked again (what the claim decided still holds; asking again
       -- would count the runs claimed ahead after it twice and refuse it).
+      c.taken_note = note
       if now_us + {{START_MARGIN_US}} > rl_note_start(note) then
         capacity_ready(c, now, now_us, false)
         rl_adjust(c.log, c.state, note, c.cost, -c.cost, c.slots, now_us)
-        rl_charge(c.log, c.state, c.charged, c.cost, c.slots, now_us + {{START_MARGIN_US}})
+        c.taken_note = rl_charge(c.log, c.state, c.charged, c.cost, c.slots,
+          now_us + {{START_MARGIN_US}})
       end
       return {0, ttl}
     end
@@ -226,7 +228,8 @@ local function capacity_take_reserved(c, id, ttl, owner, now, now_us, claim, not
     rl_adjust(c.log, c.state, note, c.cost, -c.cost, c.slots, now_us)
     local at = rl_when(c.log, c.state, c.active, c.cost, now_us)
     if at >= 0 and at <= now_us then
-      rl_charge(c.log, c.state, c.charged, c.cost, c.slots, now_us + {{START_MARGIN_US}})
+      c.taken_note = rl_charge(c.log, c.state, c.charged, c.cost, c.slots,
+        now_us + {{START_MARGIN_US}})
       return {0, ttl}
     end
     rl_adjust(c.log, c.state, note, c.cost, c.cost, c.slots, now_us)
@@ -249,7 +252,8 @@ end
 -- capacity_free). Returns {fence, ttl} (a rate limiter's admission: fence 0).
 local function capacity_grant(c, id, owner, ttl, now, now_us)
   if c.kind == 'rate' then
-    rl_charge(c.log, c.state, c.charged, c.cost, c.slots, c.now_us + {{START_MARGIN_US}})
+    c.taken_note = rl_charge(c.log, c.state, c.charged, c.cost, c.slots,
+      c.now_us + {{START_MARGIN_US}})
     return {0, ttl}
   end
   local fence = next_fence(c.fence, now_us)
@@ -258,10 +262,13 @@ local function capacity_grant(c, id, owner, ttl, now, now_us)
 end
 
 -- Note that the take of `id` by `owner` was granted, in `done` (kept
--- RELEASE_MEMORY_MS), where a semaphore's lease does not say it: a rate limiter's.
+-- RELEASE_MEMORY_MS), where a semaphore's lease does not say it: a rate limiter's,
+-- as "<owner> <note>", the note being the charge the take left (c.taken_note, set
+-- by capacity_take_reserved and capacity_grant), which ratelimit_late.lua moves
+-- when the run's body starts later than that charge covers.
 local function capacity_note_taken(c, done, owner)
   if c.kind == 'rate' and owner ~= '' then
-    redis.call('SET', done, owner, 'PX', {{RELEASE_MEMORY_MS}})
+    redis.call('SET', done, owner .. ' ' .. (c.taken_note or ''), 'PX', {{RELEASE_MEMORY_MS}})
   end
 end
 
@@ -269,8 +276,9 @@ end
 -- {fence, ms left}; nil when it got nothing (or it is over). `done`: see
 -- capacity_note_taken.
 local function capacity_held(c, id, owner, now, done)
-  if c.kind == 'rate' and owner ~= '' and redis.call('GET', done) == owner then
-    return {0, 0}
+  if c.kind == 'rate' and owner ~= '' then
+    local taken = redis.call('GET', done)
+    if taken and string.sub(taken, 1, #owner + 1) == owner .. ' ' then return {0, 0} end
   end
   if c.kind == 'semaphore' and owner ~= '' then
     local expiry = redis.call('ZSCORE', c.holders, id)

@@ -13,7 +13,7 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_redislock import RateLimited, RedisRateLimiter, rate_limited_task
+from celery_redislock import RateLimited, RedisLockTask, RedisRateLimiter, rate_limited_task
 from celery_redislock.celery.ratelimit import queues
 from celery_redislock.celery.signals import rate_duplicate, rate_limited
 from celery_redislock.errors import ConfigurationError
@@ -207,6 +207,39 @@ def test_a_run_the_rate_admitted_waits_for_its_permit_without_a_charge(
     assert _windows([start for start, _, _ in spans], 2.0 - WAY) <= 2
     parked_at = [r.getMessage() for r in caplog.records if late.id in r.getMessage()]
     assert any("on intake" in line for line in parked_at), parked_at
+
+
+def test_a_body_that_starts_late_after_its_take_is_charged_from_its_start(
+    app: Celery, locks: redis.Redis, worker: Any
+) -> None:
+    """A run's take charges its limiter from the take plus a 10 ms margin (the rest of
+    before_start); a body that starts later (here a before_start of 500 ms after the
+    guards; a process descheduled between the take's reply and its body on a loaded
+    machine) has its charge moved to its real start, so no later run is admitted
+    within a period of it. Before, its one charge ended a period after the take: 21 starts of
+    N=20 in a 1 s window in the backlog benchmark at load 4-5 (#25)."""
+    app.conf.redislock_prefix = "late"  # no earlier test's pump publishes these
+
+    class SlowStart(RedisLockTask):  # type: ignore[type-arg]
+        def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
+            super().before_start(task_id, args, kwargs)
+            time.sleep(0.5)
+
+    @app.task(base=SlowStart, global_rate_limit="5/10s", global_rate_key="slow", shared=False)
+    def call(n: int) -> int:
+        return n
+
+    limiter = RedisRateLimiter(locks, "slow", rate="5/10s", prefix="late")
+    worker(app, concurrency=2)
+    assert call.delay(1).get(timeout=10) == 1
+    info = limiter.info()
+    (usage,) = info.active
+    assert usage.used == 1, usage  # one run, one charge: moved, not added
+    # It counts from after the body's start (500 ms after the take): the next
+    # admission a whole period after that, not after the take (9.5 s from now).
+    spent = RedisRateLimiter(locks, "slow", rate="1/10s", prefix="late")  # same log
+    assert not spent.acquire(blocking=False)
+    assert 9.75 < spent.retry_after() <= 10.05, spent.retry_after()
 
 
 def test_a_singleton_with_a_rate_runs_each_signature_once_at_the_rate(
