@@ -193,7 +193,8 @@ local function capacity_unreserve(c, id, note, now_us)
 end
 
 -- The run of `id` starts: its live reservation becomes its own for `ttl` ms. Returns
--- {fence, ttl}, or nil when it holds none (a lapsed one is dropped). `claim`: the
+-- {fence, ttl}, or nil when it holds none (a lapsed one is dropped; a rate
+-- limiter's claim while a penalty holds is refunded). `claim`: the
 -- entry's claim expiry (ms) before the take, false when it was not claimed (a rate
 -- limiter's reservation is the claim itself; fence 0).
 local function capacity_take_reserved(c, id, ttl, owner, now, now_us, claim, note)
@@ -201,6 +202,16 @@ local function capacity_take_reserved(c, id, ttl, owner, now, now_us, claim, not
     if not (claim and tonumber(claim) > now) then return nil end
     if not note then return {0, ttl} end
     if c.ahead > 0 and rl_note_live(c, note, now_us) then
+      -- A penalty set since the claim (a run met the API's 429) holds this run back
+      -- too: it was admitted before anyone knew the API refuses, and "every worker
+      -- holds back" includes it. Its charge is refunded and it is refused (parked
+      -- again: park_take.lua finds no free capacity while the penalty holds), to be
+      -- admitted when the penalty ends (#29).
+      if tonumber(redis.call('HGET', c.state, 'penalty') or 0) > now_us then
+        capacity_ready(c, now, now_us, false)
+        rl_adjust(c.log, c.state, note, c.cost, -c.cost, c.slots, now_us)
+        return nil
+      end
       -- Claimed ahead (capacity_claimable), charged from its admission time plus
       -- START_MARGIN_US; capacity_due held the run until its admission time. Its
       -- charge moves to its take plus START_MARGIN_US (the margin for the take's
