@@ -75,6 +75,7 @@ def rates_command(
     """
     from ...core.parking import ParkingQueue, RateCapacity
     from ...core.ratelimit import RedisRateLimiter, limiter_names
+    from ...core.ratelimit_rates import parse_rates
     from ...errors import ConfigurationError
 
     # Refused before anything changes, naming the options: a --for without --set, or
@@ -88,6 +89,12 @@ def rates_command(
             f"seconds the temporary rate holds, a finite number > 0, got {seconds:g}",
             param_hint="--for",
         )
+    override = None if set_rate is None else [r.strip() for r in set_rate.split(",")]
+    if override is not None:
+        try:  # as the help writes it (RATE), one rate not shown as a list of one
+            parse_rates(override[0] if len(override) == 1 else override, "RATE")
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc), param_hint="--set") from None
     conn = connect(ctx)
     with redis_errors(conn.url):
         names = [name] if name else limiter_names(conn.client, prefix=conn.prefix)
@@ -101,12 +108,9 @@ def rates_command(
                     f"no rate limiter named {each!r} under prefix {conn.prefix!r} at "
                     f"{conn.url} (`celery redislock rates` lists them)"
                 )
-            if set_rate is not None:
+            if override is not None:
                 try:
-                    limiter.override(
-                        [r.strip() for r in set_rate.split(",")],
-                        DEFAULT_FOR if seconds is None else seconds,
-                    )
+                    limiter.override(override, DEFAULT_FOR if seconds is None else seconds)
                 except ConfigurationError as exc:
                     raise click.BadParameter(str(exc), param_hint="--set") from exc
             elif clear:

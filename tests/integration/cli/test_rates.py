@@ -116,6 +116,9 @@ def test_inspect_of_a_rate_limiters_name_points_at_rates(app: Celery, locks: red
         (["--for", "10"], ["--for", "--set"]),
         # before: exit 0, --clear ignored (the rate set)
         (["--set", "2/s", "--clear"], ["--set", "--clear"]),
+        # before: "Invalid value for --set: rate must be a rate ..., got '2/sec' (in ['2/sec'])"
+        (["--set", "2/sec"], ["--set: RATE must be a rate", "got '2/sec'"]),
+        (["--set", "2/s,9/x"], ["--set: RATE must be a rate", "got '9/x' (in ['2/s', '9/x'])"]),
     ],
 )
 def test_rates_refuses_options_that_do_not_go_together_naming_them(
@@ -129,5 +132,5 @@ def test_rates_refuses_options_that_do_not_go_together_naming_them(
     assert result.exit_code == 2, result.output
     error = result.output.splitlines()[-1]
     assert all(word in error for word in says), error
-    assert "ttl" not in error, error
+    assert "ttl" not in error and "(in ['2/sec'])" not in error, error
     assert limiter.info().override is None
