@@ -248,7 +248,7 @@ def rate_limited_task(
     }
     decorator = _decorator(app, options, RedisLockTask)
 
-    def decorate(task_fun: Any) -> Any:
+    def decorate(task_fun: Callable[..., object]) -> AnyRedisLockTask:
         # Once the function is known, so that an error names the task (as Celery
         # names it), as the other options' errors do.
         name = str(options.get("name") or _celery_name(app, task_fun))

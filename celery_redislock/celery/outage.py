@@ -209,7 +209,7 @@ _start_report: weakref.WeakKeyDictionary[Celery, tuple[int, str, tuple[object, .
 )
 
 
-def _report_start(app: Any) -> None:
+def _report_start(app: object) -> None:
     if not isinstance(app, Celery):
         return
     report = _start_report.pop(app, None)
@@ -218,11 +218,11 @@ def _report_start(app: Any) -> None:
         logger.log(level, message, *args)
 
 
-def _on_after_setup(sender: Any = None, instance: Any = None, **_: Any) -> None:
+def _on_after_setup(sender: object = None, instance: object = None, **_: object) -> None:
     _report_start(getattr(instance, "app", None))
 
 
-def _on_ready(sender: Any = None, **_: Any) -> None:
+def _on_ready(sender: object = None, **_: object) -> None:
     _report_start(getattr(sender, "app", None))
 
 
