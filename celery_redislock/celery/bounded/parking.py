@@ -32,8 +32,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from celery import Celery
 from celery.app.task import Context
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTEMPT",
-    "Kept",
     "PARK_HEADER",
     "RESERVED",
     "SEMAPHORE",
@@ -66,6 +65,7 @@ __all__ = [
     "encode_request",
     "LeaveQueue",
     "kinds",
+    "leave_queues",
     "park_attempt",
     "park_header",
     "park_message",
@@ -73,6 +73,7 @@ __all__ = [
     "park_state",
     "parking_for",
     "publish_claimed",
+    "queues_left",
     "set_park_attempt",
     "queue_for",
     "register_kind",
@@ -110,37 +111,8 @@ capacity the worker's intake reserved for it at once -- its message carries a pa
 header as a parked run's does, but it was never parked nor handed anything by a
 release (see :func:`reserved_at_intake`)."""
 _KEPT: Final = 1024
-
-_Made = TypeVar("_Made")
-
-
-class Kept(Generic[_Made]):
-    """The :data:`_KEPT` most recently used objects made of the app's settings (a
-    parking semaphore, a rate queue), each kept under everything it is made of: the
-    app and client themselves (held anyway by what is kept, so never confused with a
-    later object at the same address) and every setting read into it. A setting left
-    out of the key is a change made at run time that never reaches the object."""
-
-    def __init__(self) -> None:
-        self._kept: OrderedDict[tuple[Hashable, ...], _Made] = OrderedDict()
-        self._guard = threading.Lock()
-
-    def get(self, key: tuple[Hashable, ...], make: Callable[[], _Made]) -> _Made:
-        """The object kept under ``key``, else ``make()``'s, kept from now on."""
-        with self._guard:
-            made = self._kept.get(key)
-            if made is not None:
-                self._kept.move_to_end(key)
-                return made
-        made = make()  # outside the guard: two threads may make one each, one is kept
-        with self._guard:
-            self._kept[key] = made
-            while len(self._kept) > _KEPT:
-                self._kept.popitem(last=False)
-        return made
-
-
-_semaphores: Final[Kept[ParkingSemaphore]] = Kept()
+_semaphores: OrderedDict[tuple[Any, ...], ParkingSemaphore] = OrderedDict()
+_semaphores_guard = threading.Lock()
 
 
 def encode_message(task: AnyTask, args: Any, kwargs: Any, options: dict[str, Any]) -> bytes:
@@ -194,24 +166,30 @@ def parking_for(
     published through the app. The recently used are kept (no per-lease state)."""
     client = get_redis(app)
     acks = replica_options(app) if acks is None else acks
-    keep, grace, memory = park_keep(app), restart_grace(app), taken_memory(app)
-    made_of = (app, client, prefix, pool, limit, ttl, standby, keep, grace, memory, *acks.items())
-    return _semaphores.get(
-        made_of,
-        lambda: ParkingSemaphore(
-            client,
-            pool,
-            limit=limit,
-            ttl=ttl,
-            prefix=prefix,
-            keep=keep,
-            on_claimed=functools.partial(publish_claimed, app),
-            standby=standby,
-            restart_grace=grace,
-            taken_memory=memory,
-            **acks,
-        ),
+    cache_key = (id(app), id(client), prefix, pool, limit, ttl, standby, *acks.values())
+    with _semaphores_guard:
+        sem = _semaphores.get(cache_key)
+        if sem is not None and sem.client is client:
+            _semaphores.move_to_end(cache_key)
+            return sem
+    sem = ParkingSemaphore(
+        client,
+        pool,
+        limit=limit,
+        ttl=ttl,
+        prefix=prefix,
+        keep=park_keep(app),
+        on_claimed=functools.partial(publish_claimed, app),
+        standby=standby,
+        restart_grace=restart_grace(app),
+        taken_memory=taken_memory(app),
+        **acks,
     )
+    with _semaphores_guard:
+        _semaphores[cache_key] = sem
+        while len(_semaphores) > _KEPT:
+            _semaphores.popitem(last=False)
+    return sem
 
 
 SEMAPHORE: Final = "semaphore"
@@ -453,16 +431,12 @@ def park_message(
     request = task.request
     entry_id = park_attempt(request) or _fresh_token(request, header)
     set_park_attempt(request, entry_id)
-    leaving = _other_queues(request, header)
+    leaving = queues_left(request, header)
     payload = _payload(task, request, entry_id, since, run.holds, header, tuple(leaving))
     try:
         # Journaled first: it survives the lock Redis.
         record(task.app, entry_id, payload, spec=spec, owner=run.task_id)
-        # Out of another guard's queue (its token consumed there) before it parks here:
-        # still claimed there, a lapsed claim would publish a second copy of the run.
-        # Re-sent after an outage, a leave changes nothing.
-        for other, token in leaving.items():
-            _leaving[other](task, token)
+        leave_queues(task, leaving)
         position = queue.park(
             entry_id,
             payload,
@@ -529,15 +503,27 @@ def register_park_header(header: str, leave: LeaveQueue | None = None) -> None:
         _leaving[header] = leave
 
 
-def _other_queues(request: Context, header: str) -> dict[str, str]:
+def queues_left(request: Context, header: str | None = None) -> dict[str, str]:
     """``{header: park token}`` of the queues the current run leaves (see
-    :func:`register_park_header`) when it parks under ``header``."""
+    :func:`register_park_header`) when it parks under ``header``, or (None) when it
+    is re-sent to wait for a permit (``concurrency_park=False``): the re-sent
+    message must not carry those headers (see :func:`leave_queues`)."""
     found = {}
     for other in _leaving:
         state = park_state(request, other) if other != header else None
         if state is not None:
             found[other] = state[0]
     return found
+
+
+def leave_queues(task: AnyTask, leaving: Mapping[str, str]) -> None:
+    """Take the current run of ``task`` out of the queues ``leaving`` (from
+    :func:`queues_left`) for good: before it parks elsewhere or is re-sent -- still
+    claimed there, a lapsed claim would publish a second copy of the run, and a rate
+    claim would stay charged for a run that has not started (#25). Re-sent after an
+    outage, a leave changes nothing."""
+    for other, token in leaving.items():
+        _leaving[other](task, token)
 
 
 def _fresh_token(request: Context, header: str) -> str:

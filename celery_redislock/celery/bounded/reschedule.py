@@ -20,7 +20,7 @@ from ..execution import AnyTask, RunState
 from ..logs import PERMIT, mark_resent_by, quiet_ignored
 from ..signals import permit_duplicate, permit_rescheduled
 from .options import BoundedOptions
-from .parking import park_run
+from .parking import leave_queues, park_run, queues_left
 
 __all__ = ["WAIT_HEADER", "park", "reschedule", "skip_duplicate"]
 
@@ -69,13 +69,21 @@ def reschedule(
     countdown = options.countdown + random.uniform(0.0, options.jitter)
     sig = task.signature_from_request(request, countdown=countdown)
     message = dict(sig.options)
-    headers = dict(message.get("headers") or {})
+    # A run another guard's queue published (the rate's: it was admitted) leaves that
+    # queue as a parked one does (see park_run): its admission given back, it is
+    # charged when it really starts; the copy, without that queue's token, is decided
+    # afresh there (#25).
+    leaving = queues_left(request)
+    headers = {k: v for k, v in (message.get("headers") or {}).items() if k not in leaving}
     headers[WAIT_HEADER] = f"{since:.3f} {rescheduled + 1} {request.retries or 0}"
     message["headers"] = headers
     if _tracks_started(task, request):
         # The worker stored STARTED before this hook ran; the task is queued again.
         # Before the publish: the copy's own STARTED must never be overwritten.
         task.backend.store_result(run.task_id, None, states.PENDING, request=request)
+    # Out of the other queue before the copy exists: once the copy is out, a claim
+    # lapsing there would publish a second one.
+    leave_queues(task, leaving)
     # Same task id, from inside the run: RedisLockTask.apply_async treats it as a
     # retry() of this run, so a singleton lock is handed over to the copy (see
     # enqueue.py); same ``retries``, so max_retries is not spent. Not a child of this

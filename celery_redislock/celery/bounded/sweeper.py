@@ -38,7 +38,7 @@ from ...errors import ConfigurationError
 from ..background import AppThread, PerApp
 from ..client import get_redis
 from ..config import settings_for
-from ..outage import OUTAGE_ERRORS, has_answered
+from ..outage import OUTAGE_ERRORS
 from .journal import ParkSpec
 from .parking import kinds, queue_for
 from .recovery import recover
@@ -144,17 +144,13 @@ class Sweeper(AppThread):
 
     def run(self) -> None:
         """Sweep until stopped; failures are logged once per outage, never raised."""
-        failing = quiet = False
+        failing = False
         while not self.stopping:
             try:
                 self.tick()
             except Exception as exc:
                 if not failing:
-                    # A lock Redis that never answered is a wrong redislock_url, which
-                    # the worker's start says once (outage.py); not an outage to repeat.
-                    quiet = isinstance(exc, OUTAGE_ERRORS) and not has_answered(self.app)
-                    logger.log(
-                        logging.DEBUG if quiet else logging.WARNING,
+                    logger.warning(
                         "celery_redislock: parked runs cannot be swept (%s: %s); "
                         "retrying every %gs",
                         type(exc).__name__,
@@ -163,7 +159,7 @@ class Sweeper(AppThread):
                     )
                 failing = True
             else:
-                if failing and not quiet:
+                if failing:
                     logger.info("celery_redislock: sweeping parked runs again")
                 failing = False
             self.sleep(self.interval)

@@ -140,13 +140,12 @@ def _batch_replies(
     replies = fan_out(masters.masters, call, timeout, (masters.quorum, renewed_all))
     checked: list[object] = []
     for reply in replies:
-        answer: object = reply
         if isinstance(reply, list):
             try:
-                answer = check_batch_reply(call.script, items, reply)
+                reply = check_batch_reply(call.script, items, reply)
             except ValueError as exc:
-                answer = exc
-        checked.append(answer)
+                reply = exc
+        checked.append(reply)
     return checked
 
 

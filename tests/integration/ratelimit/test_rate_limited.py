@@ -209,6 +209,58 @@ def test_a_run_the_rate_admitted_waits_for_its_permit_without_a_charge(
     assert any("on intake" in line for line in parked_at), parked_at
 
 
+def test_a_run_the_rate_admitted_rescheduled_for_its_permit_gives_its_admission_back(
+    app: Celery, locks: redis.Redis, worker: Any, capture: Any
+) -> None:
+    """As above with ``concurrency_park=False``: the run refused a permit is re-sent
+    with a countdown instead of parked, and gives its admission back the same way (its
+    claim dropped, its charge refunded), so only a run that really started counts.
+    Before, the re-sent copy kept its rate token and its claim stayed charged (#25)."""
+    app.conf.redislock_prefix = "resent"  # no earlier test's pump publishes these
+    limited = capture(rate_limited)
+    started: list[float] = []
+    spans: list[tuple[float, float, int]] = []
+
+    @rate_limited_task(
+        app=app,
+        global_rate_limit="2/2s",
+        global_rate_key="api3",
+        concurrency_limit=1,
+        concurrency_key="one3",
+        concurrency_park=False,
+        concurrency_countdown=0.2,
+        bind=True,
+    )
+    def call(self: Any, n: int) -> int:
+        started.append(time.time())
+        time.sleep(1.0)
+        spans.append((started[-1], time.time(), self.request.retries))
+        return n
+
+    limiter = RedisRateLimiter(locks, "api3", rate="2/2s", prefix="resent")
+    assert limiter.acquire(blocking=False) and limiter.acquire(blocking=False)  # spent
+    worker(app, concurrency=4)
+    results = []
+    for n in range(2):  # one after the other: each parks for the rate, none re-sent
+        results.append(call.delay(n))
+        deadline = time.time() + 5
+        while len(limited) <= n and time.time() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # its permit given back
+    assert len(limited) == 2 and not started
+    deadline = time.time() + 5  # claimed together at the admission time
+    while not started and time.time() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # the other one was refused the permit and re-sent meanwhile
+    assert started and not spans
+    assert [u.used for u in limiter.info().active] == [1]  # the run that started, only
+    assert sorted(r.get(timeout=30) for r in results) == [0, 1]
+    assert all(retries == 0 for _, _, retries in spans)
+    ordered = sorted(spans)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))  # one at once
+    assert _windows([start for start, _, _ in spans], 2.0 - WAY) <= 2
+
+
 def test_a_body_that_starts_late_after_its_take_is_charged_from_its_start(
     app: Celery, locks: redis.Redis, worker: Any
 ) -> None:
@@ -308,9 +360,8 @@ def test_a_parked_run_whose_claim_is_published_twice_runs_once(
     take, whose consumed token answers as the first take did (#25, the outage test's
     two runs twice). Each skipped message sends ``rate_duplicate``, as a pool's
     ``permit_duplicate``."""
-    # A prefix of its own, apart from other tests' pools. (It was needed while the pumps
-    # of earlier tests' in-process workers outlived them; they stop with their worker
-    # now, tests/integration/test_background.py.)
+    # A prefix of its own: the pump threads of earlier tests' in-process workers may
+    # still run and pump the default prefix's pools, publishing through their own apps.
     app.conf.redislock_prefix = "twice"
     runs: list[str] = []
 
