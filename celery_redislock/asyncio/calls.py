@@ -45,11 +45,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import enum
 import sys
 import time
 import weakref
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Final, TypeVar
 
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.connection import (
@@ -64,7 +65,7 @@ from redis.typing import EncodableT, KeyT
 
 from ..core.clients import AsyncRedisClient
 from ..core.operations import Operation
-from ..core.scripts import _DEADLINE, _LAST_LOOK, DeadlinePassed, LuaScript, StaleReply
+from ..core.scripts import _DEADLINE, _LAST_LOOK, DeadlinePassed, LuaScript, ScriptReply, StaleReply
 from ..core.scripts import reply_deadline as reply_deadline
 
 __all__ = ["MAX_BATCH", "SPARE_MIN_POOL", "batched_call", "call", "run"]
@@ -113,7 +114,7 @@ async def call(
     keys: list[KeyT],
     args: list[EncodableT],
     sends: list[None] | None = None,
-) -> Any:
+) -> ScriptReply:
     """``script(client, keys, args)`` through a ``redis.asyncio`` client (see the
     module docs): the script's payload. ``sends``: one item appended per send on a
     plain client (more than one: the call may have run before)."""
@@ -183,7 +184,9 @@ async def _once(
     keys: list[KeyT],
     args: list[EncodableT],
     sends: list[None] | None,
-) -> Any:
+) -> ScriptReply:
+    # The stamped reply; redis-py annotates read_response as Any (the boundary).
+    reply: ScriptReply
     if sends is not None:
         sends.append(None)
     # A health check only where the user configured one (else a coroutine per send).
@@ -193,12 +196,14 @@ async def _once(
             await conn.send_command(
                 "EVALSHA", script.sha, len(keys), *keys, *args, check_health=check
             )
-            return await conn.read_response()
+            reply = await conn.read_response()
+            return reply
         except NoScriptError:
             await conn.send_command(
                 "EVAL", script.text, len(keys), *keys, *args, check_health=check
             )
-            return await conn.read_response()
+            reply = await conn.read_response()
+            return reply
 
 
 class _OwnTimeout:
@@ -295,7 +300,7 @@ async def _put_back(
 
 async def _via_client(
     script: LuaScript, client: AsyncRedisClient, keys: list[KeyT], args: list[EncodableT]
-) -> Any:
+) -> ScriptReply:
     for attempt in (1, 2):
         try:
             reply = await client.evalsha(script.sha, len(keys), *keys, *args)
@@ -312,7 +317,12 @@ async def _via_client(
 MAX_BATCH = 100
 """Most calls sent in one write by :func:`batched_call`."""
 
-_ALONE: Any = object()  # a batched call's answer: send the call yourself, with call()
+
+class _Alone(enum.Enum):
+    ALONE = enum.auto()
+
+
+_ALONE: Final = _Alone.ALONE  # a batched call's answer: send the call yourself, with call()
 
 
 async def batched_call(
@@ -321,7 +331,7 @@ async def batched_call(
     keys: list[KeyT],
     args: list[EncodableT],
     sends: list[None] | None = None,
-) -> Any:
+) -> ScriptReply:
     """:func:`call`, sent with the other batched calls of this loop's turn on a plain
     client: a burst (1,000 tasks acquiring at once, the releases of sections that end
     together) goes out in writes of up to :data:`MAX_BATCH` calls on one connection,
@@ -344,7 +354,7 @@ async def batched_call(
         batch = per_loop[pool] = _Batch()
     if not batch.items:
         loop.call_soon(batch.flush, pool)
-    future: asyncio.Future[Any] = loop.create_future()
+    future: asyncio.Future[ScriptReply | _Alone] = loop.create_future()
     batch.items.append((script, keys, args, future))
     deadline = _DEADLINE.get()
     if deadline is None:
@@ -358,7 +368,9 @@ async def batched_call(
     return reply
 
 
-async def _by_deadline(future: asyncio.Future[Any], deadline: float, script: LuaScript) -> Any:
+async def _by_deadline(
+    future: asyncio.Future[ScriptReply | _Alone], deadline: float, script: LuaScript
+) -> ScriptReply | _Alone:
     if sys.version_info < (3, 11):  # for mypy's 3.10: this package refuses to import there
         raise RuntimeError("celery_redislock.asyncio needs Python 3.11+")
     try:
@@ -368,7 +380,7 @@ async def _by_deadline(future: asyncio.Future[Any], deadline: float, script: Lua
         raise DeadlinePassed(f"{script.name}: no answer before the deadline") from exc
 
 
-_Item = tuple[LuaScript, list[KeyT], list[EncodableT], "asyncio.Future[Any]"]
+_Item = tuple[LuaScript, list[KeyT], list[EncodableT], "asyncio.Future[ScriptReply | _Alone]"]
 
 
 class _Batch:
@@ -424,6 +436,7 @@ async def _send_batch(pool: ConnectionPool, items: list[_Item]) -> None:
                 conn.pack_commands(commands), check_health=bool(conn.health_check_interval)
             )
             for script, _keys, args, future in items:
+                reply: ScriptReply | _Alone
                 try:
                     reply = await conn.read_response()
                 except ResponseError:  # an error reply to this call alone (NOSCRIPT too)

@@ -21,7 +21,7 @@ from ..core.keys import DEFAULT_PREFIX
 from ..core.lock_scripts import RENEW, LockScripts, ReplyArray, acquire_reply, refused_holder
 from ..core.primitive import fresh_token
 from ..core.replicas import DEFAULT_REPLICA_TIMEOUT
-from ..core.scripts import reply_deadline, sees_resends
+from ..core.scripts import reply_array, reply_deadline, sees_resends
 from ..core.validate import acquire_deadline
 from ..core.waiting import Grant, poll_slice
 from ..errors import ConfigurationError
@@ -144,7 +144,7 @@ class AsyncRedisLock(AsyncPrimitive):
                     check()
                     grant = acquire_reply(answer, sent_at, ttl_ms)
                     if grant is None:
-                        reply = answer
+                        reply = reply_array(answer)  # a refusal
                         if deadline is not None and deadline > time.monotonic():
                             grant = await self._wait(
                                 token, owner, ttl_ms, channel, reply, deadline, check

@@ -49,6 +49,7 @@ __all__ = [
     "client_error",
     "connect",
     "enter_guard",
+    "has_answered",
     "lock_redis",
     "outage_attempts",
 ]
@@ -103,7 +104,9 @@ def _answer(app: Celery) -> None:
         flag.value = True
 
 
-def _has_answered(app: Celery) -> bool:
+def has_answered(app: Celery) -> bool:
+    """True once ``app``'s lock Redis answered this process, or the worker's main
+    process before it forked this one (the ping at its start, or any reply since)."""
     flag = _shared.get(app)
     return app in _answered or (flag is not None and bool(flag.value))
 
@@ -130,7 +133,7 @@ def enter_guard(
         return hold
     if isinstance(error, _ANSWERS):
         _answer(task.app)  # it answered: restarted (within its grace) or loading
-    elif not _has_answered(task.app):
+    elif not has_answered(task.app):
         raise ConfigurationError(
             f"task {task.name}[{run.task_id}]: the lock Redis, {lock_redis(task.app)}, has "
             f"not answered since this worker started ({type(error).__name__}: {error}); "

@@ -36,7 +36,7 @@ from .lock_scripts import (
 from .operations import run
 from .primitive import ServerPrimitive, fresh_token
 from .replicas import DEFAULT_REPLICA_TIMEOUT
-from .scripts import LuaScript, RedisClient, reply_deadline, sees_resends
+from .scripts import LuaScript, RedisClient, reply_array, reply_deadline, sees_resends
 from .validate import acquire_deadline
 from .waiting import Grant, Notifier, poll_slice, wait_until_granted
 
@@ -200,7 +200,7 @@ class RedisLock(ServerPrimitive):
                     acked = None  # no new lease written by this call: confirmed apart
             grant = acquire_reply(answer, sent_at, ttl_ms)
             if grant is None:
-                reply = answer
+                reply = reply_array(answer)  # a refusal
                 if deadline is not None and deadline > time.monotonic():
                     grant = self._wait(token, owner, ttl_ms, channel, reply, deadline)
         if grant is None:  # refused (blocking=False, timeout=0) or timed out

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from redis.typing import EncodableT, KeyT
 
@@ -22,7 +22,7 @@ from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
 from .operations import Call, Operation
 from .restart import grace_ms, marking
-from .scripts import LuaScript, as_text, key_encoder
+from .scripts import LuaScript, ScriptReply, as_text, key_encoder, reply_array, reply_int
 from .waiting import WAITER_HEARTBEAT_MS, Grant, granted_lease
 
 __all__ = [
@@ -98,9 +98,8 @@ FORCED = b"f"
 the lease gone and reports it lost (#30)."""
 _LOCK_RULE = "lock"
 
-ReplyArray: TypeAlias = list[int | bytes | str]
-"""A script's array reply, as its header describes it: integers and strings (bytes,
-or str on a client that decodes responses)."""
+ReplyArray: TypeAlias = list[ScriptReply]
+"""A script's array reply (see :data:`~.scripts.ScriptReply`)."""
 
 
 class LockScripts:
@@ -179,7 +178,7 @@ class LockScripts:
 
     def attempt(
         self, token: str, ttl_ms: int, owner: str | None, wait: bool = False
-    ) -> Operation[tuple[Any, float]]:
+    ) -> Operation[tuple[ScriptReply, float]]:
         """One acquire attempt (see :meth:`acquire_args`): its reply (read it with
         :func:`acquire_reply`) and when it was sent."""
         if self.grace is not None:
@@ -198,7 +197,7 @@ class LockScripts:
         grant = acquire_reply(answer, sent_at, ttl_ms)
         if grant is not None:
             return grant
-        refusal[:] = answer
+        refusal[:] = reply_array(answer)
         return refusal_wait_ms(answer)
 
     @staticmethod
@@ -273,11 +272,11 @@ class LockScripts:
         args = self.add_args(token, ttl_ms, nonce, gen)
         if cap_ms:
             args = [token, ttl_ms, nonce, gen, cap_ms]
-        return int((yield Call(EXTEND_ADD, self.add_keys, args)))
+        return reply_int((yield Call(EXTEND_ADD, self.add_keys, args)))
 
     def held(self, token: str) -> Operation[int]:
         """The ms lease ``token`` has left on the server, 0 when not live."""
-        return int((yield Call(HELD, self.holders_key, [token])))
+        return reply_int((yield Call(HELD, self.holders_key, [token])))
 
     def leave(self, token: str) -> Operation[int]:
         """Take waiter ``token`` out of the queue; the fence of a lease granted to it
@@ -287,7 +286,7 @@ class LockScripts:
     def release_owner(self, owner: str) -> Operation[int]:
         """Release every lease if the owner id is ``owner`` ("": whoever holds it)."""
         keys, args = self.release_owner_call(owner)
-        return int((yield Call(RELEASE_OWNER, keys, args)))
+        return reply_int((yield Call(RELEASE_OWNER, keys, args)))
 
     def info(self, name: str) -> Operation[PrimitiveInfo]:
         """The lock's holders, owner, fence and waiters (read-only)."""
@@ -303,17 +302,18 @@ class LockScripts:
         return adopt_reply((yield Call(ADOPT, keys, args)), sent_at, ttl_ms)
 
 
-def acquire_reply(answer: int | ReplyArray, sent_at: float, ttl_ms: int) -> Grant | None:
+def acquire_reply(answer: ScriptReply, sent_at: float, ttl_ms: int) -> Grant | None:
     """The grant in a ``lock_acquire.lua`` reply to an attempt sent at ``sent_at``, or
     None when it was refused (``{0, wait_ms, holder}``: see :func:`refusal_wait_ms`)."""
     if isinstance(answer, int):
         return answer, sent_at  # a new lease: its fence, its full TTL left
+    answer = reply_array(answer)
     if answer[0] == 1:  # a lease this token holds already (a re-sent request, a grant)
-        return granted_lease(int(answer[1]), sent_at, int(answer[2]), ttl_ms)
+        return granted_lease(reply_int(answer[1]), sent_at, reply_int(answer[2]), ttl_ms)
     return None
 
 
-def release_reply(answer: int, sends: list[None], deadline: float) -> bool:
+def release_reply(answer: ScriptReply, sends: list[None], deadline: float) -> bool:
     """Whether a ``lock_release.lua`` call sent with :data:`NO_RECORD` released the lease
     of local ``deadline``: it answered 1, or it found the lease gone after being sent
     again (``sends``, see :class:`.LuaScript`) and the answer came before ``deadline``.
@@ -328,9 +328,9 @@ def release_reply(answer: int, sends: list[None], deadline: float) -> bool:
     return len(sends) > 1 and time.monotonic() < deadline
 
 
-def refusal_wait_ms(answer: Any) -> int:
+def refusal_wait_ms(answer: ScriptReply) -> int:
     """The holder's TTL left (ms, 0 when unknown) in a refusal of ``lock_acquire.lua``."""
-    return int(answer[1])
+    return reply_int(reply_array(answer)[1])
 
 
 def refused_holder(answer: ReplyArray) -> str | None:
@@ -339,34 +339,36 @@ def refused_holder(answer: ReplyArray) -> str | None:
     if len(answer) > 3:
         raise RedisRestarting(
             "the lock Redis lost its data and is in its restart grace for "
-            f"{int(answer[1]) / 1000:g} s more: a lease it forgot may still be live"
+            f"{reply_int(answer[1]) / 1000:g} s more: a lease it forgot may still be live"
         )
     return refusal_holder(answer)
 
 
-def refusal_holder(answer: Any) -> str | None:
+def refusal_holder(answer: ScriptReply) -> str | None:
     """The holding owner id in a refusal of ``lock_acquire.lua`` (None: none given,
     or the lock is free but promised to an earlier waiter)."""
-    return as_text(answer[2]) or None
+    return as_text(reply_array(answer)[2]) or None
 
 
-def leave_reply(answer: ReplyArray) -> int:
+def leave_reply(answer: ScriptReply) -> int:
     """The fence of a lease granted to the leaving waiter meanwhile (``queue_leave.lua``),
     else 0."""
-    return int(answer[1])
+    return reply_int(reply_array(answer)[1])
 
 
-def adopt_reply(answer: ReplyArray, sent_at: float, ttl_ms: int) -> Grant | None:
+def adopt_reply(answer: ScriptReply, sent_at: float, ttl_ms: int) -> Grant | None:
     """The new lease in a ``lock_adopt.lua`` reply to a call sent at ``sent_at`` (its
     fence and when it counts from), None when not adopted."""
+    answer = reply_array(answer)
     if answer[0] != 1:
         return None
-    return granted_lease(int(answer[1]), sent_at, int(answer[2]), ttl_ms)
+    return granted_lease(reply_int(answer[1]), sent_at, reply_int(answer[2]), ttl_ms)
 
 
-def info_reply(name: str, answer: Any) -> PrimitiveInfo:
+def info_reply(name: str, answer: ScriptReply) -> PrimitiveInfo:
     """The :class:`PrimitiveInfo` of a ``lock_info.lua`` reply."""
-    now_ms, flat, waiters = answer
+    now, listed, waiters = reply_array(answer)
+    now_ms, flat = reply_int(now), reply_array(listed)
     fields = {as_text(flat[i]): as_text(flat[i + 1]) for i in range(0, len(flat), 2)}
     holders = [
         HolderInfo(
@@ -382,7 +384,7 @@ def info_reply(name: str, answer: Any) -> PrimitiveInfo:
         kind="lock",
         name=name,
         holders=holders,
-        waiters=int(waiters),
+        waiters=reply_int(waiters),
         owner=(fields.get("owner") or None) if holders else None,
         since=int(fields["since"]) / 1000.0 if holders and "since" in fields else None,
         fence=int(fields["fence"]) if holders and "fence" in fields else None,

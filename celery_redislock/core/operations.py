@@ -32,11 +32,11 @@ object offers).
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from redis.typing import EncodableT, KeyT
 
-from .scripts import LuaScript, RedisClient, reply_deadline
+from .scripts import LuaScript, RedisClient, ScriptReply, reply_deadline
 
 __all__ = ["Call", "Operation", "PrimitiveOperations", "reply_of", "run"]
 
@@ -62,7 +62,7 @@ class Call(NamedTuple):
     sends: list[None] | None = None
 
 
-Operation = Generator[Call, Any, T]
+Operation = Generator[Call, ScriptReply, T]
 """An operation with result ``T``: yields calls, is sent their replies."""
 
 
@@ -99,7 +99,7 @@ class PrimitiveOperations(Protocol):
         ...
 
 
-def reply_of(call: Call) -> Operation[Any]:
+def reply_of(call: Call) -> Operation[ScriptReply]:
     """The operation of one call whose reply is its result."""
     return (yield call)
 
@@ -127,7 +127,7 @@ def run(client: RedisClient, operation: Operation[T]) -> T:
         return result
 
 
-def _send(client: RedisClient, call: Call) -> Any:
+def _send(client: RedisClient, call: Call) -> ScriptReply:
     if call.sends is None:
         return call.script(client, call.keys, call.args)
     return call.script(client, call.keys, call.args, sends=call.sends)

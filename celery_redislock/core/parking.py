@@ -53,7 +53,15 @@ from .operations import run
 from .ratelimit_rates import check_cost
 from .ratelimit_scripts import DEFAULT_SLOTS, RateLimitScripts, seen
 from .restart import grace_args
-from .scripts import LuaScript, RedisClient, as_text, key_encoder
+from .scripts import (
+    LuaScript,
+    RedisClient,
+    ScriptReply,
+    as_text,
+    key_encoder,
+    reply_array,
+    reply_int,
+)
 from .semaphore import RedisSemaphore
 from .validate import ttl_to_ms
 
@@ -174,7 +182,7 @@ def parking_pools(
     return sorted(decode_name(as_text(name)) for name in members)
 
 
-def read_entries(flat: Iterable[bytes | str]) -> list[Parked]:
+def read_entries(flat: Iterable[ScriptReply]) -> list[Parked]:
     """The entries of a script reply that lists them flat: id, payload, owner, ..."""
     items = list(flat)
     return [
@@ -183,7 +191,7 @@ def read_entries(flat: Iterable[bytes | str]) -> list[Parked]:
     ]
 
 
-def as_bytes(value: bytes | str) -> bytes:
+def as_bytes(value: object) -> bytes:
     """A reply element as ``bytes``, whether the client decodes responses or not."""
     return value if isinstance(value, bytes) else str(value).encode("utf-8")
 
@@ -528,7 +536,8 @@ class ParkingQueue:
                 *self.capacity.script_args(),
             ],
         )
-        position = int(reply[0])
+        reply = reply_array(reply)
+        position = reply_int(reply[0])
         if position == NOT_PARKED:
             return NOT_PARKED
         claimed = read_entries(reply[1:])
@@ -589,18 +598,19 @@ class ParkingQueue:
                 self._script_keys(f"{entry_id}:take"),
                 [entry_id, ttl_ms, owner or "", self._taken_ms, *self.capacity.script_args()],
             )
-            status = int(reply[0])
+            reply = reply_array(reply)
+            status = reply_int(reply[0])
             if status != _EARLY:
                 break
             # Came before its admission time (a rate claim charged ahead): at most
             # ``ahead`` and a slot, by the server's clock.
-            time.sleep(min(int(reply[1]) / 1_000_000, MAX_AHEAD))
+            time.sleep(min(reply_int(reply[1]) / 1_000_000, MAX_AHEAD))
         if status < 0:
             return DUPLICATE, None
         if status == 0:
             return REFUSED, None
         lease = self.capacity.taken(
-            entry_id, int(reply[1]), int(reply[2]), owner, sent_at, renew, on_lost
+            entry_id, reply_int(reply[1]), reply_int(reply[2]), owner, sent_at, renew, on_lost
         )
         return TAKEN, lease
 
@@ -660,22 +670,24 @@ class ParkingQueue:
 
     def parking_info(self, count: int = 0) -> ParkingInfo:
         """The parked queue (read-only); ``count`` of its oldest entries listed."""
-        now_us, parked, oldest, claimed, dead, rows = _INFO(
-            self.capacity.client,
-            [self.parked_key, self.claimed_key, self.dead_key, self.payloads_key],
-            [count],
+        now_us, parked, oldest, claimed, dead, listed = reply_array(
+            _INFO(
+                self.capacity.client,
+                [self.parked_key, self.claimed_key, self.dead_key, self.payloads_key],
+                [count],
+            )
         )
-        now = int(now_us)
+        now, rows = reply_int(now_us), reply_array(listed)
         head = tuple(
-            (as_text(rows[i]), (now - int(rows[i + 1])) / 1e6, as_text(rows[i + 2]))
+            (as_text(rows[i]), (now - reply_int(rows[i + 1])) / 1e6, as_text(rows[i + 2]))
             for i in range(0, len(rows), 3)
         )
         oldest_text = as_text(oldest)
         return ParkingInfo(
-            int(parked),
+            reply_int(parked),
             (now - int(oldest_text)) / 1e6 if oldest_text else None,
-            int(claimed),
-            int(dead),
+            reply_int(claimed),
+            reply_int(dead),
             head,
         )
 
@@ -687,9 +699,10 @@ class ParkingQueue:
             self._script_keys(token or "-"),
             [token, self._reserve_ms, self.standby, *self.capacity.script_args()],
         )
+        reply = reply_array(reply)
         claimed = read_entries(reply[3:])
         self._deliver(claimed)
-        return int(reply[0]), int(reply[1]), int(reply[2]), claimed
+        return reply_int(reply[0]), reply_int(reply[1]), reply_int(reply[2]), claimed
 
     def _deliver(self, claimed: list[Parked]) -> None:
         if claimed and self.on_claimed is not None:

@@ -25,7 +25,6 @@ import weakref
 from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
 
 from redis.typing import EncodableT, KeyT
 
@@ -35,7 +34,7 @@ from .keys import KeySpace
 from .lock_scripts import RELEASE_MEMORY_MS
 from .operations import Call, Operation
 from .ratelimit_rates import MAX_COST, Rate, check_cost, from_wire, parse_rates, wire
-from .scripts import LuaScript, as_text, key_encoder
+from .scripts import LuaScript, ScriptReply, as_text, key_encoder, reply_array, reply_int
 from .validate import MAX_SECONDS, check_bool, check_positive_int, ttl_to_ms
 
 __all__ = [
@@ -201,8 +200,8 @@ class RateLimitScripts:
         :meth:`lib_args`)."""
         self._note(keep, lost)
 
-    def _note(self, keep: Any, lost: Any) -> None:
-        remember(self.client, self.base, int(keep))
+    def _note(self, keep: ScriptReply, lost: ScriptReply) -> None:
+        remember(self.client, self.base, reply_int(keep))
         if lost:  # never silent: the loss is reported once, by the call that found it
             log.warning(
                 "rate limiter %r: its state in Redis was lost (restarted empty or flushed); "
@@ -227,7 +226,7 @@ class RateLimitScripts:
             margin_us,
             owner,
         ]
-        keep, lost, moved = yield Call(LATE, [*self.keys, done], args)
+        keep, lost, moved = reply_array((yield Call(LATE, [*self.keys, done], args)))
         self._note(keep, lost)
         return bool(moved)
 
@@ -252,17 +251,18 @@ class RateLimitScripts:
             int(self.start_spent),
             int(charge),
         ]
-        code, now, at, id_, keep, lost = yield Call(ACQUIRE, self.keys, args)
+        code, now, at, id_, keep, lost = reply_array((yield Call(ACQUIRE, self.keys, args)))
         self._note(keep, lost)
         if code == 2:  # an override lowered a limit below this cost
             raise ConfigurationError(
-                f"cost must be at most every limit of {self.name!r} now ({at}), got {cost!r}"
+                f"cost must be at most every limit of {self.name!r} now "
+                f"({reply_int(at)}), got {cost!r}"
             )
         if code == 1:
-            admission = Admission(self.base, as_text(id_), units, int(now) / _US)
+            admission = Admission(self.base, as_text(id_), units, reply_int(now) / _US)
             _LAST.set(admission)
             return Verdict(True, 0.0, admission, bool(lost))
-        return Verdict(False, max(0, int(at) - int(now)) / _US, None, bool(lost))
+        return Verdict(False, max(0, reply_int(at) - reply_int(now)) / _US, None, bool(lost))
 
     @staticmethod
     def pause(verdict: Verdict, deadline: float | None) -> float | None:
@@ -306,7 +306,7 @@ class RateLimitScripts:
 
     def adjust(self, delta: object, admission: Admission | None) -> Operation[int]:
         """Correct ``admission`` by ``delta`` units; the units moved."""
-        return int((yield self.adjust_call(delta, admission)))
+        return reply_int((yield self.adjust_call(delta, admission)))
 
     def penalize(self, seconds: object) -> Operation[float]:
         """Admit nobody before the server's now + ``seconds`` (>= 0); the server time
@@ -316,8 +316,8 @@ class RateLimitScripts:
         if not 0 <= seconds <= MAX_SECONDS:
             raise ConfigurationError(f"seconds must be from 0 to {MAX_SECONDS}, got {seconds!r}")
         args: list[EncodableT] = [secrets.token_hex(4), round(seconds * _US)]
-        reply = yield Call(PENALIZE, [self.state], args)
-        return int(reply[1]) / _US
+        reply = reply_array((yield Call(PENALIZE, [self.state], args)))
+        return reply_int(reply[1]) / _US
 
     def override(self, rate: object, ttl: object) -> Operation[None]:
         """Admit by ``rate`` instead of the configured rates for ``ttl`` seconds."""
@@ -344,12 +344,12 @@ class RateLimitScripts:
             seen(self.client, self.base),
             int(self.start_spent),
         ]
-        reply = yield Call(INFO, self.keys, args)
-        now, at, penalty, text, ends, rows, keep, spec, lost = reply
+        reply = reply_array((yield Call(INFO, self.keys, args)))
+        server_now, at, penalty, text, ends, listed, keep, spec, lost = reply
         self._note(keep, lost)
-        now = int(now)
+        now, rows = reply_int(server_now), reply_array(listed)
         active = tuple(
-            RateUsage(int(rows[i]), int(rows[i + 1]) / _US, int(rows[i + 2]))
+            RateUsage(reply_int(rows[i]), reply_int(rows[i + 1]) / _US, reply_int(rows[i + 2]))
             for i in range(0, len(rows), 3)
         )
         override = as_text(text) or None
@@ -357,10 +357,10 @@ class RateLimitScripts:
             name=self.name,
             rates=tuple(rate.text for rate in from_wire(as_text(spec))),
             active=active,
-            wait=max(0, int(at) - now) / _US if int(at) >= 0 else float("inf"),
-            penalty_left=max(0, int(penalty) - now) / _US,
+            wait=max(0, reply_int(at) - now) / _US if reply_int(at) >= 0 else float("inf"),
+            penalty_left=max(0, reply_int(penalty) - now) / _US,
             override=override,
-            override_left=max(0, int(ends) - now) / _US if override else 0.0,
+            override_left=max(0, reply_int(ends) - now) / _US if override else 0.0,
             server_time=now / _US,
         )
 

@@ -21,7 +21,7 @@ from .lease import Lease, OnLost
 from .lock import SCRIPT_CONSTANTS
 from .parking import ParkingSemaphore
 from .restart import grace_args
-from .scripts import LuaScript
+from .scripts import LuaScript, reply_array, reply_int
 
 __all__ = [
     "ALIVE",
@@ -86,7 +86,8 @@ def retake(
         ],
         [entry_id, ttl_ms, owner, sem.limit, max(1, int(memory * 1000)), *grace_args(sem)],
     )
-    status = int(reply[0])
+    reply = reply_array(reply)
+    status = reply_int(reply[0])
     if status == -2:
         return NOT_TAKEN, None, 0.0
     if status == -1:
@@ -94,9 +95,9 @@ def retake(
     if status == -3:
         return DEAD_REFUSED, None, 0.0
     if status == 0:
-        return ALIVE, None, int(reply[1]) / 1000.0
+        return ALIVE, None, reply_int(reply[1]) / 1000.0
     lease = sem._new_lease(
-        entry_id, int(reply[1]), int(reply[2]), owner, sent_at, renew, on_lost, None
+        entry_id, reply_int(reply[1]), reply_int(reply[2]), owner, sent_at, renew, on_lost, None
     )
     return RETAKEN, lease, 0.0
 

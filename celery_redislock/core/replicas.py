@@ -30,7 +30,6 @@ keeps granting to the clients that reach it until it is demoted.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
@@ -38,7 +37,7 @@ from redis.typing import EncodableT, KeyT
 
 from ..errors import ConfigurationError, NotReplicated
 from .clients import key_node, pipelined
-from .scripts import LuaScript, RedisClient
+from .scripts import LuaScript, RedisClient, ScriptReply
 from .validate import check_bool, ttl_to_ms
 
 __all__ = ["DEFAULT_REPLICA_TIMEOUT", "ReplicaAck", "check_replica_ack", "remaining_ms"]
@@ -65,7 +64,7 @@ class ReplicaAck:
 
     def run(
         self, client: RedisClient, script: LuaScript, keys: list[KeyT], args: list[EncodableT]
-    ) -> tuple[Any, object]:
+    ) -> tuple[ScriptReply, object]:
         """``script`` then the wait, pipelined on one connection (one round trip; the
         script's text after a NOSCRIPT): ``(reply, acked)``, ``acked`` as the wait
         answered (an int, WAITAOF's pair, or the error it raised)."""

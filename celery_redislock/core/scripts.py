@@ -21,7 +21,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeAlias, TypeGuard
 
 from redis import Redis
 from redis.cluster import RedisCluster
@@ -39,12 +39,15 @@ __all__ = [
     "DeadlinePassed",
     "LuaScript",
     "RedisClient",
+    "ScriptReply",
     "StaleReply",
     "as_text",
     "discard_idle_connections",
     "expand",
     "key_encoder",
+    "reply_array",
     "reply_deadline",
+    "reply_int",
     "sees_resends",
 ]
 
@@ -112,7 +115,7 @@ class LuaScript:
         *,
         with_text: bool = False,
         sends: list[None] | None = None,
-    ) -> Any:
+    ) -> ScriptReply:
         """Run the script on ``client`` in one round trip (two after a NOSCRIPT).
 
         ``with_text``: send EVAL with the script's text at once, for a caller that
@@ -151,7 +154,7 @@ class LuaScript:
         keys: Sequence[KeyT],
         args: Sequence[EncodableT],
         with_text: bool = False,
-    ) -> Any:
+    ) -> ScriptReply:
         for _ in (1, 2):
             try:
                 reply = self._send_via(client, keys, args, with_text)
@@ -159,31 +162,37 @@ class LuaScript:
                 if not isinstance(exc, RedisError):
                     discard_idle_connections(client)
                 raise
-            if self.code is None or self._stamped(reply, args):
-                return reply if self.code is None else reply[1]
+            if self.code is None:
+                return reply
+            if self._stamped(reply, args):
+                return reply[1]
             discard_idle_connections(client)
         raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
 
     def _send_via(
         self, client: RedisClient, keys: Sequence[KeyT], args: Sequence[EncodableT], with_text: bool
-    ) -> Any:
+    ) -> ScriptReply:
+        # The boundary: redis-py annotates evalsha/eval (and read_response) as Any; a
+        # script's reply is one of the RESP values ScriptReply names.
+        reply: ScriptReply
         if not with_text:
             try:
-                return client.evalsha(self.sha, len(keys), *keys, *args)
+                reply = client.evalsha(self.sha, len(keys), *keys, *args)
+                return reply
             except NoScriptError:
                 pass
-        return client.eval(self.text, len(keys), *keys, *args)
+        reply = client.eval(self.text, len(keys), *keys, *args)
+        return reply
 
-    def checked(self, reply: Any, args: Sequence[EncodableT]) -> Any:
+    def checked(self, reply: Any, args: Sequence[EncodableT]) -> ScriptReply:
         """The payload of ``reply`` to a call with ``args``; :class:`StaleReply` when
         it is not that call's (for callers that send the script themselves)."""
-        if self.code is None:
-            return reply
-        if not self._stamped(reply, args):
+        if self.code is not None and not self._stamped(reply, args):
             raise StaleReply(f"{self.name}: the reply is not this call's: {reply!r:.200}")
-        return reply[1]
+        payload: ScriptReply = reply if self.code is None else reply[1]
+        return payload
 
-    def _stamped(self, reply: object, args: Sequence[EncodableT]) -> bool:
+    def _stamped(self, reply: object, args: Sequence[EncodableT]) -> TypeGuard[list[ScriptReply]]:
         if not isinstance(reply, list) or len(reply) != 2:
             return False
         # Lua's string.sub counts bytes: compare the first 8 bytes of the argument as
@@ -233,7 +242,7 @@ class _Call:
         # Not connected (closed by a failure): connect under the deadline's cap.
         self.reconnect = keep is not None and not keep.connected
 
-    def run(self) -> Any:
+    def run(self) -> ScriptReply:
         conn, keep = self.conn, self.keep
         try:
             if keep is not None and keep.capped and self.deadline is None:
@@ -267,7 +276,7 @@ class _Call:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise DeadlinePassed(f"{self.script.name}: Redis did not answer before the deadline")
 
-    def attempt(self) -> Any:
+    def attempt(self) -> ScriptReply:
         conn, script, keys, args = self.conn, self.script, self.keys, self.args
         keep = self.keep
         if self.reconnect and self.deadline is not None:
@@ -287,7 +296,8 @@ class _Call:
             if keep is not None:
                 keep.connected = True
             if script.code is None or script._stamped(reply, args):
-                return reply if script.code is None else reply[1]
+                payload: ScriptReply = reply if script.code is None else reply[1]
+                return payload
             conn.disconnect()  # it held another command's reply: never use it again
             if keep is not None:
                 keep.connected = False
@@ -357,6 +367,29 @@ def key_encoder(client: AnyRedisClient) -> Callable[[EncodableT], bytes]:
     # redis-py's Encoder is untyped (and private): typed here, at our boundary.
     encode: Callable[[EncodableT], bytes] = client.get_encoder().encode
     return encode
+
+
+ScriptReply: TypeAlias = "int | bytes | str | list[ScriptReply] | None"
+"""A Lua script's reply (its payload, the stamp taken off) as redis-py gives it: Lua
+integers (and true) as int, strings as bytes (str on a client that decodes
+responses), tables as arrays of these, nil (and false) as None. Read it through
+:func:`reply_int`, :func:`reply_array` and :func:`as_text`, as the script's header
+describes it."""
+
+
+def reply_int(value: ScriptReply) -> int:
+    """An element a script's header says is an integer, as ``int()`` reads it (a
+    string of digits too); ``TypeError`` for an array or nil, as ``int()`` raises."""
+    if isinstance(value, list) or value is None:
+        raise TypeError(f"a script reply: expected an integer, got {value!r:.200}")
+    return int(value)
+
+
+def reply_array(value: ScriptReply) -> list[ScriptReply]:
+    """A reply a script's header says is an array; ``TypeError`` for anything else."""
+    if not isinstance(value, list):
+        raise TypeError(f"a script reply: expected an array, got {value!r:.200}")
+    return value
 
 
 def as_text(value: object) -> str:

@@ -18,17 +18,16 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from typing import Any
 
 from redis.typing import EncodableT, KeyT
 
 from .clients import AnyRedisClient
 from .info import HolderInfo, PrimitiveInfo
 from .keys import KeySpace
-from .lock_scripts import FORCED, LEAVE, SCRIPT_CONSTANTS, LockScripts, ReplyArray, leave_reply
+from .lock_scripts import FORCED, LEAVE, SCRIPT_CONSTANTS, LockScripts, leave_reply
 from .operations import Call, Operation
 from .restart import marking
-from .scripts import LuaScript, as_text, key_encoder
+from .scripts import LuaScript, ScriptReply, as_text, key_encoder, reply_array, reply_int
 from .waiting import Grant, granted_lease
 
 __all__ = [
@@ -229,11 +228,11 @@ class SemaphoreScripts:
     def extend_add(self, token: str, ttl_ms: int, nonce: str, gen: int = 0) -> Operation[int]:
         """Add ``ttl_ms`` to what lease ``token`` has left; the ms left after (0: not live)."""
         args = LockScripts.add_args(token, ttl_ms, nonce, gen)
-        return int((yield Call(EXTEND_ADD, self.add_keys, args)))
+        return reply_int((yield Call(EXTEND_ADD, self.add_keys, args)))
 
     def held(self, token: str) -> Operation[int]:
         """The ms lease ``token`` has left on the server, 0 when not live."""
-        return int((yield Call(HELD, self.add_keys[:1], [token])))
+        return reply_int((yield Call(HELD, self.add_keys[:1], [token])))
 
     def leave(self, token: str) -> Operation[int]:
         """Take waiter ``token`` out of the queue, waking the one that takes its place;
@@ -243,14 +242,14 @@ class SemaphoreScripts:
     def release_owner(self, owner: str) -> Operation[int]:
         """Release every lease whose owner id is ``owner`` ("": every lease)."""
         keys, args = self.release_owner_call(owner)
-        return int((yield Call(RELEASE_OWNER, keys, args)))
+        return reply_int((yield Call(RELEASE_OWNER, keys, args)))
 
     def info(self, name: str, limit: int) -> Operation[PrimitiveInfo]:
         """Live leases, waiters and the stored limit (``limit`` when none), read-only."""
         return info_reply(name, limit, (yield Call(INFO, self.info_keys, self.info_args())))
 
 
-def acquire_reply(reply: ReplyArray) -> tuple[int, int, int, int]:
+def acquire_reply(answer: ScriptReply) -> tuple[int, int, int, int]:
     """A ``semaphore_acquire.lua`` reply: ``(1, fence, previous, ms_left)`` granted,
     ``(0, wait_ms, previous, 0)`` refused.
 
@@ -258,10 +257,12 @@ def acquire_reply(reply: ReplyArray) -> tuple[int, int, int, int]:
     ``ms_left`` the TTL the lease has left (less than asked when a release had
     granted it to this waiter already).
     """
-    return int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]) if reply[0] else 0
+    reply = reply_array(answer)
+    granted, value, previous = reply_int(reply[0]), reply_int(reply[1]), reply_int(reply[2])
+    return granted, value, previous, reply_int(reply[3]) if reply[0] else 0
 
 
-def release_reply(reply: int | ReplyArray) -> tuple[bool, list[tuple[str, int]]]:
+def release_reply(reply: ScriptReply) -> tuple[bool, list[tuple[str, int]]]:
     """A ``semaphore_release.lua`` reply: whether the lease was released, and the
     ``(token, fence)`` of each waiter of the caller's tag it granted a permit (none
     unless the call passed ``here``, see :meth:`SemaphoreScripts.release_args`)."""
@@ -278,15 +279,16 @@ def attempt_outcome(reply: tuple[int, int, int, int], sent_at: float, ttl_ms: in
     return granted_lease(value, sent_at, left, ttl_ms) if granted else value
 
 
-def info_reply(name: str, default_limit: int, reply: Any) -> PrimitiveInfo:
+def info_reply(name: str, default_limit: int, reply: ScriptReply) -> PrimitiveInfo:
     """The :class:`PrimitiveInfo` of a ``semaphore_info.lua`` reply (the stored limit,
     else ``default_limit``)."""
-    now_ms, rows, waiters, stored = reply
+    now_ms, listed, waiters, stored = reply_array(reply)
+    rows = reply_array(listed)
     leases = [[as_text(v) for v in rows[i : i + 5]] for i in range(0, len(rows), 5)]
     holders = [
         HolderInfo(
             token[:8],
-            (int(expiry) - int(now_ms)) / 1000.0,
+            (int(expiry) - reply_int(now_ms)) / 1000.0,
             int(fence) if fence else None,
             owner or None,
         )
@@ -297,7 +299,7 @@ def info_reply(name: str, default_limit: int, reply: Any) -> PrimitiveInfo:
         kind="semaphore",
         name=name,
         holders=holders,
-        waiters=int(waiters),
+        waiters=reply_int(waiters),
         since=min(granted) / 1000.0 if granted else None,
         fence=max((h.fence for h in holders if h.fence is not None), default=None),
         limit=int(as_text(stored) or default_limit),

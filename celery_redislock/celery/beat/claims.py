@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ...core.keys import KeySpace
-from ...core.scripts import LuaScript, RedisClient, as_text
+from ...core.scripts import LuaScript, RedisClient, as_text, reply_array, reply_int
 
 __all__ = ["BeatKeys", "BeatState", "Claims", "EntryState", "lock_name", "read_state"]
 
@@ -60,12 +60,14 @@ class Claims:
     def claim(self, entry: str, slot_ms: int) -> tuple[bool, int]:
         """Claim ``slot_ms`` of ``entry`` in one atomic call: ``(True, slot)`` when it
         is ours to send, ``(False, last claimed slot)`` when it is not."""
-        granted, slot = CLAIM(
-            self._client,
-            [self._keys.sent, self._keys.by],
-            [self.token, entry, slot_ms, self.owner],
+        granted, slot = reply_array(
+            CLAIM(
+                self._client,
+                [self._keys.sent, self._keys.by],
+                [self.token, entry, slot_ms, self.owner],
+            )
         )
-        return bool(granted), int(slot)
+        return bool(granted), reply_int(slot)
 
 
 @dataclass(frozen=True)

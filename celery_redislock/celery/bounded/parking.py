@@ -32,8 +32,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from celery import Celery
 from celery.app.task import Context
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTEMPT",
+    "Kept",
     "PARK_HEADER",
     "RESERVED",
     "SEMAPHORE",
@@ -111,8 +112,37 @@ capacity the worker's intake reserved for it at once -- its message carries a pa
 header as a parked run's does, but it was never parked nor handed anything by a
 release (see :func:`reserved_at_intake`)."""
 _KEPT: Final = 1024
-_semaphores: OrderedDict[tuple[Any, ...], ParkingSemaphore] = OrderedDict()
-_semaphores_guard = threading.Lock()
+
+_Made = TypeVar("_Made")
+
+
+class Kept(Generic[_Made]):
+    """The :data:`_KEPT` most recently used objects made of the app's settings (a
+    parking semaphore, a rate queue), each kept under everything it is made of: the
+    app and client themselves (held anyway by what is kept, so never confused with a
+    later object at the same address) and every setting read into it. A setting left
+    out of the key is a change made at run time that never reaches the object."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[tuple[Hashable, ...], _Made] = OrderedDict()
+        self._guard = threading.Lock()
+
+    def get(self, key: tuple[Hashable, ...], make: Callable[[], _Made]) -> _Made:
+        """The object kept under ``key``, else ``make()``'s, kept from now on."""
+        with self._guard:
+            made = self._kept.get(key)
+            if made is not None:
+                self._kept.move_to_end(key)
+                return made
+        made = make()  # outside the guard: two threads may make one each, one is kept
+        with self._guard:
+            self._kept[key] = made
+            while len(self._kept) > _KEPT:
+                self._kept.popitem(last=False)
+        return made
+
+
+_semaphores: Final[Kept[ParkingSemaphore]] = Kept()
 
 
 def encode_message(task: AnyTask, args: Any, kwargs: Any, options: dict[str, Any]) -> bytes:
@@ -166,30 +196,24 @@ def parking_for(
     published through the app. The recently used are kept (no per-lease state)."""
     client = get_redis(app)
     acks = replica_options(app) if acks is None else acks
-    cache_key = (id(app), id(client), prefix, pool, limit, ttl, standby, *acks.values())
-    with _semaphores_guard:
-        sem = _semaphores.get(cache_key)
-        if sem is not None and sem.client is client:
-            _semaphores.move_to_end(cache_key)
-            return sem
-    sem = ParkingSemaphore(
-        client,
-        pool,
-        limit=limit,
-        ttl=ttl,
-        prefix=prefix,
-        keep=park_keep(app),
-        on_claimed=functools.partial(publish_claimed, app),
-        standby=standby,
-        restart_grace=restart_grace(app),
-        taken_memory=taken_memory(app),
-        **acks,
+    keep, grace, memory = park_keep(app), restart_grace(app), taken_memory(app)
+    made_of = (app, client, prefix, pool, limit, ttl, standby, keep, grace, memory, *acks.items())
+    return _semaphores.get(
+        made_of,
+        lambda: ParkingSemaphore(
+            client,
+            pool,
+            limit=limit,
+            ttl=ttl,
+            prefix=prefix,
+            keep=keep,
+            on_claimed=functools.partial(publish_claimed, app),
+            standby=standby,
+            restart_grace=grace,
+            taken_memory=memory,
+            **acks,
+        ),
     )
-    with _semaphores_guard:
-        _semaphores[cache_key] = sem
-        while len(_semaphores) > _KEPT:
-            _semaphores.popitem(last=False)
-    return sem
 
 
 SEMAPHORE: Final = "semaphore"

@@ -38,7 +38,7 @@ from ...errors import ConfigurationError
 from ..background import AppThread, PerApp
 from ..client import get_redis
 from ..config import settings_for
-from ..outage import OUTAGE_ERRORS
+from ..outage import OUTAGE_ERRORS, has_answered
 from .journal import ParkSpec
 from .parking import kinds, queue_for
 from .recovery import recover
@@ -144,13 +144,17 @@ class Sweeper(AppThread):
 
     def run(self) -> None:
         """Sweep until stopped; failures are logged once per outage, never raised."""
-        failing = False
+        failing = quiet = False
         while not self.stopping:
             try:
                 self.tick()
             except Exception as exc:
                 if not failing:
-                    logger.warning(
+                    # A lock Redis that never answered is a wrong redislock_url, which
+                    # the worker's start says once (outage.py); not an outage to repeat.
+                    quiet = isinstance(exc, OUTAGE_ERRORS) and not has_answered(self.app)
+                    logger.log(
+                        logging.DEBUG if quiet else logging.WARNING,
                         "celery_redislock: parked runs cannot be swept (%s: %s); "
                         "retrying every %gs",
                         type(exc).__name__,
@@ -159,7 +163,7 @@ class Sweeper(AppThread):
                     )
                 failing = True
             else:
-                if failing:
+                if failing and not quiet:
                     logger.info("celery_redislock: sweeping parked runs again")
                 failing = False
             self.sleep(self.interval)

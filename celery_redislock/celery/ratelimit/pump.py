@@ -27,7 +27,7 @@ from ...core.parking import parking_pools
 from ..background import AppThread, PerApp
 from ..client import get_redis
 from ..config import settings_for
-from ..outage import OUTAGE_ERRORS
+from ..outage import OUTAGE_ERRORS, has_answered
 
 __all__ = ["IDLE", "PUMPS", "RatePump", "connect", "poke", "pump_once"]
 
@@ -68,13 +68,17 @@ class RatePump(AppThread):
         super().__init__(app, "celery_redislock-rate-pump")
 
     def run(self) -> None:
-        failing = False
+        failing = quiet = False
         while not self.stopping:
             try:
                 wait = pump_once(self.app)
             except OUTAGE_ERRORS as exc:
                 if not failing:
-                    logger.warning(
+                    # A lock Redis that never answered is a wrong redislock_url, which
+                    # the worker's start says once (outage.py); not an outage to repeat.
+                    quiet = not has_answered(self.app)
+                    logger.log(
+                        logging.DEBUG if quiet else logging.WARNING,
                         "celery_redislock: parked rate-limited runs cannot be pumped (%s: %s); "
                         "tried again every %.2fs",
                         type(exc).__name__,
@@ -86,7 +90,7 @@ class RatePump(AppThread):
                 logger.exception("celery_redislock: the rate pump failed; tried again")
                 wait = IDLE
             else:
-                if failing:
+                if failing and not quiet:
                     logger.info("celery_redislock: pumping parked rate-limited runs again")
                 failing = False
             self.sleep(wait)

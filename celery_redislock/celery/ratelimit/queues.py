@@ -14,9 +14,7 @@ May import the core, the shared glue and the bounded feature's parking.
 from __future__ import annotations
 
 import functools
-import threading
-from collections import OrderedDict
-from typing import Any, Final
+from typing import Final
 
 from celery import Celery
 
@@ -24,7 +22,7 @@ from ...core.parking import ParkingQueue, RateCapacity
 from ...core.ratelimit import RedisRateLimiter
 from ...errors import ConfigurationError
 from ..bounded.journal import ParkSpec
-from ..bounded.parking import publish_claimed, register_kind
+from ..bounded.parking import Kept, publish_claimed, register_kind
 from ..bounded.settings import park_keep, taken_memory
 from ..client import get_redis
 from ..config import settings_for
@@ -48,9 +46,7 @@ def limiter_for(app: Celery, pool: str, rates: tuple[str, ...]) -> RedisRateLimi
     return RedisRateLimiter(get_redis(app), pool, rate=list(rates), prefix=settings_for(app).prefix)
 
 
-_KEPT: Final = 1024
-_queues: OrderedDict[tuple[Any, ...], ParkingQueue] = OrderedDict()
-_queues_guard = threading.Lock()
+_queues: Final[Kept[ParkingQueue]] = Kept()
 
 
 def rate_queue(app: Celery, pool: str, rates: tuple[str, ...]) -> ParkingQueue:
@@ -63,25 +59,17 @@ def rate_queue(app: Celery, pool: str, rates: tuple[str, ...]) -> ParkingQueue:
     settings = settings_for(app)
     client = get_redis(app)
     keep, memory = park_keep(app), taken_memory(app)
-    cache_key = (id(app), id(client), settings.prefix, pool, rates, settings.lock_ttl, keep, memory)
-    with _queues_guard:
-        queue = _queues.get(cache_key)
-        if queue is not None and queue.capacity.client is client:
-            _queues.move_to_end(cache_key)
-            return queue
-    capacity = RateCapacity(client, pool, rate=list(rates), prefix=settings.prefix, ahead=AHEAD)
-    queue = ParkingQueue(
-        capacity,
-        reserve_ttl=settings.lock_ttl,
-        keep=keep,
-        on_claimed=functools.partial(publish_claimed, app),
-        taken_memory=memory,
+    made_of = (app, client, settings.prefix, pool, rates, settings.lock_ttl, keep, memory)
+    return _queues.get(
+        made_of,
+        lambda: ParkingQueue(
+            RateCapacity(client, pool, rate=list(rates), prefix=settings.prefix, ahead=AHEAD),
+            reserve_ttl=settings.lock_ttl,
+            keep=keep,
+            on_claimed=functools.partial(publish_claimed, app),
+            taken_memory=memory,
+        ),
     )
-    with _queues_guard:
-        _queues[cache_key] = queue
-        while len(_queues) > _KEPT:
-            _queues.popitem(last=False)
-    return queue
 
 
 def rate_spec(queue: ParkingQueue, rates: tuple[str, ...]) -> ParkSpec:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
@@ -41,6 +41,7 @@ from redis.typing import KeyT
 
 from ..operations import Call as ScriptCall
 from ..operations import Operation
+from ..scripts import ScriptReply
 from .masters import IO_TIMEOUT, Call, Due, Link, Master
 
 __all__ = ["MAX_DUE", "WAIT_SLICE", "Enough", "drive", "fan_out"]
@@ -62,6 +63,10 @@ at only in between (see the module docs)."""
 
 T = TypeVar("T")
 
+Answer: TypeAlias = "ScriptReply | BaseException"
+"""One master's answer in a round: its reply's payload, or the error it answered with
+(a ``redis.TimeoutError`` when it did not answer in time); None also when not read."""
+
 Enough = tuple[int, Callable[[object], bool]]
 """``(count, counts)``: a round may end once ``count`` masters answered with a reply
 for which ``counts(reply)`` is true (0: as soon as every request is sent)."""
@@ -72,7 +77,7 @@ def fan_out(
     call: Call | Sequence[Call],
     timeout: float,
     enough: Enough | None = None,
-) -> list[object]:
+) -> list[Answer]:
     """Send ``call`` to every master at once (or ``call[i]`` to ``masters[i]``); wait
     until every master answered, ``enough`` of them did (see :data:`Enough`), or
     ``timeout`` seconds passed since the last was sent (a new connection's handshake
@@ -85,7 +90,7 @@ def fan_out(
     """
     count = len(masters)
     calls = [call] * count if isinstance(call, Call) else list(call)
-    results: list[object] = [None] * count
+    results: list[Answer] = [None] * count
     links = [master.take() for master in masters]
     pending: list[int] = []
     expires = time.monotonic() + timeout
@@ -224,7 +229,7 @@ def drive(
 
 
 def _connected(
-    master: Master, link: Link, call: Call, expires: float, results: list[object], index: int
+    master: Master, link: Link, call: Call, expires: float, results: list[Answer], index: int
 ) -> bool:
     """Connect ``link`` and send ``call`` on it; False (and the error in
     ``results[index]``) when that failed."""
@@ -237,7 +242,7 @@ def _connected(
 
 
 def _started(
-    master: Master, link: Link, call: Call, expires: float, results: list[object], index: int
+    master: Master, link: Link, call: Call, expires: float, results: list[Answer], index: int
 ) -> bool:
     """Send ``call`` on ``link`` after the replies it owes are caught up with; False
     (and the error in ``results[index]``) when that failed."""
@@ -279,7 +284,7 @@ def _pack(link: Link, call: Call, keys: list[KeyT], with_text: bool = False) -> 
     return link.conn.pack_command(command, body, len(keys), *keys, *call.args)
 
 
-def _poll(link: Link, call: Call | None) -> tuple[bool, object]:
+def _poll(link: Link, call: Call | None) -> tuple[bool, Answer]:
     """Read the replies ``link`` has without waiting: ``(True, payload)`` once the
     reply to ``call`` is in (its payload, or the error it answered with), else
     ``(False, None)``. Replies due before it are checked and dropped; ``StaleReply``

@@ -140,12 +140,13 @@ def _batch_replies(
     replies = fan_out(masters.masters, call, timeout, (masters.quorum, renewed_all))
     checked: list[object] = []
     for reply in replies:
+        answer: object = reply
         if isinstance(reply, list):
             try:
-                reply = check_batch_reply(call.script, items, reply)
+                answer = check_batch_reply(call.script, items, reply)
             except ValueError as exc:
-                reply = exc
-        checked.append(reply)
+                answer = exc
+        checked.append(answer)
     return checked
 
 

@@ -28,7 +28,7 @@ from ..lock_scripts import (
     refusal_wait_ms,
 )
 from ..operations import Operation
-from ..scripts import LuaScript
+from ..scripts import LuaScript, ScriptReply
 from ..waiting import Grant
 from .fanout import Enough, drive, fan_out
 from .masters import Call, Master
@@ -58,7 +58,7 @@ class Round:
     """The outcome of one acquire attempt on every master."""
 
     grants: dict[int, Grant] = field(default_factory=dict)  # master index -> grant
-    refused: dict[int, list[object]] = field(default_factory=dict)  # master -> refusal
+    refused: dict[int, list[ScriptReply]] = field(default_factory=dict)  # master -> refusal
     errors: dict[int, BaseException] = field(default_factory=dict)
     late: list[int] = field(default_factory=list)  # asked, not read: a majority granted
 

@@ -29,7 +29,7 @@ from celery_redislock.core.parking import ParkingSemaphore
 from celery_redislock.testing import RedisServer
 
 from ..helpers import wait_until
-from ..workers import BROKER_DB, LOCKS_DB, AppModule, WorkerProcess, db_url
+from ..workers import BROKER_DB, LOCKS_DB, AppModule, WorkerProcess, db_url, side_by_side
 from .helpers import peak
 
 pytestmark = pytest.mark.slow
@@ -126,7 +126,7 @@ def server() -> Iterator[RedisServer]:
 def test_shared_redis_stopped_30s_loses_no_run(tmp_path: Path, server: RedisServer) -> None:
     module, records = _module(tmp_path, server.url)
     workers = [WorkerProcess(module, concurrency=4, name=n) for n in ("a", "b")]
-    with workers[0], workers[1]:
+    with side_by_side(*workers):
         tasks = module.load()
         sent = _send(tasks.call, 24)
         wait_until(lambda: len(_runs(records)) >= 4, timeout=20, what="a few runs")
@@ -157,7 +157,7 @@ def test_lock_redis_restarted_empty_loses_no_run(tmp_path: Path, redis_url: str)
         )
         module.path.write_text(source)
         workers = [WorkerProcess(module, concurrency=2, name=n) for n in ("a", "b")]
-        with workers[0], workers[1]:
+        with side_by_side(*workers):
             tasks = module.load()
             locks = redis.Redis.from_url(lock_server.url)
             sem = ParkingSemaphore(locks, "api", limit=LIMIT, prefix=prefix)
@@ -188,7 +188,7 @@ def test_a_worker_killed_while_its_runs_are_parked(tmp_path: Path, server: Redis
     module, records = _module(tmp_path, server.url)
     a = WorkerProcess(module, concurrency=4, name="a")
     b = WorkerProcess(module, concurrency=4, name="b")
-    with a, b:
+    with side_by_side(a, b):
         tasks = module.load()
         sent = _send(tasks.call, 16, seconds=0.3)
         locks = redis.Redis.from_url(db_url(server.url, LOCKS_DB))

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from ..helpers import wait_until
-from ..workers import AppModule, WorkerProcess
+from ..workers import AppModule, WorkerProcess, side_by_side
 from .helpers import RECORD, peak, runs
 
 pytestmark = pytest.mark.slow
@@ -47,7 +47,8 @@ def test_a_bounded_burst_with_celerys_rate_limit_runs_at_the_rate_without_a_stal
 ) -> None:
     module = AppModule(tmp_path, redis_url, BODY)
     tasks = module.load()
-    with WorkerProcess(module, concurrency=4) as a, WorkerProcess(module, concurrency=4) as b:
+    a, b = WorkerProcess(module, concurrency=4), WorkerProcess(module, concurrency=4)
+    with side_by_side(a, b):
         for n in range(CALLS):
             tasks.call.delay(n)
         wait_until(lambda: len(runs(locks, "runs")) >= CALLS, timeout=120, what="every call run")

@@ -21,7 +21,7 @@ from celery_redislock.core.parking import ParkingSemaphore
 from celery_redislock.testing import RedisServer
 
 from ..helpers import wait_until
-from ..workers import LOCKS_DB, AppModule, WorkerProcess, db_url
+from ..workers import LOCKS_DB, AppModule, WorkerProcess, db_url, side_by_side
 from .helpers import peak
 
 pytestmark = pytest.mark.slow
@@ -81,7 +81,7 @@ def restart_while_running(
         source = module.path.read_text().replace(db_url(redis_url, LOCKS_DB), lock_server.url)
         module.path.write_text(source)
         workers = [WorkerProcess(module, concurrency=2, name=n) for n in ("a", "b")]
-        with workers[0], workers[1]:
+        with side_by_side(*workers):
             tasks = module.load()
             locks = redis.Redis.from_url(lock_server.url)
             sem = ParkingSemaphore(locks, "api", limit=LIMIT, prefix=prefix)

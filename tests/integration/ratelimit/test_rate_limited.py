@@ -360,8 +360,9 @@ def test_a_parked_run_whose_claim_is_published_twice_runs_once(
     take, whose consumed token answers as the first take did (#25, the outage test's
     two runs twice). Each skipped message sends ``rate_duplicate``, as a pool's
     ``permit_duplicate``."""
-    # A prefix of its own: the pump threads of earlier tests' in-process workers may
-    # still run and pump the default prefix's pools, publishing through their own apps.
+    # A prefix of its own, apart from other tests' pools. (It was needed while the pumps
+    # of earlier tests' in-process workers outlived them; they stop with their worker
+    # now, tests/integration/test_background.py.)
     app.conf.redislock_prefix = "twice"
     runs: list[str] = []
 

@@ -96,3 +96,18 @@ def test_restart_grace_setting(app: Celery) -> None:
         app.conf.redislock_restart_grace = value
         with pytest.raises(ConfigurationError, match=_naming("redislock_restart_grace", value)):
             restart_grace(app)
+
+
+def test_a_kept_parking_semaphore_follows_every_setting_it_is_made_of() -> None:
+    # parking_for keeps its semaphores (an LRU); each setting read into one must be a
+    # part of what keeps it, or a change made at run time never reaches the pool.
+    app = Celery("kept-parking", set_as_current=False)
+    app.conf.update(redislock_url="redis://127.0.0.1:1/0")  # never connected to here
+    first = parking_for(app, "pool", 2, 30.0, "redislock")
+    assert parking_for(app, "pool", 2, 30.0, "redislock") is first
+    app.conf.redislock_park_keep = 60.0
+    assert parking_for(app, "pool", 2, 30.0, "redislock")._keep_ms == 60_000
+    app.conf.broker_transport_options = {"visibility_timeout": 10800}
+    assert parking_for(app, "pool", 2, 30.0, "redislock")._taken_ms == 21_600_000
+    app.conf.redislock_restart_grace = False
+    assert parking_for(app, "pool", 2, 30.0, "redislock")._restart_grace_ms == 0
