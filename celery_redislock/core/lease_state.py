@@ -29,6 +29,7 @@ from .validate import check_bool, ttl_to_ms
 __all__ = [
     "EXPIRED",
     "LeaseState",
+    "Named",
     "Request",
     "Steps",
     "Undecided",
@@ -109,6 +110,16 @@ class RenewalHandle(Protocol):
         """The explicit change sent at ``sent_at`` was confirmed: renew on ``ttl``."""
 
 
+class Named(Protocol):
+    """What every holder of a lease is to its :class:`LeaseState`: a named lock or
+    semaphore (each lease type narrows :attr:`LeaseState.holder` to its own holder)."""
+
+    @property
+    def name(self) -> str:
+        """The lock or semaphore name."""
+        ...
+
+
 class LeaseState:
     """Ownership of one lock or semaphore permit, identified by an unguessable token.
 
@@ -139,7 +150,7 @@ class LeaseState:
 
     def __init__(
         self,
-        holder: Any,
+        holder: Named,
         token: str,
         fence: int,
         ttl: float,
@@ -175,7 +186,7 @@ class LeaseState:
         return str(self._holder.name)
 
     @property
-    def holder(self) -> Any:
+    def holder(self) -> Named:
         """The lock or semaphore that granted this lease."""
         return self._holder
 
