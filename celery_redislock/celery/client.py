@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from collections.abc import Hashable, Mapping
 from typing import Any, Final
@@ -49,6 +50,16 @@ _OWN_OPTIONS: Final = "redislock_transport_options"
 _clients: weakref.WeakKeyDictionary[Celery, tuple[int, Hashable, tuple[Any, ...], RedisClient]] = (
     weakref.WeakKeyDictionary()
 )
+_making = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    # A fork while another thread made a client would leave the child's copy locked.
+    global _making
+    _making = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def redis_url(app: Celery) -> str:
@@ -149,14 +160,25 @@ def get_redis(app: Celery) -> RedisClient:
 
     A client made before a fork is neither used nor closed in the child (closing it
     would shut down sockets the parent still uses); the child makes its own. Changing
-    ``redislock_url`` or the options yields a new client. There is no lock: two
-    threads racing here make two equivalent clients, and one is simply dropped.
+    ``redislock_url`` or the options yields a new client. One is made at a time: two
+    threads racing here made two clients and one was dropped, and what holds a client
+    weakly (the metrics recorder) lost what it had taken for the dropped one -- the
+    first events of a threaded process, and every later one of an app whose metrics
+    sink was made on it (#27).
     """
     pid = os.getpid()
     cached = _clients.get(app)
     fingerprint = conf_fingerprint(app, CLIENT_KEYS)
     if cached is not None and cached[:2] == (pid, fingerprint):
         return cached[3]  # taken on every task call: the settings did not change since
+    with _making:
+        return _make_client(app, pid, fingerprint)
+
+
+def _make_client(app: Celery, pid: int, fingerprint: Hashable) -> RedisClient:
+    cached = _clients.get(app)
+    if cached is not None and cached[:2] == (pid, fingerprint):
+        return cached[3]  # another thread made it meanwhile
     url, setting = connection_source(app)
     options = _client_options(app, url)
     sentinel = is_sentinel_url(url)
