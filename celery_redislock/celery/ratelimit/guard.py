@@ -31,6 +31,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Final
 
+import redis
 from celery.exceptions import Ignore
 
 from ...core.parking import (
@@ -41,7 +42,7 @@ from ...core.parking import (
     RateCapacity,
     new_entry_id,
 )
-from ...errors import RateLimited
+from ...errors import RateLimited, RedisLockError
 from ..bounded.intake import Intake, NotAtIntake, register_intake
 from ..bounded.journal import forget
 from ..bounded.parking import (
@@ -54,7 +55,6 @@ from ..bounded.parking import (
 )
 from ..execution import AnyTask, Guard, Hold, RunState
 from ..logs import quiet_ignored
-from ..outage import OUTAGE_ERRORS
 from ..request_state import RequestSlot
 from ..signals import rate_duplicate, rate_limited, rate_penalized
 from ..tokens import PARK_HEADER, running_owner
@@ -151,7 +151,10 @@ class RateHold(Hold):
                 )
                 taken = time.monotonic()
                 capacity.charge_late(self.entry_id, self.owner)
-        except OUTAGE_ERRORS as exc:  # the run goes on: its admission was charged once
+        except (redis.RedisError, RedisLockError) as exc:
+            # The run goes on: it was admitted and its admission charged once; only
+            # the correction is missing. Not only an outage: an error Redis answers
+            # (out of memory, read-only in a failover) failed an admitted run unrun.
             logger.warning(
                 "celery_redislock: %s of %r started late and could not be charged again (%s: %s)",
                 self.task_id,
