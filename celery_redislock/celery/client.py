@@ -45,9 +45,11 @@ _REDIS_SCHEMES: Final = frozenset({"redis", "rediss", "unix", "redis+socket"})
 _SCHEMES: Final = _REDIS_SCHEMES | {SENTINEL_SCHEME}
 _OWN_OPTIONS: Final = "redislock_transport_options"
 
+_Source = tuple[str, str, str, bool]  # what a client is made from: URL, options, cluster
+
 # app -> (pid, settings fingerprint, what the client was made from, client); weak, so
 # a discarded app frees its pool.
-_clients: weakref.WeakKeyDictionary[Celery, tuple[int, Hashable, tuple[Any, ...], RedisClient]] = (
+_clients: weakref.WeakKeyDictionary[Celery, tuple[int, Hashable, _Source, RedisClient]] = (
     weakref.WeakKeyDictionary()
 )
 _making = threading.Lock()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from typing import Any
 
 from redis.typing import EncodableT, KeyT
 
@@ -179,7 +178,7 @@ class RedisLock(ServerPrimitive):
         channel = f"{self._keys.channel}:{tag}"
         reply: ReplyArray = [0, 0, b""]
         grant: Grant | None = None
-        acked: Any = None
+        acked: object = None
         if (
             deadline is not None
             and deadline > time.monotonic()  # not given up already: it may queue

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any
 
 from redis.typing import EncodableT, KeyT
 
@@ -175,7 +174,7 @@ class RedisSemaphore(ServerPrimitive):
         # (this process waited here lately).
         channel = f"{self._scripts.channel}:{tag}"
         grant: Grant | int | None = None
-        acked: list[Any] = []
+        acked: list[object] = []
         if deadline is None or not Notifier.for_client(self._client).subscribed(channel):
             sent_at = time.monotonic()
             reply = self._attempt(token, owner or "", ttl_ms, deadline is not None, acked)
@@ -225,7 +224,7 @@ class RedisSemaphore(ServerPrimitive):
     # -- one round trip each ---------------------------------------------------------
 
     def _attempt(
-        self, token: str, owner: str, ttl_ms: int, wait: bool, acked: list[Any] | None = None
+        self, token: str, owner: str, ttl_ms: int, wait: bool, acked: list[object] | None = None
     ) -> tuple[int, int, int, int]:
         """One acquire round trip (see :func:`.semaphore_scripts.acquire_reply`). With
         ``acked`` (a first attempt) and ``min_replicas``, the WAIT goes in the same

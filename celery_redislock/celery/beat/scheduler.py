@@ -37,6 +37,7 @@ from typing import Any, ClassVar, Final
 from celery import Celery
 from celery.beat import ScheduleEntry, Scheduler
 from celery.schedules import crontab
+from kombu import Producer
 from redis.exceptions import RedisError
 
 from ...core.lease import Lease
@@ -213,7 +214,11 @@ class LeaderScheduler(Scheduler):
         return new_entry
 
     def apply_async(
-        self, entry: ScheduleEntry, producer: Any = None, advance: bool = True, **kwargs: Any
+        self,
+        entry: ScheduleEntry,
+        producer: Producer | None = None,
+        advance: bool = True,
+        **kwargs: Any,
     ) -> Any:
         leadership = self._leadership
         claims = self._claims
@@ -354,7 +359,7 @@ def _compose(inner: type[Scheduler]) -> type[LeaderScheduler]:
     return composed
 
 
-def _stamped(entry: ScheduleEntry, slot: Any, owner: str) -> ScheduleEntry:
+def _stamped(entry: ScheduleEntry, slot: datetime, owner: str) -> ScheduleEntry:
     """A shallow copy of ``entry`` whose message carries the slot headers."""
     stamped: ScheduleEntry = object.__new__(type(entry))
     stamped.__dict__.update(entry.__dict__)

@@ -222,7 +222,7 @@ def _make(app: Celery) -> ParkJournal | None:
     return ParkJournal(_client(app, broker, transport, options), prefix)
 
 
-def _broker_url(value: Any) -> str | None:
+def _broker_url(value: object) -> str | None:
     if isinstance(value, (list, tuple)):
         value = ";".join(url for url in value if isinstance(url, str))
     if not isinstance(value, str) or not value:

@@ -8,13 +8,14 @@ Imports only ``click`` and the standard library at module level (see :mod:`.grou
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import click
 
 from .group import connect, redis_errors, redislock
 
 if TYPE_CHECKING:
+    from ...core.inventory import Entry
     from ..metrics.read import State
 
 _DEFAULT_PORT: Final = 10057  # metrics.server.DEFAULT_PORT, not imported at load
@@ -79,7 +80,7 @@ def render_state(state: State, width: int = 100) -> str:
         "",
     ]
 
-    def holders_of(entry: Any) -> str:
+    def holders_of(entry: Entry) -> str:
         return ", ".join(h.task_id or h.owner or h.token for h in entry.holders)[:width]
 
     locks = [

@@ -183,7 +183,7 @@ def resolve(conn: Connection, name: str, kind: str | None) -> Entry:
     return entries[0]
 
 
-def emit_json(document: Any, *, compact: bool = False) -> None:
+def emit_json(document: object, *, compact: bool = False) -> None:
     """Print ``document`` as JSON: indented, or on one line with ``compact``."""
     if compact:
         click.echo(json.dumps(document, separators=(",", ":")))
