@@ -61,21 +61,28 @@ def sweep(app: Celery) -> tuple[int, int]:
     for kind in kinds():
         pools = pools_key(prefix, kind)
         for pool in parking_pools(client, prefix, kind):
-            # Dropped first, added back while anything is left: a park that lands
-            # meanwhile adds its pool after its script, so no pool is ever forgotten.
-            client.srem(pools, encode_name(pool))
             # No terms: those stored with the pool apply (a semaphore's limit).
             try:
                 queue = queue_for(app, ParkSpec(kind, pool, prefix, ()))
             except ConfigurationError as exc:  # a rate limiter whose state is gone
                 logger.debug("celery_redislock: %s pool %r not swept (%s)", kind, pool, exc)
+                client.srem(pools, encode_name(pool))
                 continue
+            # The pool leaves the set only once its queue is found empty: one whose
+            # pump fails (a stalled or cut connection) stays, for the next sweep and
+            # the rate pumps -- dropped before the pump, it was forgotten with its
+            # parked runs. Looked at again after the drop: a park that landed before
+            # it is seen then, one after it adds its pool itself.
             parked, claimed = queue.pump()
             published += len(claimed)
             left = parked + queue.parking_info().claimed
+            if not left:
+                client.srem(pools, encode_name(pool))
+                info = queue.parking_info()
+                left = info.parked + info.claimed
+                if left:
+                    client.sadd(pools, encode_name(pool))
             waiting += left
-            if left:
-                client.sadd(pools, encode_name(pool))
     return published, waiting
 
 
