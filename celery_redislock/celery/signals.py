@@ -33,6 +33,7 @@ __all__ = [
     "permit_parked",
     "permit_released",
     "permit_rescheduled",
+    "rate_admitted",
     "rate_duplicate",
     "rate_limited",
     "rate_penalized",
@@ -125,6 +126,17 @@ rate_limited = Signal(
 limiter's queue at 1-based place ``position`` (0: admitted again at once) and starts
 at its admission time; ``waited`` is the seconds since its first refusal (0.0 the
 first time)."""
+
+rate_admitted = Signal(
+    name="rate_admitted",
+    providing_args=("key", "parked", "rate", "task_id", "waited"),
+)
+"""A run of a task with ``global_rate_limit`` was admitted by limiter ``key``
+(``rate``: its rate strings) and starts. ``parked`` is True when it was a parked run
+published from the limiter's queue at its admission time (its claim's admission),
+False for a run admitted as it started, or whose admission was reserved as it was
+sent or reached its worker (admitted at once, ``waited`` 0.0). ``waited`` is the
+seconds since its first refusal when it was parked (the workers' wall clocks)."""
 
 rate_duplicate = Signal(
     name="rate_duplicate",

@@ -22,6 +22,7 @@ NAMES = [
     "permit_rescheduled",
     "permit_released",
     "rate_limited",
+    "rate_admitted",
     "rate_duplicate",
     "rate_penalized",
 ]

@@ -6,8 +6,9 @@ costs a call is within the benchmarks' noise -- see :data:`SETTING`). Every even
 counted under the task's name (singleton locks: never the lock key), the pool's or
 limiter's name (only when ``concurrency_key`` / ``global_rate_key`` names one: a
 callable's may be one per tenant, so its runs are counted under the task's name) or
-the beat group / entry. Not counted yet (no signal tells it): a rate-limited run's
-admission.
+the beat group / entry. A rate-limited run's admission counts as a permit's does:
+``granted``, or ``handed_off`` (with its wait) for a parked run published from the
+limiter's queue at its admission time.
 Hold times are measured in the process that took the lease, on its monotonic clock.
 """
 
@@ -35,6 +36,7 @@ from ..signals import (
     permit_parked,
     permit_released,
     permit_rescheduled,
+    rate_admitted,
     rate_duplicate,
     rate_limited,
     rate_penalized,
@@ -252,6 +254,16 @@ def _on_rate_limited(sender: Any = None, key: str = "", **kw: Any) -> None:
         _count(sink, "ratelimit", _limiter_label(sender, key), "rate_limited")
 
 
+def _on_rate_admitted(
+    sender: Any = None, key: str = "", parked: bool = False, waited: float = 0.0, **kw: Any
+) -> None:
+    if (sink := _sink_of(sender)) is not None:
+        # As a permit's (_on_permit_acquired): a parked run's admission, claimed for it
+        # by the limiter's queue, is a hand-off, with its wait; any other is at once.
+        outcome = "handed_off" if parked else "granted"
+        _count(sink, "ratelimit", _limiter_label(sender, key), outcome, wait=waited)
+
+
 def _on_rate_penalized(sender: Any = None, key: str = "", **kw: Any) -> None:
     if (sink := _sink_of(sender)) is not None:
         _count(sink, "ratelimit", _limiter_label(sender, key), "penalized")
@@ -291,6 +303,7 @@ def connect() -> None:
         (permit_rescheduled, _on_permit_rescheduled),
         (permit_released, _on_permit_released),
         (rate_limited, _on_rate_limited),
+        (rate_admitted, _on_rate_admitted),
         (rate_duplicate, _on_rate_duplicate),
         (rate_penalized, _on_rate_penalized),
         (worker_process_shutdown, _on_process_shutdown),

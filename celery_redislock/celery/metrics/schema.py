@@ -37,7 +37,8 @@ KINDS: Final = ("lock", "semaphore", "parking", "ratelimit", "beat")
 """``lock``: singleton tasks' locks; ``semaphore``: bounded tasks' permits;
 ``parking``: refused runs parked (their start on a handed-off permit counts as
 ``semaphore`` ``handed_off``, with its wait); ``ratelimit``: global rate
-limits; ``beat``: ``LeaderScheduler``."""
+limits (a run parked for the rate and admitted from the limiter's queue counts as
+``handed_off``, with its wait); ``beat``: ``LeaderScheduler``."""
 
 OUTCOMES: Final = (
     "granted",  # at once (a fresh run's permit reserved by its worker's intake too)
@@ -47,7 +48,7 @@ OUTCOMES: Final = (
     "rescheduled_duplicate",  # a running duplicate sent back to the queue
     "rescheduled",  # no permit: sent back with a countdown
     "parked",  # no permit: parked in the pool's queue in Redis
-    "handed_off",  # a parked run took the permit a release reserved for it
+    "handed_off",  # a parked run took the permit (or admission) reserved for it
     "released",  # given back by the run
     "lease_lost",  # expired or taken over while the run was going
     "reclaimed",  # given back by the worker's main process after the run died

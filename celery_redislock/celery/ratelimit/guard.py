@@ -18,7 +18,8 @@ A body that raises :class:`~celery_redislock.errors.RateLimited` (the API answer
 period of its first rate; ``rate_penalized`` is sent) and parks this run again,
 behind the runs parked before it: not a retry (:func:`rate_limited_by_body`).
 
-Every limited run sends ``rate_limited`` and logs one line; a second message of a
+Every limited run sends ``rate_limited`` and logs one line, every admitted one
+``rate_admitted`` (``parked``: admitted from the queue); a second message of a
 parked run, skipped, sends ``rate_duplicate`` and logs one line. In eager mode the run
 waits for its admission in place.
 
@@ -51,13 +52,14 @@ from ..bounded.parking import (
     park_message,
     park_state,
     register_park_header,
+    reserved_at_intake,
     set_park_attempt,
 )
 from ..execution import AnyTask, Guard, Hold, RunState
 from ..logs import quiet_ignored
 from ..request_state import RequestSlot
-from ..signals import rate_duplicate, rate_limited, rate_penalized
-from ..tokens import PARK_HEADER, running_owner
+from ..signals import rate_admitted, rate_duplicate, rate_limited, rate_penalized
+from ..tokens import PARK_HEADER, RESENT_HEADER, running_owner
 from .options import RateOptions, rate_options
 from .pump import poke
 from .queues import limiter_for, rate_queue, rate_spec
@@ -205,14 +207,31 @@ class RateGuard(Guard):
             raise Ignore()
         if status == REFUSED:
             _park(task, run, queue, options, pool, since)
-        if parked is not None:
+        # Published from the queue by its claim: a parked run's admission. A run whose
+        # admission was reserved as it was sent or reached its worker carries a park
+        # token too, but was admitted at once.
+        was_parked = (
+            parked is not None
+            and RESENT_HEADER in (request.headers or {})
+            and not reserved_at_intake(request, parked[0])
+        )
+        waited = max(0.0, time.time() - since) if was_parked else 0.0
+        if was_parked:
             logger.debug(
                 "celery_redislock: %s[%s] admitted by the rate of %r after %.3fs parked",
                 task.name,
                 run.task_id,
                 pool,
-                max(0.0, time.time() - since),
+                waited,
             )
+        rate_admitted.send(
+            sender=task,
+            task_id=run.task_id,
+            key=pool,
+            rate=options.rates,
+            parked=was_parked,
+            waited=waited,
+        )
         capacity = queue.capacity
         late = capacity if isinstance(capacity, RateCapacity) else None
         return RateHold(run.task_id, pool, late, queue.last_take_sent(), entry)

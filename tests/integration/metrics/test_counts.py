@@ -315,8 +315,9 @@ def test_rate_limited_counted(make_app: MakeApp, locks: redis.Redis, worker: Any
     for n in range(5):
         send.delay(n)
     wait_until(lambda: len(ran) == 2, 30, "the two runs the rate admits")
-    # Three parked for their admission (in a minute): each counted once, by name.
-    _settled(locks, "ratelimit", "mailer", {"rate_limited": 3})
+    # Two admitted at once; three parked for their admission (in a minute): each
+    # counted once, by name.
+    _settled(locks, "ratelimit", "mailer", {"granted": 2, "rate_limited": 3})
     assert len(ran) == 2
     state = read_state(locks, "redislock")
     [limiter] = [lim for lim in state.limiters if lim.name == "mailer"]
@@ -340,4 +341,33 @@ def test_penalty_counted(make_app: MakeApp, locks: redis.Redis, worker: Any) -> 
     worker(app)
     assert call.delay(1).get(timeout=30) == 1
     assert attempts == [1, 1]
-    _settled(locks, "ratelimit", "api", {"penalized": 1, "rate_limited": 1})
+    # Admitted at once, penalized, parked again, and admitted from the queue.
+    counted = {"granted": 1, "penalized": 1, "rate_limited": 1, "handed_off": 1}
+    _settled(locks, "ratelimit", "api", counted)
+
+
+def test_a_parked_runs_admission_counted_as_handed_off_with_its_wait(
+    make_app: MakeApp, locks: redis.Redis, worker: Any
+) -> None:
+    """Runs parked for the rate and started when the limiter's queue claims them are
+    counted as a permit's parked runs are: ``handed_off``, with their wait; those
+    admitted at once as ``granted``, with a wait of 0. Before, a parked run's
+    admission sent no signal and was not counted (#27)."""
+    app = make_app(redislock_metrics=True)
+    ran: list[tuple[int, float]] = []
+
+    @app.task(base=RedisLockTask, global_rate_limit="2/s", global_rate_key="pumped")
+    def send(n: int) -> int:
+        ran.append((n, time.time()))
+        return n
+
+    worker(app)
+    sent = time.time()
+    results = [send.delay(n) for n in range(4)]
+    assert sorted(r.get(timeout=30) for r in results) == [0, 1, 2, 3]
+    counted = {"granted": 2, "rate_limited": 2, "handed_off": 2}
+    got = _settled(locks, "ratelimit", "pumped", counted)
+    assert got.wait is not None and got.wait.count == 4
+    assert got.wait.cumulative[0] >= 2  # the two admitted at once: a wait of 0
+    late = sum(at - sent for _, at in sorted(ran, key=lambda r: r[1])[2:])
+    assert 0.5 < got.wait.sum <= late + 0.1  # the parked two waited about a period
