@@ -99,7 +99,7 @@ class AsyncPrimitive(PrimitiveBase):
                 f"got min_replicas={min_replicas!r}, wait_aof={wait_aof!r}"
             )
         del replica_timeout  # accepted for the sync classes' signature
-        self._held: dict[asyncio.Task[Any], list[AsyncLease]] = {}
+        self._held: dict[asyncio.Task[object], list[AsyncLease]] = {}
 
     @staticmethod
     def _checked_client(client: object) -> AsyncRedisClient:

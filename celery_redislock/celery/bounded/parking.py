@@ -366,7 +366,7 @@ def sent_at(raw: Any) -> float | None:
         return None
 
 
-def park_header(entry_id: str, retries: Any, since: float) -> str:
+def park_header(entry_id: str, retries: object, since: float) -> str:
     """The :data:`PARK_HEADER` value of a parked (or handed-over) run's message."""
     return f"{entry_id} {retries or 0} {since:.3f}"
 

@@ -23,7 +23,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -33,7 +32,7 @@ from redis.typing import EncodableT, KeyT
 try:  # redis-py >= 7: maintenance notifications (one more handshake round trip)
     from redis.maint_notifications import MaintNotificationsConfig
 
-    _NO_MAINT: Any = MaintNotificationsConfig(enabled=False)
+    _NO_MAINT: MaintNotificationsConfig | None = MaintNotificationsConfig(enabled=False)
 except ImportError:  # pragma: no cover - older redis-py
     _NO_MAINT = None
 
