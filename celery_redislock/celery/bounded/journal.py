@@ -74,12 +74,13 @@ class ParkSpec:
     """Which queue a parked run waits in, enough to find it again from any process
     (a sweeper, :mod:`.recovery`): the capacity's ``kind`` (see
     :class:`~celery_redislock.core.parking.Capacity`), the ``pool``'s name, the key
-    ``prefix`` and the kind's own ``terms`` (a semaphore's ``(limit, ttl)``)."""
+    ``prefix`` and the kind's own ``terms`` (a semaphore's ``(limit, ttl)``, a rate
+    limiter's rates; stored as JSON)."""
 
     kind: str
     pool: str
     prefix: str
-    terms: tuple[Any, ...]
+    terms: tuple[str | float, ...]
 
 
 def journal_for(app: Celery) -> ParkJournal | None:
