@@ -265,9 +265,8 @@ class LeaseState:
             # A renewed lease: as for a replaced TTL (below), a new generation; renewal
             # goes on at about the new length (the time left as known here, plus ttl).
             renewer, gen = self._explicit(total)
-            sent_at = time.monotonic()
             nonce = secrets.token_hex(8)  # the same when asked again: added once
-            left_ms = yield from self._decided(
+            left_ms, sent_at = yield from self._decided(
                 Request("_add_to_token", (self.token, ttl_ms, nonce, gen))
             )
             if left_ms is None:
@@ -280,25 +279,30 @@ class LeaseState:
         # before it (and still in flight) cannot undo it, and renewal goes on at the
         # new TTL from now (not on the old schedule, maybe after the new TTL ran out).
         renewer, gen = self._explicit(ttl_ms / 1000.0)
-        sent_at = time.monotonic()
-        ok = yield from self._decided(Request("_extend_token", self._ttl_args(ttl_ms, gen)))
+        ok, sent_at = yield from self._decided(
+            Request("_extend_token", self._ttl_args(ttl_ms, gen))
+        )
         if ok is None:
             return False
         return self._extended(sent_at, ttl_ms / 1000.0 if ok else 0.0, renewer)
 
-    def _decided(self, request: Request) -> Steps[Any]:
-        """``request``'s answer; asked again, after :func:`retry_after`, while the
-        holder answers :class:`Undecided`. None, and the lease marked lost, when its
-        deadline passes first (or it was released meanwhile)."""
+    def _decided(self, request: Request) -> Steps[tuple[Any, float]]:
+        """``request``'s answer and when (``time.monotonic()``) the call that gave it
+        was sent; asked again, after :func:`retry_after`, while the holder answers
+        :class:`Undecided`. None as the answer, and the lease marked lost, when its
+        deadline passes first (or it was released meanwhile). The send of the
+        answered call, not the first: what it confirmed counts from then."""
+        sent_at = time.monotonic()
         answer = yield request
         while isinstance(answer, Undecided):
             left = self.remaining()
             if left <= 0 or self._released:
                 self._mark_lost(f"extend: nothing confirmed the lease in time ({answer.why})")
-                return None
+                return None, sent_at
             yield Request("_pause", (min(retry_after(self.ttl), left),))
+            sent_at = time.monotonic()
             answer = yield request
-        return answer
+        return answer, sent_at
 
     def _ttl_ms(self, ttl: object) -> int:
         """``ttl`` (seconds) as the ms an extend sets, checked; a holder with a

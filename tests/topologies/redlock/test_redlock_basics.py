@@ -13,7 +13,7 @@ from celery_redislock.celery.redlock import CeleryRedlock
 from celery_redislock.core.renewal import renewer
 from celery_redislock.testing import RedisServer
 from tests.faults import FaultProxy
-from tests.topologies.redlock.conftest import GRACE
+from tests.topologies.redlock.conftest import GRACE, mark_booted
 
 # Latency bounds (the slowest master, not the sum) and renewal timing.
 pytestmark = pytest.mark.serial
@@ -259,3 +259,30 @@ def test_extend_add_adds_on_a_majority_within_max_ttl_and_a_majority_gone_is_los
     assert not lease.extend(GRACE / 4, add=True)
     assert lease.lost and time.monotonic() - started < 0.2
     assert "no longer held" in lease.lost_reason, lease.lost_reason
+
+
+def test_an_extend_a_majority_confirmed_too_late_is_no_confirmation(
+    masters: list[RedisServer],
+) -> None:
+    # As for a grant (above): two of three masters answer after 0.4 s. They hold the
+    # lease (2 s left) and set its TTL to 0.3 s as asked, but their confirmations come
+    # after that validity ended, by the lease's local clock: the extend is no
+    # confirmation -- False and lost, as a Redlock grant that comes too late is none
+    # -- not True for a lease whose time left is already below zero.
+    proxies = [FaultProxy("127.0.0.1", server.port).start() for server in masters[:2]]
+    try:
+        clients = [redis.Redis(port=proxy.port) for proxy in proxies]
+        clients.append(redis.Redis(port=masters[2].port))
+        mark_booted(clients, 3.0)
+        lock = make(clients, ttl=2.0, max_ttl=3.0, master_timeout=2.0)
+        lease = lock.acquire(blocking=False)
+        assert lease is not None  # 2 s left on every master
+        for proxy in proxies:
+            proxy.delay = 0.2
+        extended = lease.extend(0.3)
+        left = lease.remaining()
+        assert not extended, f"extend() True with {left:.3f} s left"
+        assert lease.lost and not lease.held()
+    finally:
+        for proxy in proxies:
+            proxy.stop()
