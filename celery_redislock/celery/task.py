@@ -219,12 +219,12 @@ class RedisLockTask(Task[_P, _R]):
                 raise
             raise client_error(self.app, exc) from exc  # says it is the lock Redis (#29)
 
-    def singleton_key(self, *args: Any, **kwargs: Any) -> str:
+    def singleton_key(self, *args: _P.args, **kwargs: _P.kwargs) -> str:
         """The singleton lock name of a call with these arguments (what
         ``apply_async`` would lock; celery-singleton's ``generate_lock``). Read-only."""
         return lookup.singleton_key(self, args, kwargs)
 
-    def singleton_holder(self, *args: Any, **kwargs: Any) -> AsyncResult[Any] | None:
+    def singleton_holder(self, *args: _P.args, **kwargs: _P.kwargs) -> AsyncResult[_R] | None:
         """The ``AsyncResult`` of the copy, queued or running, that holds the lock of a
         call with these arguments, or None (celery-singleton's
         ``get_existing_task_id``). Read-only: takes nothing."""

@@ -105,3 +105,41 @@ def test_rate_limited_task_is_typed_as_the_other_decorators(tmp_path: Path) -> N
     )
     lines = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
     assert lines == {11}, out + err
+
+
+LOOKUP_SNIPPET = """
+from celery import Celery
+from celery.result import AsyncResult
+from celery_redislock import singleton_task
+
+app = Celery("typed")
+
+@singleton_task(app=app)
+def refresh(user_id: int) -> str:
+    return str(user_id)
+
+key: str = refresh.singleton_key(1)
+holder: AsyncResult[str] | None = refresh.singleton_holder(user_id=1)
+refresh.singleton_key("not an int")  # line 14: error
+refresh.singleton_holder(1, 2)  # line 15: error
+"""
+
+
+def test_singleton_key_and_holder_take_the_tasks_arguments(tmp_path: Path) -> None:
+    """``singleton_key``/``singleton_holder`` are checked against the task's own
+    parameters, as ``.delay()`` is."""
+    source = tmp_path / "lookup_snippet.py"
+    source.write_text(LOOKUP_SNIPPET)
+    out, err, _ = api.run(
+        [
+            "--strict",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path / "c"),
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            str(source),
+        ]
+    )
+    lines = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
+    assert lines == {14, 15}, out + err
