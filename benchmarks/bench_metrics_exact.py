@@ -1,5 +1,6 @@
 """Counts exact under prefork (#27), the full run: 4 workers x 4 processes, 2,000
-singleton and bounded tasks with duplicates and SIGKILLed pool processes.
+singleton and bounded tasks with duplicates and SIGKILLed pool processes, then 500
+rate-limited tasks at 250/s (about half parked for their admission).
 
 Run from the repository root (a minute or two)::
 
@@ -8,8 +9,9 @@ Run from the repository root (a minute or two)::
 
 The scenario is ``tests/integration/metrics/scenario.py`` (its short version is
 ``test_prefork.py``): it records at enqueue which calls were granted their lock or
-refused as duplicates, in the bodies which runs started and ended, and which runs it
-killed, then compares every counter the workers added to Redis with that record.
+refused as duplicates, in the bodies which runs started and ended, which runs it
+killed and which were parked (for a permit, for the rate), then compares every
+counter the workers added to Redis with that record.
 """
 
 from __future__ import annotations

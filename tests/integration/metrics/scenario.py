@@ -1,12 +1,15 @@
-"""Counts exact under prefork (#27): real ``celery worker`` processes run singleton and
-bounded tasks with duplicates and SIGKILLed pool processes; every counter in Redis
-must equal what the scenario recorded itself. Used by ``test_prefork.py`` (short) and
-``benchmarks/bench_metrics_exact.py`` (4 workers x 4 processes, 2,000 tasks).
+"""Counts exact under prefork (#27): real ``celery worker`` processes run singleton,
+bounded and rate-limited tasks with duplicates and SIGKILLed pool processes; every
+counter in Redis must equal what the scenario recorded itself. Used by
+``test_prefork.py`` (short) and ``benchmarks/bench_metrics_exact.py`` (4 workers x 4
+processes, 2,000 tasks).
 
 What the scenario records, independently of the counters:
 
 * at enqueue, in this process: a call whose result carries the id it was sent with was
   granted its singleton lock; one that came back with another id was refused;
+* the runs parked for the pool's permit and for the rate (``permit_parked``,
+  ``rate_limited``: synchronous receivers in the workers, pushing to Redis);
 * in the task bodies: ``start`` and ``end`` markers (task id and pid) pushed to Redis
   synchronously, so a run killed in its body has a start and no end;
 * the pool processes it SIGKILLed, while they waited in a body (for nothing), from
@@ -32,15 +35,19 @@ from celery_redislock.celery.metrics.read import read_counters
 from ..workers import LOCKS_DB, AppModule, WorkerProcess, db_url, side_by_side
 
 BODY = """
-from celery_redislock import bounded_task
+from celery_redislock import bounded_task, rate_limited_task
 
 marks = redis.Redis.from_url(app.conf.redislock_url)
 
-from celery_redislock.celery.signals import permit_parked
+from celery_redislock.celery.signals import permit_parked, rate_limited
 
 @permit_parked.connect(weak=False)
 def _parked(sender=None, task_id=None, **kwargs):
     marks.rpush("marks:parked", str(task_id))
+
+@rate_limited.connect(weak=False)
+def _rate_parked(sender=None, task_id=None, **kwargs):
+    marks.rpush("marks:rate_parked", str(task_id))
 
 def _mark(kind, what, task_id):
     marks.rpush(f"marks:{kind}:{what}", f"{task_id} {os.getpid()}")
@@ -70,6 +77,12 @@ def bounded(self, n, pause):
     _mark("bounded", "start", self.request.id)
     _pause(pause, self.request.id)
     _mark("bounded", "end", self.request.id)
+    return n
+
+@rate_limited_task(app=app, bind=True, global_rate_limit=RATE, global_rate_key="api-x")
+def rated(self, n):
+    _mark("rated", "start", self.request.id)
+    _mark("rated", "end", self.request.id)
     return n
 """
 
@@ -103,11 +116,16 @@ def run(
     timeout: float = 300.0,
 ) -> Outcome:
     """Run the scenario; ``tasks`` calls, half singleton (keys repeat: duplicates),
-    half bounded; ``kills`` runs of each kind killed in their body."""
+    half bounded; ``kills`` runs of each kind killed in their body; then ``tasks // 4``
+    rate-limited calls at once, at ``tasks // 8`` per second: about half of them
+    parked for their admission (none killed: a killed admitted run would be charged
+    and counted, neither started nor ended by the record)."""
     started = time.monotonic()
     locks = redis.Redis.from_url(db_url(redis_url, LOCKS_DB))
     locks.flushdb()
-    module = AppModule(tmp_path, redis_url, BODY, conf="{'redislock_metrics': True}")
+    rate = f"{max(2, tasks // 8)}/s"
+    body = f"RATE = {rate!r}\n{BODY}"
+    module = AppModule(tmp_path, redis_url, body, conf="{'redislock_metrics': True}")
     app_module = module.load()
     pool = [WorkerProcess(module, concurrency=processes, name=f"m{i}") for i in range(workers)]
     with side_by_side(*pool):
@@ -133,6 +151,7 @@ def run(
             if kill:
                 to_kill[kind] -= 1
                 killing.append((kind, task_id))
+        sent += [app_module.rated.delay(i) for i in range(tasks // 4)]
         killed = _kill_in_body(locks, pool, killing, timeout)
         dead = set().union(*killed.values())
         for result in sent:
@@ -150,7 +169,7 @@ def _kill_in_body(
     locks: redis.Redis, pool: list[WorkerProcess], killing: list[tuple[str, str]], timeout: float
 ) -> dict[str, set[str]]:
     """SIGKILL the pool process of each run in ``killing`` while it sleeps in its body."""
-    killed: dict[str, set[str]] = {"single": set(), "bounded": set()}
+    killed: dict[str, set[str]] = {"single": set(), "bounded": set(), "rated": set()}
     deadline = time.monotonic() + timeout
     waiting = list(killing)
     while waiting and time.monotonic() < deadline:
@@ -176,14 +195,16 @@ def _expected(
     killed: dict[str, set[str]],
 ) -> dict[tuple[str, str, str], int]:
     single = app_module.single.name
-    ends = {kind: _marks(locks, kind, "end") for kind in ("single", "bounded")}
-    starts = {kind: _marks(locks, kind, "start") for kind in ("single", "bounded")}
-    for kind in ("single", "bounded"):
+    kinds = ("single", "bounded", "rated")
+    ends = {kind: _marks(locks, kind, "end") for kind in kinds}
+    starts = {kind: _marks(locks, kind, "start") for kind in kinds}
+    for kind in kinds:
         assert not (killed[kind] & ends[kind]), f"a killed {kind} run ended"
         assert starts[kind] == ends[kind] | killed[kind], (
             f"{kind}: runs that neither ended nor died"
         )
     parked = len(locks.lrange("marks:parked", 0, -1))
+    rate_parked = len(locks.lrange("marks:rate_parked", 0, -1))
     return {
         ("lock", single, "granted"): granted,
         ("lock", single, "refused_duplicate"): refused,
@@ -193,6 +214,11 @@ def _expected(
         ("semaphore", "pool-x", "released"): len(ends["bounded"]),
         ("semaphore", "pool-x", "reclaimed"): len(killed["bounded"]),
         ("parking", "pool-x", "parked"): parked,
+        # Every rate-parked run started once, on the admission its claim reserved;
+        # the others were admitted at once.
+        ("ratelimit", "api-x", "rate_limited"): rate_parked,
+        ("ratelimit", "api-x", "handed_off"): rate_parked,
+        ("ratelimit", "api-x", "granted"): len(starts["rated"]) - rate_parked,
     }
 
 

@@ -1,7 +1,8 @@
 """Counts exact under prefork (#27), short: 2 workers x 2 processes, 120 singleton and
-bounded tasks with duplicates and 4 pool processes SIGKILLed in a body; every counter
-equals what the scenario recorded itself (see scenario.py; the full run, 4 x 4 and
-2,000 tasks, is benchmarks/bench_metrics_exact.py)."""
+bounded tasks with duplicates and 4 pool processes SIGKILLed in a body, then 30
+rate-limited tasks at 15/s; every counter equals what the scenario recorded itself
+(see scenario.py; the full run, 4 x 4 and 2,000 tasks, is
+benchmarks/bench_metrics_exact.py)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ def test_counts_exact_under_prefork_with_kills(
     assert refused[0] > 0  # duplicates were sent
     reclaimed = [v for k, v in outcome.expected.items() if k[2] == "reclaimed"]
     assert reclaimed == [2, 2]
+    # Runs were parked for the rate and handed their admission (30 sent at once at
+    # 15/s: at least 15 parked).
+    assert outcome.expected["ratelimit", "api-x", "handed_off"] >= 15
     # Every parked run started once, on a permit a release handed it; a run whose
     # permit its worker's intake reserved is granted, not handed off.
     [pool] = [c for c in read_counters(locks, "redislock") if c.kind == "semaphore"]
