@@ -41,21 +41,48 @@ _LEAST: Final = 0.001
 admission is within AHEAD but a pump claimed nothing: it is taken meanwhile)."""
 
 
-def pump_once(app: Celery) -> float:
+def pump_once(app: Celery, skipped: dict[str, str] | None = None) -> float:
     """Pump every rate-limited pool with parked runs once; the seconds until the next
-    admission of any of them (:data:`IDLE` when none is parked)."""
+    admission of any of them (:data:`IDLE` when none is parked).
+
+    A pool that cannot be pumped (its stored ``rates`` corrupted, a limiter written by
+    another version) is skipped and the others pumped all the same: pools come back
+    sorted, so ending the round at a bad one starved every pool after it in every
+    worker, for good. ``skipped`` (pool -> cause, kept by the caller across rounds)
+    says a pool once at WARNING per cause, then at DEBUG; a pool that pumps again, or
+    has left the set, is forgotten. An unreachable Redis (``OUTAGE_ERRORS``) still
+    ends the round: no pool can be pumped then, and the caller says so once."""
     from .queues import AHEAD, RATE, attached_queue
 
     client = get_redis(app)
     nearest = IDLE
-    for pool in parking_pools(client, settings_for(app).prefix, RATE):
-        attached = attached_queue(app, pool)
-        if attached is None:
+    skipped = {} if skipped is None else skipped
+    pools = parking_pools(client, settings_for(app).prefix, RATE)
+    for gone in skipped.keys() - set(pools):
+        del skipped[gone]
+    for pool in pools:
+        try:
+            attached = attached_queue(app, pool)
+            if attached is None:
+                continue
+            queue, _ = attached
+            # The next admission comes with the claims (one script call a pool, #25: a
+            # retry_after() after each pump was a fourth of the pump's round trips).
+            _, _, wait = queue.pump_until()
+        except OUTAGE_ERRORS:
+            raise
+        except Exception as exc:
+            cause = f"{type(exc).__name__}: {exc}"
+            logger.log(
+                logging.DEBUG if skipped.get(pool) == cause else logging.WARNING,
+                "celery_redislock: rate limiter %r cannot be pumped (%s); its parked runs "
+                "wait, the other limiters' are pumped",
+                pool,
+                cause,
+            )
+            skipped[pool] = cause
             continue
-        queue, _ = attached
-        # The next admission comes with the claims (one script call a pool, #25: a
-        # retry_after() after each pump was a fourth of the pump's round trips).
-        _, _, wait = queue.pump_until()
+        skipped.pop(pool, None)
         if wait is not None:  # claimed AHEAD of the admission time (see queues.AHEAD)
             nearest = min(nearest, max(wait - AHEAD, _LEAST))
     return max(nearest, 0.0)
@@ -66,12 +93,13 @@ class RatePump(AppThread):
 
     def __init__(self, app: Celery) -> None:
         super().__init__(app, "celery_redislock-rate-pump")
+        self._skipped: dict[str, str] = {}  # pools pump_once could not pump: logged once
 
     def run(self) -> None:
         failing = quiet = False
         while not self.stopping:
             try:
-                wait = pump_once(self.app)
+                wait = pump_once(self.app, self._skipped)
             except OUTAGE_ERRORS as exc:
                 if not failing:
                     # A lock Redis that never answered is a wrong redislock_url, which
