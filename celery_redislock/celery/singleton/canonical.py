@@ -42,7 +42,7 @@ UNSET: Final = _Unset()
 encoded (a sentinel ``object()``); it is equal on the producer and the worker alike."""
 
 
-def _tree(value: Any) -> Any:
+def _tree(value: object) -> Any:
     # bool before int, datetime before date: each is a subclass of the latter.
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -75,7 +75,7 @@ def _tree(value: Any) -> Any:
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
-def canonical_json(value: Any) -> str:
+def canonical_json(value: object) -> str:
     """Return the canonical encoding of ``value`` as a JSON string.
 
     Raises:
@@ -85,6 +85,6 @@ def canonical_json(value: Any) -> str:
     return _dumps(_tree(value))
 
 
-def digest(value: Any, length: int = DIGEST_LENGTH) -> str:
+def digest(value: object, length: int = DIGEST_LENGTH) -> str:
     """Return the first ``length`` hex characters of the SHA-256 of ``canonical_json``."""
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:length]

@@ -40,13 +40,13 @@ def serializer_for(task: AnyTask, options: Mapping[str, Any] | None = None) -> s
     return str(name)
 
 
-def _roundtrip(value: Any, serializer: str) -> Any:
+def _roundtrip(value: object, serializer: str) -> Any:
     # What the worker will decode; accept= only lets back the type we just wrote.
     content_type, encoding, data = dumps(value, serializer)
     return loads(data, content_type, encoding, accept=[content_type])
 
 
-def _normalized(task: AnyTask, name: str, value: Any, serializer: str, defaulted: bool) -> Any:
+def _normalized(task: AnyTask, name: str, value: object, serializer: str, defaulted: bool) -> Any:
     # One argument at a time, only to name the one at fault, or to stand UNSET for a
     # default that cannot travel (a sentinel object(): equal on both sides, never sent).
     try:
@@ -65,7 +65,9 @@ def _normalized(task: AnyTask, name: str, value: Any, serializer: str, defaulted
         ) from exc
 
 
-def _key(task: AnyTask, args: Any, kwargs: Any, serializer: str, opts: SingletonOptions) -> str:
+def _key(
+    task: AnyTask, args: object, kwargs: object, serializer: str, opts: SingletonOptions
+) -> str:
     args = () if args is None else args
     kwargs = {} if kwargs is None else kwargs
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, Mapping):
@@ -115,8 +117,8 @@ def _custom_key(
 
 def call_key(
     task: AnyTask,
-    args: Any = None,
-    kwargs: Any = None,
+    args: object = None,
+    kwargs: object = None,
     options: Mapping[str, Any] | None = None,
     opts: SingletonOptions | None = None,
 ) -> str:
@@ -134,8 +136,8 @@ def call_key(
 
 def received_key(
     task: AnyTask,
-    args: Any,
-    kwargs: Any,
+    args: object,
+    kwargs: object,
     serializer: str | None = None,
     opts: SingletonOptions | None = None,
 ) -> str:
