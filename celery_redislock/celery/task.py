@@ -260,9 +260,12 @@ class RedisLockTask(Task[_P, _R]):
             return super().__call__(*args, **kwargs)
         run.entered = True
         error: BaseException | None = None
-        for hold in run.holds:
-            hold.on_start()
         try:
+            # In the try: an error of a hold's start fails the run as the body's would,
+            # its holds given back here, before the result is stored (the task_postrun
+            # safety net comes only after: a caller who saw the failure found them held).
+            for hold in run.holds:
+                hold.on_start()
             # The tracer pushed the request already: call run() as Celery's own fast
             # path does (celery/app/trace.py), not Task.__call__, which pushes again.
             return self.run(*args, **kwargs)
