@@ -10,6 +10,10 @@ removes it, never a silent fallback:
 * ``celery.app.task.Task._dump_pydantic_arguments`` -- read, to key a call of a
   ``pydantic=True`` task as ``apply_async`` will send it (celery/celery#9023 added
   it as a private class attribute, with no public entry point).
+* ``celery.worker.request.Request._context`` -- read, for the run Context of a
+  message the worker's main process parks before any pool process ran it
+  (:func:`request_context`): Celery builds it as a private cached property and hands
+  it to every signal as ``request=self._context``, with no public accessor.
 * ``app.conf.maps`` -- the mappings of Celery's configuration view (undocumented),
   for :func:`conf_fingerprint`: Celery has no public way to tell that the
   configuration changed (the request for configuration signals, celery/celery#1380,
@@ -43,12 +47,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Hashable
 from itertools import repeat
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import redis
 from celery import Celery, signals
 from celery.app.base import PendingConfiguration  # type: ignore[attr-defined]  # not in celery-types
+from celery.app.task import Context
 from kombu.transport import redis as kombu_redis
+
+if TYPE_CHECKING:
+    from celery.worker.request import Request
 
 __all__ = [
     "CONNPARAMS",
@@ -56,6 +64,8 @@ __all__ = [
     "conf_fingerprint",
     "connect",
     "pydantic_dumper",
+    "REQUEST_CONTEXT",
+    "request_context",
     "install",
     "installed",
     "uninstall",
@@ -66,6 +76,9 @@ CONNPARAMS = "_connparams"
 
 DUMP_PYDANTIC = "_dump_pydantic_arguments"
 """Celery's per-task dumper of pydantic models (celery/celery#9023), or None."""
+
+REQUEST_CONTEXT = "_context"
+"""Celery's worker Request's run Context, a private cached property (see above)."""
 
 _lock = threading.Lock()
 _original: Callable[..., Any] | None = None  # kombu's own method while installed
@@ -78,6 +91,14 @@ def pydantic_dumper(task: object) -> Callable[[Any, Any], tuple[Any, Any]] | Non
     Raises AttributeError when Celery no longer has the attribute at all."""
     dump: Callable[[Any, Any], tuple[Any, Any]] | None = getattr(task, DUMP_PYDANTIC)
     return dump
+
+
+def request_context(request: Request) -> Context:
+    """The run Context of a worker's ``request``: the one Celery's own signals carry
+    for it (``request=self._context`` in celery/worker/request.py). An ``AttributeError``
+    when an upgrade renames it: never a Context made up here."""
+    context: Context = getattr(request, REQUEST_CONTEXT)
+    return context
 
 
 def conf_fingerprint(app: Celery, keys: tuple[str, ...]) -> Hashable | None:

@@ -141,6 +141,7 @@ _PRIVATE_ATTRIBUTES = frozenset(
         "_maybe_resume_transport",
         "_connparams",  # kombu's Redis channel
         "_dump_pydantic_arguments",  # Celery's task class
+        "_context",  # Celery's worker Request
     }
 )
 # setattr() on an object of our own, each named: (module, the object's expression).

@@ -17,6 +17,21 @@ def test_kombu_redis_channel_still_has_connparams() -> None:
     assert callable(getattr(kombu_redis.Channel, upstream.CONNPARAMS))
 
 
+def test_a_worker_request_still_has_its_run_context() -> None:
+    # A cached property of the class: present without a message to build one from.
+    from celery.worker.request import Request
+
+    assert upstream.REQUEST_CONTEXT in vars(Request)
+
+
+def test_a_worker_request_without_its_context_raises() -> None:
+    class Renamed:  # what an upgrade that renamed it would hand us
+        pass
+
+    with pytest.raises(AttributeError, match=upstream.REQUEST_CONTEXT):
+        upstream.request_context(Renamed())  # type: ignore[arg-type]
+
+
 def test_celery_tasks_still_carry_the_pydantic_dumper() -> None:
     # None on a task without pydantic=True; what pydantic=True sets is exercised in
     # tests/unit/singleton/test_signature.py (pydantic is not a test dependency).

@@ -47,6 +47,7 @@ from ..execution import AnyTask, Hold, RunState
 from ..request_state import RequestSlot
 from ..signals import permit_parked
 from ..tokens import HEADERS, PARK_HEADER, RESENT_HEADER, park_token
+from ..upstream import request_context
 from .journal import ParkSpec, forget, forget_if_taken, record
 from .settings import park_keep, taken_memory
 
@@ -403,11 +404,7 @@ def encode_request(
 ) -> bytes:
     """The parked message of a worker's ``request`` (in the main process, before a pool
     process ran it), as :func:`park_message` encodes a running one."""
-    # Private in Celery: a Request's run Context, which celery/worker/request.py itself
-    # hands every signal as ``request=self._context``; it has no public accessor. Typed
-    # (not Any) so the private access stays visible (#30 item 1).
-    context: Context = request._context  # type: ignore[attr-defined]
-    return _payload(task, context, entry_id, since, (), header)
+    return _payload(task, request_context(request), entry_id, since, (), header)
 
 
 def _payload(
