@@ -73,6 +73,7 @@ class Recorder:
         self._failing = False
         self._thread: threading.Thread | None = None
         self._idle = False  # the thread waits for a first event (only then woken by add)
+        self._dropped_said = False  # events dropped with the client gone: said once
 
     def add(
         self,
@@ -149,6 +150,7 @@ class Recorder:
     def _send(self, batch: Counter[_Field]) -> bool:
         client = self._client()
         if client is None:  # its app and client are gone: nobody reads these counts
+            self._say_dropped(batch)
             return True
         try:
             pipe = client.pipeline(transaction=False)
@@ -168,6 +170,18 @@ class Recorder:
             logger.info("celery_redislock: metrics sent again")
         self._failing = False
         return True
+
+    def _say_dropped(self, batch: Counter[_Field]) -> None:
+        # Said, not silent: the counts come out short. Once at WARNING per recorder
+        # (its client is gone for good; events recorded through it later, DEBUG).
+        events = sum(amount for (_, field), amount in batch.items() if field.startswith("n:"))
+        logger.log(
+            logging.DEBUG if self._dropped_said else logging.WARNING,
+            "celery_redislock: %d metrics event(s) dropped: their Redis client was closed "
+            "or dropped (its app gone) before they were sent",
+            events,
+        )
+        self._dropped_said = True
 
 
 # Per process (a recorder's thread does not survive a fork) and per client object.
@@ -206,7 +220,8 @@ def record(
     The seam for events without a signal: call it where the event happens. Never
     raises for Redis trouble and never waits for it. Pass a client you keep (the app's,
     ``celery_redislock.celery.client.get_redis(app)``): the recorder holds it weakly,
-    and what a client collected before its thread sent it is dropped.
+    and what a client collected before its thread sent it is dropped (one WARNING
+    with the count).
     """
     recorder_for(client).add(prefix, kind, name, outcome, wait=wait, hold=hold)
 

@@ -371,3 +371,32 @@ def test_a_parked_runs_admission_counted_as_handed_off_with_its_wait(
     assert got.wait.cumulative[0] >= 2  # the two admitted at once: a wait of 0
     late = sum(at - sent for _, at in sorted(ran, key=lambda r: r[1])[2:])
     assert 0.5 < got.wait.sum <= late + 0.1  # the parked two waited about a period
+
+
+def test_events_of_a_client_gone_before_they_were_sent_are_said_dropped(
+    redis_url: str, r: redis.Redis, caplog: Any
+) -> None:
+    """Events recorded while the thread let them gather, whose client then went away
+    (its app closed), were dropped with no log line at all: the counts came out short,
+    silently. Now one WARNING says how many (once: DEBUG after)."""
+    from celery_redislock.celery.metrics.recorder import Recorder
+
+    caplog.set_level(logging.DEBUG, logger="celery_redislock.metrics")
+    client = redis.Redis.from_url(redis_url)
+    gone = weakref.ref(client)
+    recorder = Recorder(client, spacing=2.0)  # after a send, the next wait 2 s
+    recorder.add("redislock", "lock", "t", "granted")  # sent at once
+    key = "redislock:metrics:lock:{t}"
+    wait_until(lambda: r.hget(key, "n:granted") is not None, 10, "the first send")
+    for _ in range(5):  # gather during the spacing
+        recorder.add("redislock", "lock", "t", "granted", hold=0.5)
+    del client  # the thread holds it only while it sends
+    wait_until(lambda: gc.collect() >= 0 and gone() is None, 10, "the client gone")
+    assert recorder.flush(10) is True  # nothing pending: dropped
+    recorder.add("redislock", "lock", "t", "granted")
+    assert recorder.flush(10) is True
+    assert int(r.hget(key, "n:granted") or 0) == 1
+    dropped = [(rec.levelname, rec.getMessage()) for rec in caplog.records]
+    dropped = [(level, text) for level, text in dropped if "dropped" in text]
+    assert [level for level, _ in dropped] == ["WARNING", "DEBUG"], dropped
+    assert "5 metrics event(s)" in dropped[0][1] and "1 metrics event(s)" in dropped[1][1]
