@@ -25,6 +25,7 @@ workers sweeping at once are harmless: every step is one atomic script.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from typing import Final
@@ -32,8 +33,8 @@ from typing import Final
 from celery import Celery, signals
 
 from ...core.keys import DEFAULT_PREFIX, encode_name
-from ...core.parking import parking_pools, pools_key
-from ...core.scripts import as_text
+from ...core.parking import ParkingQueue, parking_pools, pools_key
+from ...core.scripts import RedisClient, as_text
 from ...errors import ConfigurationError
 from ..background import AppThread, PerApp
 from ..client import get_redis
@@ -52,11 +53,19 @@ DEFAULT_INTERVAL: Final = DEFAULT_SWEEP_INTERVAL
 """Seconds between sweeps (``redislock_park_sweep_interval``)."""
 
 
-def sweep(app: Celery) -> tuple[int, int]:
+def sweep(app: Celery, unsure: set[tuple[str, str]] | None = None) -> tuple[int, int]:
     """One sweep of every pool with parked runs: ``(runs claimed and published, runs
-    still parked or claimed)``."""
+    still parked or claimed)``.
+
+    ``unsure`` (kind, pool), kept by the caller across sweeps: pools whose drop from
+    the set of parked pools failed midway (see :func:`_drop`); each is added back
+    before the set is read, so it is swept again."""
     client = get_redis(app)
     prefix = settings_for(app).prefix  # checked: the prefix runs' keys were made with
+    unsure = set() if unsure is None else unsure
+    for kind, pool in sorted(unsure):
+        client.sadd(pools_key(prefix, kind), encode_name(pool))
+        unsure.discard((kind, pool))
     published = waiting = 0
     for kind in kinds():
         pools = pools_key(prefix, kind)
@@ -71,19 +80,39 @@ def sweep(app: Celery) -> tuple[int, int]:
             # The pool leaves the set only once its queue is found empty: one whose
             # pump fails (a stalled or cut connection) stays, for the next sweep and
             # the rate pumps -- dropped before the pump, it was forgotten with its
-            # parked runs. Looked at again after the drop: a park that landed before
-            # it is seen then, one after it adds its pool itself.
+            # parked runs.
             parked, claimed = queue.pump()
             published += len(claimed)
             left = parked + queue.parking_info().claimed
             if not left:
-                client.srem(pools, encode_name(pool))
-                info = queue.parking_info()
-                left = info.parked + info.claimed
-                if left:
-                    client.sadd(pools, encode_name(pool))
+                try:
+                    left = _drop(client, pools, queue)
+                except Exception:
+                    unsure.add((kind, pool))
+                    with contextlib.suppress(Exception):  # at once if it can; else next time
+                        client.sadd(pools, encode_name(pool))
+                    raise
             waiting += left
     return published, waiting
+
+
+def _drop(client: RedisClient, pools: str, queue: ParkingQueue) -> int:
+    """Drop ``queue``'s pool, found empty, from the set ``pools``: the runs found
+    parked or claimed after all (then it is added back).
+
+    Looked at again after the drop: a run parked between the pump and the drop added
+    the pool to the set before the drop took it out (a park adds it only when the
+    queue was empty), so only this look sees it; one parked after the drop adds the
+    pool itself. Not one script: in a cluster the set and the queue are in different
+    slots. So should the drop or the look fail (a stalled connection: the drop may
+    even land later), the caller adds the pool back -- it is not known to be empty."""
+    name = encode_name(queue.capacity.name)
+    client.srem(pools, name)
+    info = queue.parking_info()
+    left = info.parked + info.claimed
+    if left:
+        client.sadd(pools, name)
+    return left
 
 
 def epoch(app: Celery) -> str:
@@ -105,6 +134,7 @@ class Sweeper(AppThread):
         self._epoch: str | None = None
         self._journal_failing = False
         self._waiting = 0
+        self._unsure: set[tuple[str, str]] = set()  # pools to add back (see sweep)
 
     def tick(self) -> None:
         """One sweep; first, when the lock Redis lost its data since the last one, its
@@ -147,7 +177,7 @@ class Sweeper(AppThread):
                 restored,
             )
         self._epoch = mark
-        _, self._waiting = sweep(self.app)
+        _, self._waiting = sweep(self.app, self._unsure)
 
     def run(self) -> None:
         """Sweep until stopped; failures are logged once per outage, never raised."""
