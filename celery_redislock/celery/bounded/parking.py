@@ -68,6 +68,7 @@ __all__ = [
     "LeaveQueue",
     "kinds",
     "leave_queues",
+    "left_queue",
     "park_attempt",
     "park_header",
     "park_message",
@@ -537,14 +538,30 @@ def queues_left(request: Context, header: str | None = None) -> dict[str, str]:
     return found
 
 
+_LEFT: Final[RequestSlot[frozenset[str]]] = RequestSlot("queues left")
+"""Beside a request: the headers of the queues its run left (see :func:`left_queue`)."""
+
+
 def leave_queues(task: AnyTask, leaving: Mapping[str, str]) -> None:
     """Take the current run of ``task`` out of the queues ``leaving`` (from
     :func:`queues_left`) for good: before it parks elsewhere or is re-sent -- still
     claimed there, a lapsed claim would publish a second copy of the run, and a rate
     claim would stay charged for a run that has not started (#25). Re-sent after an
     outage, a leave changes nothing."""
+    request = task.request
     for other, token in leaving.items():
+        # Noted first: a leave whose reply is lost may have consumed the token.
+        _LEFT.set(request, (_LEFT.get(request) or frozenset()) | {other})
         _leaving[other](task, token)
+
+
+def left_queue(request: Context, header: str) -> bool:
+    """True when the run of ``request`` left the queue of ``header`` (see
+    :func:`leave_queues`): its token there may be consumed, so that guard decides
+    afresh if the run gets that far after all -- an outage after the leave, and the
+    permit free when the run tries again (else it was skipped as a second message of
+    its own parked run, and lost)."""
+    return header in (_LEFT.get(request) or frozenset())
 
 
 def _fresh_token(request: Context, header: str) -> str:

@@ -48,6 +48,7 @@ from ..bounded.intake import Intake, NotAtIntake, register_intake
 from ..bounded.journal import forget
 from ..bounded.parking import (
     ATTEMPT,
+    left_queue,
     park_attempt,
     park_message,
     park_state,
@@ -186,7 +187,10 @@ class RateGuard(Guard):
             limiter_for(task.app, pool, options.rates).acquire()
             return RateHold(run.task_id, pool)
         queue = rate_queue(task.app, pool, options.rates)
-        parked = park_state(request, RATE_PARK_HEADER)
+        # A run that left the rate queue (parking or re-sent for a permit, then an
+        # outage before it was out) is admitted afresh: its token may be consumed.
+        left = left_queue(request, RATE_PARK_HEADER)
+        parked = None if left else park_state(request, RATE_PARK_HEADER)
         since = time.time() if parked is None else parked[1]
         if park_attempt(request) is not None:  # an earlier attempt may have parked it
             _park(task, run, queue, options, pool, since)

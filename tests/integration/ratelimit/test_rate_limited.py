@@ -15,7 +15,8 @@ from celery import Celery
 
 from celery_redislock import RateLimited, RedisLockTask, RedisRateLimiter, rate_limited_task
 from celery_redislock.celery.ratelimit import queues
-from celery_redislock.celery.signals import rate_duplicate, rate_limited
+from celery_redislock.celery.signals import permit_rescheduled, rate_duplicate, rate_limited
+from celery_redislock.core.parking import ParkingQueue
 from celery_redislock.errors import ConfigurationError
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
@@ -259,6 +260,65 @@ def test_a_run_the_rate_admitted_rescheduled_for_its_permit_gives_its_admission_
     ordered = sorted(spans)
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))  # one at once
     assert _windows([start for start, _, _ in spans], 2.0 - WAY) <= 2
+
+
+def test_a_run_that_left_the_rate_queue_before_an_outage_is_admitted_afresh(
+    app: Celery,
+    locks: redis.Redis,
+    worker: Any,
+    capture: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As above, and the reply of the drop is lost (the lock Redis unreachable right
+    after it ran): the run waits for Redis and tries its guards again; by then the
+    permit is free. Its rate token was consumed by the drop, so it is admitted afresh,
+    not skipped as a second message of its own parked run (before: it was, and the run
+    was lost)."""
+    app.conf.redislock_prefix = "resent-outage"  # no earlier test's pump publishes these
+    dropped: list[str] = []
+    drop = ParkingQueue.drop
+
+    def drop_then_lose_the_reply(self: ParkingQueue, entry_id: str) -> bool:
+        done = drop(self, entry_id)
+        if not dropped:
+            dropped.append(entry_id)
+            raise redis.ConnectionError("the reply was lost (test)")
+        return done
+
+    monkeypatch.setattr(ParkingQueue, "drop", drop_then_lose_the_reply)
+    duplicates = capture(rate_duplicate)
+    resent = capture(permit_rescheduled)
+    started: list[tuple[int, float]] = []
+
+    @rate_limited_task(
+        app=app,
+        global_rate_limit="2/2s",
+        global_rate_key="api4",
+        concurrency_limit=1,
+        concurrency_key="one4",
+        concurrency_park=False,
+        concurrency_countdown=5.0,  # a copy re-sent would come back after the test's wait
+        bind=True,
+    )
+    def call(self: Any, n: int) -> int:
+        started.append((n, time.time()))
+        time.sleep(0.15)  # over before the other run's first try again (0.25 s)
+        return n
+
+    limiter = RedisRateLimiter(locks, "api4", rate="2/2s", prefix="resent-outage")
+    assert limiter.acquire(blocking=False) and limiter.acquire(blocking=False)  # spent
+    worker(app, concurrency=4)
+    results = []
+    for n in range(2):  # one after the other: each parks for the rate, none re-sent
+        results.append(call.delay(n))
+        time.sleep(0.5)
+    assert not started
+    deadline = time.time() + 4
+    while len(started) < 2 and not duplicates and time.time() < deadline:
+        time.sleep(0.02)
+    assert not duplicates, "skipped as a second message of its own parked run"
+    assert sorted(r.get(timeout=4) for r in results) == [0, 1]  # not lost, not re-sent
+    assert len(dropped) == 1 and len(started) == 2 and not resent
 
 
 def test_a_body_that_starts_late_after_its_take_is_charged_from_its_start(
