@@ -13,8 +13,10 @@ read by the ``celery redislock`` command's rendering.
 Owner ids are shown whole unless the caller passes ``parse_owner``: the Celery layer
 passes ``parse_owner`` of its tokens module, which
 splits its owner ids into the task id and the state of the lease, ``queued`` (taken
-when the task was sent) or ``running`` (adopted by the worker running it). Core knowledge
-only: this module never imports the Celery layer.
+when the task was sent) or ``running`` (adopted by the worker running it). A permit a
+release handed to a parked run (see :mod:`.parking`: claimed, the run on its way to a
+worker, not started yet) is ``reserved``, whatever its owner id: the parked run's. Core
+knowledge only: this module never imports the Celery layer.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .scripts import RedisClient, as_text
 
 __all__ = [
     "KINDS",
+    "RESERVED",
     "Entry",
     "Holder",
     "OwnerParser",
@@ -51,6 +54,7 @@ KINDS: Final = ("lock", "semaphore")
 # stored by the last acquire, or this one when none is stored (then shown as unknown).
 _UNKNOWN_LIMIT: Final = 2**62
 
+_HINT: Final = 8  # characters of a lease token that info() shows (HolderInfo.token_hint)
 _SCAN_COUNT: Final = 1000
 _SCANNED: Final = frozenset(("holders", "queue", "parked", "dead"))
 _GLOB_SPECIAL: Final = frozenset("*?[]\\")
@@ -71,7 +75,10 @@ class Holder:
 
     ``owner`` is the owner id as stored (None when the holder gave none); ``task_id``
     and ``state`` (``"queued"`` or ``"running"``) are parsed from an owner id of the
-    Celery layer (``state`` is None for any other owner). ``ttl`` is the seconds left
+    Celery layer (``state`` is None for any other owner), except that a semaphore's
+    permit reserved for a parked run that a release handed it to, whose run has not
+    started yet, is ``"reserved"`` (``owner`` the parked run's: the Celery layer's is
+    its task id). ``ttl`` is the seconds left
     unless renewed; ``token`` the first 8 characters of the lease token (too few to
     release or extend it).
     """
@@ -192,11 +199,22 @@ def scan(client: RedisClient, prefix: str, kinds: Iterable[str] = KINDS) -> list
     return sorted(found)
 
 
-def _holders(info: PrimitiveInfo, parse_owner: OwnerParser) -> tuple[Holder, ...]:
+RESERVED: Final = "reserved"
+""":attr:`Holder.state` of a permit reserved for a claimed parked run."""
+
+
+def _holders(
+    info: PrimitiveInfo, parse_owner: OwnerParser, reserved: frozenset[tuple[str, str]]
+) -> tuple[Holder, ...]:
+    """``reserved``: ``(token hint, owner)`` of the claimed entries (a reserved permit's
+    token is its entry's id); matched on both, a random lease's hint alone could
+    collide."""
     holders = []
     for h in info.holders:
         task_id, running = parse_owner(h.owner)
         state = None if running is None else ("running" if running else "queued")
+        if (h.token_hint, h.owner or "") in reserved:
+            state = RESERVED
         holders.append(Holder(h.owner, task_id, state, max(0.0, h.ttl_left), h.fence, h.token_hint))
     return tuple(sorted(holders, key=lambda h: (h.fence is None, h.fence or 0, h.token)))
 
@@ -223,14 +241,17 @@ def describe(
     primitive = _primitive(client, prefix, kind, name, _UNKNOWN_LIMIT)
     info: PrimitiveInfo = primitive.info()
     limit = info.limit if info.limit != _UNKNOWN_LIMIT else None
-    holders = _holders(info, parse_owner)
     if not isinstance(primitive, ParkingSemaphore):
+        holders = _holders(info, parse_owner, frozenset())
         return Entry(kind, name, holders, info.waiters, limit, info.since, info.fence)
-    park = primitive.parking_info()
+    park = primitive.parking_info(list_claimed=True)
+    # Read after the holders (two round trips): a run that took its reserved permit
+    # in between shows, this once, its parked owner id and no state.
+    reserved = frozenset((entry_id[:_HINT], owner) for entry_id, owner in park.claimed_entries)
     return Entry(
         kind,
         name,
-        holders,
+        _holders(info, parse_owner, reserved),
         info.waiters,
         limit,
         info.since,

@@ -152,14 +152,17 @@ class Parked:
 @dataclass(frozen=True)
 class ParkingInfo:
     """A pool's parked runs: how many are queued, the oldest's age (seconds), how many
-    are claimed (published, not started yet), how many were dead-lettered, and the
-    first few queued as ``(id, age, owner)``."""
+    are claimed (published, not started yet), how many were dead-lettered, the
+    first few queued as ``(id, age, owner)``, and the claimed ones as ``(id, owner)``
+    when asked for (a semaphore's claimed entry holds the permit reserved for it,
+    whose lease token is its id, unless it is a standby)."""
 
     parked: int
     oldest_age: float | None
     claimed: int
     dead: int
     head: tuple[tuple[str, float, str], ...] = ()
+    claimed_entries: tuple[tuple[str, str], ...] = ()
 
 
 def new_entry_id() -> str:
@@ -668,19 +671,23 @@ class ParkingQueue:
             rows.append((entry_id, int(at or 0) / 1000.0, reason, payload))
         return rows
 
-    def parking_info(self, count: int = 0) -> ParkingInfo:
-        """The parked queue (read-only); ``count`` of its oldest entries listed."""
-        now_us, parked, oldest, claimed, dead, listed = reply_array(
+    def parking_info(self, count: int = 0, *, list_claimed: bool = False) -> ParkingInfo:
+        """The parked queue (read-only); ``count`` of its oldest entries listed, and
+        every claimed entry with ``list_claimed``."""
+        now_us, parked, oldest, claimed, dead, listed, claimed_listed = reply_array(
             _INFO(
                 self.capacity.client,
                 [self.parked_key, self.claimed_key, self.dead_key, self.payloads_key],
-                [count],
+                [count, b"1" if list_claimed else b"0"],
             )
         )
-        now, rows = reply_int(now_us), reply_array(listed)
+        now, rows, pairs = reply_int(now_us), reply_array(listed), reply_array(claimed_listed)
         head = tuple(
             (as_text(rows[i]), (now - reply_int(rows[i + 1])) / 1e6, as_text(rows[i + 2]))
             for i in range(0, len(rows), 3)
+        )
+        claimed_entries = tuple(
+            (as_text(pairs[i]), as_text(pairs[i + 1])) for i in range(0, len(pairs), 2)
         )
         oldest_text = as_text(oldest)
         return ParkingInfo(
@@ -689,6 +696,7 @@ class ParkingQueue:
             reply_int(claimed),
             reply_int(dead),
             head,
+            claimed_entries,
         )
 
     def _release_and_claim(self, token: str) -> tuple[int, int, int, list[Parked]]:

@@ -38,10 +38,13 @@ def list_command(ctx: click.Context, kind: str | None, as_json: bool) -> None:
     """List every lock and semaphore held or waited for, with its holders.
 
     One row per holder: the task id (or owner id) holding it, whether that task is
-    queued (lease taken when it was sent) or running, the lease's TTL left unless
-    renewed, and its fencing token. HELD is held/free for a lock and held/limit for
-    a semaphore; PARKED the runs of a pool queued in Redis for a permit (and the
-    oldest one's wait), with the dead-lettered ones that could not be decoded.
+    queued (lease taken when it was sent), running, or reserved (a pool's permit a
+    release handed to that parked task, on its way to a worker: it takes the permit
+    when it starts), the lease's TTL left unless renewed (a reservation's: until it
+    lapses and the permit goes to the next run), and its fencing token. HELD is
+    held/free for a lock and held/limit for a semaphore; PARKED the runs of a pool
+    queued in Redis for a permit (and the oldest one's wait), with the dead-lettered
+    ones that could not be decoded.
 
     \b
     JSON (--json), stable keys:
@@ -53,7 +56,8 @@ def list_command(ctx: click.Context, kind: str | None, as_json: bool) -> None:
        "since": float|null, "parked": int, "oldest_parked": float|null,
        "dead": int}
       HOLDER: {"owner": str|null, "task_id": str|null,
-       "state": "queued"|"running"|null, "ttl": float, "fence": int|null,
+       "state": "queued"|"running"|"reserved"|null, "ttl": float,
+       "fence": int|null,
        "token": str (first 8 characters only)}
     Times are seconds; "since" and "server_time" are epoch seconds of the
     Redis server's clock; "limit"/"available" are null for locks.

@@ -602,6 +602,35 @@ def test_parked_runs_and_dead_letters_are_shown(
     assert f"{dead.id}  " in view and "ValueError: not a parked message" in view
 
 
+def test_a_permit_a_release_handed_to_a_parked_run_is_shown_reserved_for_it(
+    invoke: Callable[..., Any], locks: redis.Redis
+) -> None:
+    # As the bounded guard parks a run (owner: its task id) and a release hands the
+    # freed permit to it: claimed, its message on its way to a worker, not started.
+    sem = ParkingSemaphore(locks, "stripe-api", limit=1, ttl=30)
+    lease = sem.acquire(owner=running_owner(TASK_A))
+    assert lease is not None
+    entry_id = new_entry_id()
+    assert sem.park(entry_id, b"RLP1 x y\nrun", owner=TASK_B) == 1
+    assert lease.release()
+    assert sem.parking_info().claimed == 1
+
+    rows = _rows(invoke("list").output)
+    assert rows[1][:7] == ["semaphore", "stripe-api", "1/1", "0", "1", TASK_B, "reserved"]
+    document = json.loads(invoke("list", "--json").output)
+    (holder,) = document["primitives"][0]["holders"]
+    assert holder["state"] == "reserved" and holder["task_id"] == TASK_B
+    assert holder["token"] == entry_id[:8] and 25 < holder["ttl"] <= 30
+    view = invoke("inspect", "stripe-api").output
+    assert f"{entry_id[:8]}  {TASK_B}  reserved  " in view
+
+    # The run starts and takes it: its own permit, running.
+    status, taken = sem.take(entry_id, running_owner(TASK_B))
+    assert status == "granted" and taken is not None
+    (holder,) = json.loads(invoke("list", "--json").output)["primitives"][0]["holders"]
+    assert holder["state"] == "running" and holder["task_id"] == TASK_B
+
+
 def test_release_all_asks_then_releases_every_lease(
     invoke: Callable[..., Any], locks: redis.Redis
 ) -> None:
