@@ -556,11 +556,13 @@ def leave_queues(task: AnyTask, leaving: Mapping[str, str]) -> None:
 
 
 def left_queue(request: Context, header: str) -> bool:
-    """True when the run of ``request`` left the queue of ``header`` (see
-    :func:`leave_queues`): its token there may be consumed, so that guard decides
-    afresh if the run gets that far after all -- an outage after the leave, and the
-    permit free when the run tries again (else it was skipped as a second message of
-    its own parked run, and lost)."""
+    """True when the run of ``request`` tried to leave the queue of ``header`` (see
+    :func:`leave_queues`): its token there may be consumed by that leave, so when the
+    run gets that far after all (an outage after the leave, and the permit free when
+    the run tries again) and its take of that token is answered as a duplicate, that
+    guard decides afresh (else it was skipped as a second message of its own parked
+    run, and lost). Not before that take: a leave that never reached Redis left the
+    token claimed for this run."""
     return header in (_LEFT.get(request) or frozenset())
 
 

@@ -187,10 +187,7 @@ class RateGuard(Guard):
             limiter_for(task.app, pool, options.rates).acquire()
             return RateHold(run.task_id, pool)
         queue = rate_queue(task.app, pool, options.rates)
-        # A run that left the rate queue (parking or re-sent for a permit, then an
-        # outage before it was out) is admitted afresh: its token may be consumed.
-        left = left_queue(request, RATE_PARK_HEADER)
-        parked = None if left else park_state(request, RATE_PARK_HEADER)
+        parked = park_state(request, RATE_PARK_HEADER)
         since = time.time() if parked is None else parked[1]
         if park_attempt(request) is not None:  # an earlier attempt may have parked it
             _park(task, run, queue, options, pool, since)
@@ -198,6 +195,15 @@ class RateGuard(Guard):
             forget(task.app, parked[0])  # before the token is consumed: see journal.py
         entry = (new_entry_id() if parked is None else parked[0], _owner(request, run.task_id))
         status, _ = queue.take(*entry)
+        if status == DUPLICATE and parked is not None and left_queue(request, RATE_PARK_HEADER):
+            # This run tried to leave the rate queue (parking or re-sent for a permit)
+            # and met an outage: its own drop consumed the token (the reply was lost),
+            # so it is admitted afresh. Only after the take: a drop that never reached
+            # Redis left the claim charged and claimed for this run -- admitted afresh
+            # then, the claim lapsed, was published again and the task ran twice.
+            parked = None
+            entry = (new_entry_id(), entry[1])
+            status, _ = queue.take(*entry)
         if status == DUPLICATE:
             logger.warning(
                 "celery_redislock: %s[%s] is a second message of a run parked for the rate "

@@ -321,6 +321,62 @@ def test_a_run_that_left_the_rate_queue_before_an_outage_is_admitted_afresh(
     assert len(dropped) == 1 and len(started) == 2 and not resent
 
 
+def test_a_run_whose_leave_never_reached_redis_runs_once(
+    app: Celery,
+    locks: redis.Redis,
+    worker: Any,
+    capture: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As above, but the drop never reached the lock Redis (its connection failed
+    before the call went out): the run's rate claim is still there, charged and
+    claimed. When the run tries its guards again it must take that claim, not a fresh
+    admission -- else the claim lapses (after ``redislock_lock_ttl``), is published
+    again and the task runs a second time (79fcd2a admitted every run that had tried to
+    leave afresh: 3 starts of 2 runs)."""
+    app.conf.redislock_prefix = "resent-unsent"
+    app.conf.redislock_lock_ttl = 1.0  # a claim left behind lapses within the test
+    failed: list[str] = []
+    drop = ParkingQueue.drop
+
+    def drop_never_sent(self: ParkingQueue, entry_id: str) -> bool:
+        if not failed:
+            failed.append(entry_id)
+            raise redis.ConnectionError("the call never went out (test)")
+        return drop(self, entry_id)
+
+    monkeypatch.setattr(ParkingQueue, "drop", drop_never_sent)
+    duplicates = capture(rate_duplicate)
+    started: list[tuple[int, float]] = []
+
+    @rate_limited_task(
+        app=app,
+        global_rate_limit="2/2s",
+        global_rate_key="api5",
+        concurrency_limit=1,
+        concurrency_key="one5",
+        concurrency_park=False,
+        concurrency_countdown=5.0,
+        bind=True,
+    )
+    def call(self: Any, n: int) -> int:
+        started.append((n, time.time()))
+        time.sleep(0.15)
+        return n
+
+    limiter = RedisRateLimiter(locks, "api5", rate="2/2s", prefix="resent-unsent")
+    assert limiter.acquire(blocking=False) and limiter.acquire(blocking=False)  # spent
+    worker(app, concurrency=4)
+    results = []
+    for n in range(2):
+        results.append(call.delay(n))
+        time.sleep(0.5)
+    assert sorted(r.get(timeout=6) for r in results) == [0, 1]
+    time.sleep(4.0)  # a claim left behind lapses (1 s), is claimed at the rate and runs
+    assert len(failed) == 1 and not duplicates
+    assert sorted(n for n, _ in started) == [0, 1], "a run started twice"
+
+
 def test_a_body_that_starts_late_after_its_take_is_charged_from_its_start(
     app: Celery, locks: redis.Redis, worker: Any
 ) -> None:
