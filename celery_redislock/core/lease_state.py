@@ -315,14 +315,26 @@ class LeaseState:
         return 0.0
 
     def _extended(self, sent_at: float, ttl: float, renewer: RenewalHandle | None) -> bool:
-        """An extend sent at ``sent_at`` left the lease ``ttl`` s (0: not live)."""
-        if ttl > 0:
-            self.ttl = ttl
-            self._confirm(sent_at + ttl - self._allowance(ttl))
-            self._rescheduled(renewer, sent_at)
-            return True
-        self._mark_lost("extend found the lease no longer held")
-        return False
+        """An extend sent at ``sent_at`` left the lease ``ttl`` s (0: not live).
+
+        True only for a lease held now with time left by this process's clock: a reply
+        that arrives after the deadline it sets (``sent_at`` plus ``ttl``, less a
+        Redlock's drift allowance) confirms nothing -- the TTL may have run out on the
+        server before it answered, or since -- so it is a loss, as for a lease found
+        gone, never True with a deadline already past. Redlock's validity rule for a
+        majority's confirmation is this one (e21b41d), as for a grant."""
+        if ttl <= 0:
+            self._mark_lost("extend found the lease no longer held")
+            return False
+        deadline = sent_at + ttl - self._allowance(ttl)
+        late = time.monotonic() - deadline
+        if late >= 0:
+            self._mark_lost(f"extend: confirmed {late:.3f}s after the TTL it set ran out")
+            return False
+        self.ttl = ttl
+        self._confirm(deadline)
+        self._rescheduled(renewer, sent_at)
+        return True
 
     def _held_steps(self) -> Steps[bool]:
         if self._released or self.lost:

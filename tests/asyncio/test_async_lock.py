@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from celery_redislock import ConfigurationError, LockNotOwned, RedisLock, RedisSemaphore
 from celery_redislock.asyncio import AsyncLease, AsyncRedisLock, AsyncRedisSemaphore
 from celery_redislock.errors import RedisLockError
+from tests.faults import FaultProxy
 
 T = TypeVar("T")
 
@@ -252,3 +253,28 @@ def test_extend_of_a_renewed_lease_is_kept_and_renewed_at_the_new_length(url: st
         assert await lease.release()
 
     run(url, body)
+
+
+def test_an_extend_confirmed_after_the_ttl_it_set_is_no_confirmation(
+    url: str, fault_proxy: FaultProxy
+) -> None:
+    # The sync lease's rule (tests/core/test_lock.py), from the one shared LeaseState:
+    # a reply >= 0.3 s after the send (0.15 s each way) to an extend that set 0.2 s is
+    # no confirmation. Before: True with remaining() below zero; after: False and lost.
+    async def main() -> None:
+        client = aioredis.Redis(host="127.0.0.1", port=fault_proxy.port, db=fault_proxy.db)
+        try:
+            lock = AsyncRedisLock(client, "late", ttl=5)
+            lease = await lock.acquire()
+            assert lease is not None
+            assert await lease.extend(5)  # the script loaded: one round trip below
+            fault_proxy.delay = 0.15
+            extended = await lease.extend(0.2)
+            left = lease.remaining()
+            assert not extended, f"extend() True with {left:.3f} s left"
+            assert lease.lost and "after the TTL it set ran out" in lease.lost_reason
+        finally:
+            fault_proxy.delay = 0.0
+            await client.aclose()
+
+    asyncio.run(main())

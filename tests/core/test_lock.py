@@ -19,6 +19,7 @@ import redis
 from celery_redislock import ConfigurationError, Lease, LockNotOwned, RedisLock
 from celery_redislock.core import lock as lock_module
 from celery_redislock.core import primitive as primitive_module
+from tests.faults import FaultProxy
 
 
 @pytest.fixture
@@ -223,10 +224,46 @@ def test_extend_resets_the_ttl(r: redis.Redis) -> None:
     assert lock.locked() and not lease.lost
     assert lease.extend() is True  # default: the lease's current ttl (2 s)
     assert 1900 < r.pttl(lock.keys.holders) <= 2000
-    assert lease.extend(0.05) is True  # shorter works too
-    assert r.pttl(lock.keys.holders) <= 50
-    time.sleep(0.1)
+    # Shorter works too. Long enough that a slow reply on a loaded machine still comes
+    # within it: one later than the TTL it set is no confirmation (see below).
+    assert lease.extend(0.25) is True
+    assert r.pttl(lock.keys.holders) <= 250
+    time.sleep(0.3)
     assert not lock.locked()
+
+
+@pytest.mark.parametrize("add", [False, True])
+def test_an_extend_confirmed_after_the_ttl_it_set_is_no_confirmation(
+    r: redis.Redis, fault_proxy: FaultProxy, add: bool
+) -> None:
+    # Every reply through the proxy comes >= 0.3 s after its request was sent (0.15 s
+    # each way): past the 0.2 s the extend sets, or the ~0.2 s left on the server after
+    # adding 0.05 s to the ~0.15 s the request found there. Redis held the lease and set
+    # the TTL, but by this process's clock that TTL ran out before the answer came: the
+    # lease cannot be known held now. Before: True, with remaining() about -0.1 s.
+    # After: False and lost, as Redlock's extend (e21b41d).
+    lock = RedisLock(fault_proxy.client(), "late", ttl=0.3 if add else 5)
+    lease = lock.acquire()
+    assert lease is not None
+    assert lease.extend(0.001, add=True)  # the scripts loaded: one round trip below
+    fault_proxy.delay = 0.15
+    extended = lease.extend(0.05, add=True) if add else lease.extend(0.2)
+    left = lease.remaining()
+    assert not extended, f"extend() True with {left:.3f} s left"
+    assert lease.lost and "after the TTL it set ran out" in lease.lost_reason
+
+
+def test_an_extend_confirmed_in_time_through_a_slow_link_is_kept(
+    r: redis.Redis, fault_proxy: FaultProxy
+) -> None:
+    # The control: the same 0.2 s round trip, well within the TTL set.
+    lock = RedisLock(fault_proxy.client(), "slow", ttl=5)
+    lease = lock.acquire()
+    assert lease is not None
+    fault_proxy.delay = 0.1
+    assert lease.extend(2) is True and 1.7 < lease.remaining() < 2 and not lease.lost
+    fault_proxy.delay = 0.0
+    assert lease.release() is True
 
 
 def test_extend_never_recreates_an_expired_lock(r: redis.Redis) -> None:

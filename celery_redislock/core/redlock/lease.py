@@ -14,11 +14,9 @@ does; one that fewer than a majority can still hold is a loss at once. Renewal
 
 from __future__ import annotations
 
-import time
 from typing import Protocol
 
 from ..lease import Lease, LeaseHolder, current_pid
-from ..lease_state import RenewalHandle
 from ..renewal import renewer
 from .renewal import RenewedOn
 
@@ -63,20 +61,6 @@ class RedlockLease(Lease):
 
     def _allowance(self, ttl: float) -> float:
         return self._holder._drift_s(round(ttl * 1000))
-
-    def _extended(self, sent_at: float, ttl: float, renewer: RenewalHandle | None) -> bool:
-        # Redlock's validity rule, as for a grant: a majority's confirmation counts only
-        # while its validity (the TTL less the time since the call was sent and the
-        # drift allowance) is left. One that arrives later confirms nothing -- the
-        # single-server extend (5d4ccb3) took it, and answered True for a lease whose
-        # time left was already below zero.
-        late = time.monotonic() - (sent_at + ttl - self._allowance(ttl))
-        if ttl > 0 and late >= 0:
-            self._mark_lost(
-                f"extend: a majority confirmed the lease {late:.3f}s after its validity ended"
-            )
-            return False
-        return super()._extended(sent_at, ttl, renewer)
 
 
 def keep_alive(lease: RedlockLease, lock: Majority) -> None:
