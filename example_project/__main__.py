@@ -79,6 +79,7 @@ class Example:
             namespace = f"example-{uuid.uuid4().hex[:8]}"
             env = self._environment(url, namespace)
             tasks = importlib.import_module("example_project.app")  # reads os.environ
+            self.findings.began = self._began_on(tasks.recorder.now)
             try:
                 self._start(env, log_dir)
                 self._drive(tasks, env)
@@ -98,6 +99,16 @@ class Example:
                 self._stop()
                 if self.redis_pid is None:  # a Redis that outlives the example: tidy up
                     _delete_namespace(tasks, namespace)
+
+    def _began_on(self, clock: Callable[[], float]) -> float:
+        """The progress lines' zero on ``clock`` (Redis server time, which the runs
+        and the CLI's output are stamped with): the report counts every time from it.
+        Read once, between two readings of our own clock, so off by at most half a
+        round trip."""
+        before = time.monotonic()
+        server = clock()
+        after = time.monotonic()
+        return server - ((before + after) / 2 - self.began)
 
     def _redis(self, stack: contextlib.ExitStack) -> str:
         url = os.environ.get("REDIS_URL")

@@ -1,7 +1,8 @@
 """The example's report: counts per scenario, concurrency checks, the timeline.
 
 :func:`render` turns the :class:`Findings` of one run into lines of text and says
-whether every check held (the exit code of ``python -m example_project``). The
+whether every check held (the exit code of ``python -m example_project``). Every
+time in it counts from one zero, the progress lines' (:attr:`Findings.began`). The
 concurrency numbers come from the runs the tasks recorded (:mod:`.records`), the
 counts of duplicates and re-schedules from celery_redislock's signals.
 """
@@ -48,6 +49,15 @@ class Findings:
     held_at_end: list[str] | None = None
     ended: list[ServiceEnd] = field(default_factory=list)
     log_samples: dict[str, str] = field(default_factory=dict)
+    began: float | None = None
+    """Redis server time (epoch seconds) of the progress lines' ``0.0s``: the zero of
+    every time in the report (None: the first recorded run's start)."""
+
+    def zero(self) -> float | None:
+        """The zero of the report's times, on the runs' clock (Redis server time)."""
+        if self.began is not None:
+            return self.began
+        return min((run.start for run in self.runs), default=None)
 
     def runs_of(self, task: str) -> list[Run]:
         """The recorded runs of one task (short name)."""
@@ -191,9 +201,10 @@ def _cli(f: Findings) -> Section:
     cli = f.cli
     if cli is None:
         return [], [Check(False, "`celery redislock list` was not run")]
-    t0 = min((run.start for run in f.runs), default=cli.at)
+    zero = f.zero()
+    at = "" if zero is None else f" at {cli.at - zero:.1f}s"
     lines = [
-        f"What `{cli.command}` showed at {cli.at - t0:.1f}s on the timeline:",
+        f"What `{cli.command}` showed{at}:",
         textwrap.indent(cli.output or "(no output)", "  "),
     ]
     ok = cli.returncode == 0 and "partner-api" in cli.output
@@ -208,8 +219,11 @@ def _timeline(f: Findings, width: int, glyphs: Glyphs) -> Section:
         *((user, [r for r in f.runs if r.subject == user], False) for user in users),
         ("partner-api", f.runs_of("call_partner_api"), True),
     ]
-    title = "Timeline: one row per lane; a singleton never needs a second lane"
-    return [title, *draw(groups, width=width, glyphs=glyphs)], []
+    title = (
+        "Timeline (seconds since the start, as above): one row per lane;"
+        " a singleton never needs a second lane"
+    )
+    return [title, *draw(groups, width=width, glyphs=glyphs, t0=f.zero())], []
 
 
 def _shutdown(f: Findings) -> Section:

@@ -121,10 +121,12 @@ def draw(
     *,
     width: int,
     glyphs: Glyphs,
+    t0: float | None = None,
     label_width: int = 22,
 ) -> list[str]:
     """The timeline, one row per lane of each subject, as lines of text at most
-    ``width`` characters wide (the bars get 40 to 100 columns).
+    ``width`` characters wide (the bars get 40 to 100 columns); its ``0s`` is ``t0``
+    (the runs' clock; default: the first run's start).
 
     ``groups`` are ``(subject, runs, show_at_once)``: a subject whose runs overlap
     takes several rows (a singleton takes exactly one); with ``show_at_once`` a row
@@ -135,7 +137,8 @@ def draw(
     every = [run for _, runs, _ in groups for run in runs]
     if not every:
         return ["(no runs recorded)"]
-    t0 = min(run.start for run in every)
+    first = min(run.start for run in every)
+    t0 = first if t0 is None else min(t0, first)  # no bar starts left of the ruler
     span = max(run.end for run in every) - t0
     scale = max(span / width, 1e-3)
     letters = {node: node.rsplit("-", 1)[-1][:1] or "?" for node in {r.node for r in every}}

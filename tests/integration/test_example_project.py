@@ -111,6 +111,31 @@ def assert_nothing_left(output: str, marker: str) -> None:
             assert group_members(pid) == [], f"processes of {name}'s group still run"
 
 
+def _said_at(output: str, start: str) -> float:
+    """The time stamp of the progress line that starts with ``start``."""
+    found = re.search(rf"^\[ *([\d.]+)s\] {re.escape(start)}", output, re.M)
+    assert found, f"no progress line {start!r} in:\n{output}"
+    return float(found.group(1))
+
+
+def assert_one_clock(output: str) -> None:
+    """Every time in the report counts from the progress lines' zero: the list the
+    report shows was taken between the lines around it, and the first sync_user bar
+    of the timeline is drawn within the burst the lines say (a stamp is rounded to
+    0.1s; a bar starts in the column holding its start)."""
+    meanwhile, batch_done = _said_at(output, "meanwhile"), _said_at(output, "batch done")
+    listed = re.search(r"redislock list` showed at ([\d.]+)s", output)
+    assert listed, output
+    assert meanwhile - 0.1 <= float(listed.group(1)) <= batch_done + 0.1, output
+    per_column = re.search(r"1 column = ([\d.]+)s", output)
+    assert per_column, output
+    scale = float(per_column.group(1))
+    bars = [line[22:] for line in output.splitlines() if line.startswith("sync_user(")]
+    column = min(len(bar) - len(bar.lstrip()) for bar in bars)
+    burst, burst_done = _said_at(output, "burst:"), _said_at(output, "burst done")
+    assert burst - 0.1 <= (column + 1) * scale and column * scale <= burst_done + 0.1, output
+
+
 needs_proc = pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc (Linux)")
 
 
@@ -122,6 +147,7 @@ def test_runs_on_its_own_private_redis() -> None:
     assert "a private redis-server" in output
     # 12 calls on a pool of 3 over 6 processes: runs waited for a permit, parked (#29 item 6)
     assert re.search(r"parked \(pool full\) +[1-9]", output), output
+    assert_one_clock(output)
     pids = reported_pids(output)
     assert set(pids) == {"worker-a", "worker-b", "beat", "redis-server"}, output
     assert_nothing_left(output, marker)
@@ -138,6 +164,7 @@ def test_runs_on_the_given_redis_and_cleans_up(redis_url: str) -> None:
         for line in KEY_LINES:
             assert line in output, output
         assert f"{url} (from REDIS_URL)" in output
+        assert_one_clock(output)
         assert set(reported_pids(output)) == {"worker-a", "worker-b", "beat"}, output
         assert_nothing_left(output, marker)
         left = [key for key in client.scan_iter() if b"example-" in key]
