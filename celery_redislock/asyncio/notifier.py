@@ -22,11 +22,11 @@ import secrets
 import time
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from ..core.clients import AsyncRedisClient
+from ..core.clients import AsyncRedisClient, close_pubsub
 from ..core.notifier import (
     IDLE_UNSUBSCRIBE,
     SUBSCRIBE_CONFIRM_TIMEOUT,
@@ -35,6 +35,9 @@ from ..core.notifier import (
 )
 from ..core.primitive import fresh_token
 from ..core.scripts import as_text
+
+if TYPE_CHECKING:
+    from redis.asyncio.client import PubSub
 
 __all__ = ["AsyncNotifier", "AsyncWaiter", "Signal"]
 
@@ -166,7 +169,7 @@ class AsyncNotifier:
         # ends in ".<tag>", so releases wake it on a channel only this loop reads, and a
         # release sent from this loop names its grants in the reply (see hand_over).
         self.tag = f"{fresh_token()[1]}n{next(_numbers)}"
-        self._pubsub: Any = None
+        self._pubsub: PubSub | None = None  # the reader's connection, while one is needed
         self._channels: dict[str, _Channel] = {}
         self._reader: asyncio.Task[None] | None = None
         # One SUBSCRIBE in flight at a time: redis.asyncio's PubSub.connect, run by
@@ -288,32 +291,53 @@ class AsyncNotifier:
         self._ensure_reader()
 
     def _ensure_reader(self) -> None:
-        if (self._reader is None or self._reader.done()) and self._channels:
-            self._reader = asyncio.get_running_loop().create_task(
-                self._read(), name="celery-redislock-subscriber"
-            )
+        """Start a reader unless one runs, handing it the connection it reads and
+        closes. The last reader may have ended (and closed its connection) while this
+        caller awaited -- a ``_start`` whose SUBSCRIBE was in flight: when waiters are
+        left, the new reader gets a new connection and subscribes their channels at
+        once (see :meth:`_read`); it never starts on none."""
+        if (self._reader is not None and not self._reader.done()) or not self._channels:
+            return
+        pubsub = self._pubsub
+        if pubsub is None:
+            client = self._client()
+            if client is None or not any(entry.waiters for entry in self._channels.values()):
+                return
+            pubsub = self._pubsub = client.pubsub()
+        self._reader = asyncio.get_running_loop().create_task(
+            self._read(pubsub), name="celery-redislock-subscriber"
+        )
 
     async def _subscribe(self, channel: str, entry: _Channel) -> None:
         while self._subscribing:
             await self._subscribed.wait(SUBSCRIBE_CONFIRM_TIMEOUT)
-        if entry.sent or self._pubsub is None:  # subscribed meanwhile, or closed
+        pubsub = self._pubsub
+        if entry.sent or pubsub is None:  # subscribed meanwhile, or closed
             return
         self._subscribing = True
         self._subscribed.clear()
         try:
-            await self._pubsub.subscribe(channel)
+            await pubsub.subscribe(channel)
         except RedisError as exc:  # unreachable: the waiters poll; the reader retries
             log.debug("celery_redislock: SUBSCRIBE %s failed: %r", channel, exc)
         else:
-            entry.sent = True
+            if self._pubsub is pubsub:
+                entry.sent = True
+            else:
+                # Its reader ended meanwhile and closed it: redis-py connected it again
+                # for this SUBSCRIBE, which no reader will read. Not sent: the next
+                # reader subscribes the channel on its own connection.
+                with contextlib.suppress(Exception):
+                    await close_pubsub(pubsub)
         finally:
             self._subscribing = False
             self._subscribed.set()
 
-    async def _read(self) -> None:
-        pubsub = self._pubsub
+    async def _read(self, pubsub: PubSub) -> None:
         next_sweep = time.monotonic() + _READ_SLICE
         try:
+            if any(entry.waiters and not entry.sent for entry in self._channels.values()):
+                await self._sweep()  # taking over from a reader that ended with waiters
             while self._channels:
                 try:
                     if not pubsub.subscribed:  # nothing to read yet (SUBSCRIBE failed)
@@ -335,13 +359,16 @@ class AsyncNotifier:
                     await self._sweep()
         finally:
             # Last channel dropped, or the loop is shutting down: close the connection.
-            self._reader = None
-            self._pubsub = None
-            for entry in self._channels.values():
-                entry.sent = False
-                entry.confirmed.clear()
+            # What is this reader's only: a successor may already run on a new one.
+            if self._reader is asyncio.current_task():
+                self._reader = None
+            if self._pubsub is pubsub:
+                self._pubsub = None
+                for entry in self._channels.values():
+                    entry.sent = False
+                    entry.confirmed.clear()
             with contextlib.suppress(Exception):
-                await pubsub.aclose()
+                await close_pubsub(pubsub)
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         entry = self._channels.get(as_text(message.get("channel")))

@@ -24,12 +24,14 @@ from redis.typing import EncodableT, KeyT
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis as AsyncRedis
+    from redis.asyncio.client import PubSub
     from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 __all__ = [
     "AnyRedisClient",
     "AsyncRedisClient",
     "RedisClient",
+    "close_pubsub",
     "cluster_nodes",
     "cluster_primaries",
     "command",
@@ -58,6 +60,10 @@ class _Cluster(Protocol):
 
 class _Commands(Protocol):
     def execute_command(self, *args: EncodableT, **options: object) -> object: ...
+
+
+class _Closable(Protocol):
+    async def aclose(self) -> None: ...
 
 
 class _Pipeline(Protocol):
@@ -98,3 +104,9 @@ def pipelined(client: Redis, *commands: tuple[EncodableT, ...]) -> list[object]:
     for args in commands:
         pipe.execute_command(*args)
     return pipe.execute(raise_on_error=False)
+
+
+async def close_pubsub(pubsub: PubSub) -> None:
+    """``await pubsub.aclose()``: a ``redis.asyncio`` pub/sub's connection closed."""
+    view: _Closable = pubsub
+    await view.aclose()
