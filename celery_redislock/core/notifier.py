@@ -66,9 +66,17 @@ WAKE_ALL = "*"
 def read_wake(data: bytes | str | None) -> tuple[str, int]:
     """A wake-up message: the token it names (or :data:`WAKE_ALL`) and the fence of the
     lease a release granted that waiter (0: only woken, it asks again). Shared by the
-    sync notifier and the async one."""
+    sync notifier and the async one. Anything else names no one: ``("", 0)``."""
     token, _, fence = as_text(data).partition(" ")
-    return token, int(fence) if fence else 0
+    try:
+        number = int(fence) if fence else 0
+    except ValueError:
+        number = -1
+    if number < 0:
+        # Not a release's message (anyone may PUBLISH on the channel): it names no
+        # one. Raised, it ended the reader, leaving every waiter to its polls.
+        return "", 0
+    return token, number
 
 
 def named_waiters(waiters: dict[str, W], token: str) -> list[W]:

@@ -107,3 +107,41 @@ def test_a_reader_that_ends_while_a_subscribe_is_in_flight_leaves_no_broken_succ
             await client.aclose()
 
     asyncio.run(main())
+
+
+def test_a_message_not_from_a_release_is_ignored_and_the_reader_goes_on(
+    r: redis.Redis, redis_url: str
+) -> None:
+    # The sync notifier's rule (tests/core/test_notifier.py), one read_wake for both.
+    # Before: the reader task ended with a ValueError nobody retrieved, the waiter woken
+    # by its poll. After: no task exception, the release wakes it by pub/sub.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        errors: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        client = aioredis.Redis.from_url(redis_url)
+        holder = RedisLock(r, "nf", ttl=30).acquire()
+        assert holder is not None
+        try:
+            waiting = asyncio.create_task(AsyncRedisLock(client, "nf", ttl=30).acquire(timeout=10))
+            notifier = await _until(lambda: AsyncNotifier.current(client))
+            await _until(lambda: any(map(notifier.subscribed, list(notifier._channels))))
+            reader = notifier._reader
+            for channel in list(notifier._channels):
+                for data in ("tok notanumber", "* -3", "tok 1 2"):
+                    await client.publish(channel, data)
+            await asyncio.sleep(0.3)
+            assert reader is not None and not reader.done(), reader
+            released = time.monotonic()
+            assert holder.release()
+            got = await asyncio.wait_for(waiting, 5)
+            woken = time.monotonic() - released
+            assert isinstance(got, AsyncLease) and await got.release()
+            assert woken < 0.25, woken
+            assert not errors, errors
+        finally:
+            if not holder.released:
+                holder.release()
+            await client.aclose()
+
+    asyncio.run(main())

@@ -146,3 +146,37 @@ def test_a_subscribe_that_failed_while_redis_was_down_is_sent_again(
         notifier._leave("notifier-down", "tok-down")
         publisher.close()
         client.close()
+
+
+def test_a_message_not_from_a_release_is_ignored_and_the_reader_goes_on(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Anyone may PUBLISH on a wake channel. Before: "tok notanumber" raised ValueError in
+    # the reader thread, which ended; the waiter was woken by its poll (up to 1 s).
+    # After: such messages name no one, and the release wakes the waiter by pub/sub.
+    crashed: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: crashed.append(args.exc_value))
+    client = redis.Redis.from_url(redis_url)
+    lock = RedisLock(client, "notifier-foreign", ttl=10)
+    holder = lock.acquire()
+    assert holder is not None
+    got: list[float] = []
+    thread = threading.Thread(
+        target=lambda: got.append(lock.acquire(timeout=10) and time.monotonic())
+    )
+    thread.start()
+    notifier = Notifier.for_client(client)
+    deadline = time.monotonic() + 5
+    while not any(map(notifier.subscribed, list(notifier._channels))):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    for channel in list(notifier._channels):
+        for data in ("tok notanumber", "* -3", "tok 1 2"):
+            client.publish(channel, data)
+    time.sleep(0.3)
+    started = time.monotonic()
+    holder.release()
+    thread.join(10)
+    assert not crashed, crashed
+    assert got and got[0] - started < 0.5, got[0] - started  # a poll: up to 1 s
+    client.close()
