@@ -456,9 +456,11 @@ def park_message(
     leaving = queues_left(request, header)
     payload = _payload(task, request, entry_id, since, run.holds, header, tuple(leaving))
     try:
-        # Journaled first: it survives the lock Redis.
-        record(task.app, entry_id, payload, spec=spec, owner=run.task_id)
+        # Out of the other guard's queue first: a second message of a run that
+        # started ends there (Ignore), before anything is journaled for it.
         leave_queues(task, leaving)
+        # Journaled before the park: it survives the lock Redis.
+        record(task.app, entry_id, payload, spec=spec, owner=run.task_id)
         position = queue.park(
             entry_id,
             payload,
@@ -503,9 +505,12 @@ def park_run(task: AnyTask, run: RunState, sem: ParkingSemaphore, since: float, 
 
 _park_headers: set[str] = {PARK_HEADER}
 
-LeaveQueue = Callable[[AnyTask, str], None]
+LeaveQueue = Callable[[AnyTask, str, bool], None]
 """Takes a run of ``task`` out of the queue its park token (``str``) came from, for
-good (see :func:`register_park_header`)."""
+good (see :func:`register_park_header`). The ``bool``: this run tried that leave
+before (an outage met it), so a token found consumed may be its own leave's doing;
+else a consumed token means another message of the run took it -- this one must not
+run (the leave raises ``Ignore``)."""
 
 _leaving: dict[str, LeaveQueue] = {}
 
@@ -517,7 +522,7 @@ def register_park_header(header: str, leave: LeaveQueue | None = None) -> None:
 
     ``leave``: such a run parked in another queue (an earlier guard's: a run the rate
     limiter admitted, refused a concurrency permit) leaves the queue of ``header``
-    first -- ``leave(task, token)`` consumes its token there and frees what it
+    first -- ``leave(task, token, again)`` consumes its token there and frees what it
     reserved (the rate charge, #25) -- and its parked message no longer carries
     ``header``: when it starts again, that guard decides afresh."""
     _park_headers.add(header)
@@ -550,9 +555,10 @@ def leave_queues(task: AnyTask, leaving: Mapping[str, str]) -> None:
     outage, a leave changes nothing."""
     request = task.request
     for other, token in leaving.items():
+        again = left_queue(request, other)
         # Noted first: a leave whose reply is lost may have consumed the token.
         _LEFT.set(request, (_LEFT.get(request) or frozenset()) | {other})
-        _leaving[other](task, token)
+        _leaving[other](task, token, again)
 
 
 def left_queue(request: Context, header: str) -> bool:

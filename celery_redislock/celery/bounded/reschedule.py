@@ -77,13 +77,14 @@ def reschedule(
     headers = {k: v for k, v in (message.get("headers") or {}).items() if k not in leaving}
     headers[WAIT_HEADER] = f"{since:.3f} {rescheduled + 1} {request.retries or 0}"
     message["headers"] = headers
+    # Out of the other queue before the copy exists: once the copy is out, a claim
+    # lapsing there would publish a second one. Before the state is stored: a second
+    # message of a run that started ends here (Ignore), its state left alone.
+    leave_queues(task, leaving)
     if _tracks_started(task, request):
         # The worker stored STARTED before this hook ran; the task is queued again.
         # Before the publish: the copy's own STARTED must never be overwritten.
         task.backend.store_result(run.task_id, None, states.PENDING, request=request)
-    # Out of the other queue before the copy exists: once the copy is out, a claim
-    # lapsing there would publish a second one.
-    leave_queues(task, leaving)
     # Same task id, from inside the run: RedisLockTask.apply_async treats it as a
     # retry() of this run, so a singleton lock is handed over to the copy (see
     # enqueue.py); same ``retries``, so max_retries is not spent. Not a child of this

@@ -89,16 +89,34 @@ RATE_PARK_HEADER: Final = "redislock_rate_park"
 # marked by publish_claimed.
 
 
-def _leave_rate_queue(task: AnyTask, token: str) -> None:
+def _leave_rate_queue(task: AnyTask, token: str, again: bool) -> None:
     """A run the rate admitted (claimed from its queue) was refused a concurrency
     permit and parks for it: its claim is dropped and its charge refunded, so it is
     charged when it really starts -- it waited holding an admission nobody used,
-    which held back every other run of the limiter meanwhile (#25)."""
+    which held back every other run of the limiter meanwhile (#25).
+
+    A token consumed already, on a first try (``again`` False), was taken by another
+    message of the same parked run (published again after its claim lapsed), which
+    runs: this one is skipped as the rate guard skips it -- parked or re-sent without
+    its token, it was admitted afresh and the task ran twice. ``again``: this run's
+    own earlier drop may have consumed it (its reply lost): it goes on."""
     request = task.request
     options = rate_options(task)
     pool = options.pool(task, request.args, request.kwargs)
     forget(task.app, token)  # before the token is consumed: see journal.py
-    rate_queue(task.app, pool, options.rates).drop(token)
+    if rate_queue(task.app, pool, options.rates).drop(token) or again:
+        return
+    task_id = str(request.id)
+    logger.warning(
+        "celery_redislock: %s[%s] is a second message of a run parked for the rate of %r "
+        "that started already: skipped",
+        task.name,
+        task_id,
+        pool,
+    )
+    rate_duplicate.send(sender=task, task_id=task_id, key=pool)
+    quiet_ignored(task_id)  # logged above: Celery's "ignored" line would repeat it
+    raise Ignore()
 
 
 # Its run parks under a fresh token when refused; one that parks for a permit

@@ -377,6 +377,67 @@ def test_a_run_whose_leave_never_reached_redis_runs_once(
     assert sorted(n for n, _ in started) == [0, 1], "a run started twice"
 
 
+@pytest.mark.parametrize("park", [False, True], ids=["re-sent", "parked"])
+def test_a_second_message_refused_a_permit_is_not_re_sent_to_run_again(
+    app: Celery,
+    locks: redis.Redis,
+    worker: Any,
+    capture: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    park: bool,
+) -> None:
+    """A run the rate admitted, refused a permit, leaves the rate queue by dropping its
+    token; when that token was consumed already (another message of the same parked
+    run, published again after its claim lapsed, took it and runs) this message is
+    skipped as a duplicate. Before, the drop's False was ignored: the copy was re-sent
+    without the rate header, admitted afresh, and the task ran twice. The other
+    message's take is simulated right before the drop."""
+    prefix = f"consumed-{park}"
+    app.conf.redislock_prefix = prefix
+    taken_by_other: list[str] = []
+    drop = ParkingQueue.drop
+
+    def taken_first(self: ParkingQueue, entry_id: str) -> bool:
+        if not taken_by_other:
+            taken_by_other.append(entry_id)
+            status, _ = self.take(entry_id, "another-message@test")
+            assert status == "granted", status
+        return drop(self, entry_id)
+
+    monkeypatch.setattr(ParkingQueue, "drop", taken_first)
+    duplicates = capture(rate_duplicate)
+    resent = capture(permit_rescheduled)
+    started: list[tuple[int, float]] = []
+
+    @rate_limited_task(
+        app=app,
+        global_rate_limit="2/2s",
+        global_rate_key="api6",
+        concurrency_limit=1,
+        concurrency_key="one6",
+        concurrency_park=park,
+        concurrency_countdown=0.3,
+        bind=True,
+    )
+    def call(self: Any, n: int) -> int:
+        started.append((n, time.time()))
+        time.sleep(0.15)
+        return n
+
+    limiter = RedisRateLimiter(locks, "api6", rate="2/2s", prefix=prefix)
+    assert limiter.acquire(blocking=False) and limiter.acquire(blocking=False)  # spent
+    worker(app, concurrency=4)
+    for n in range(2):
+        call.delay(n)
+        time.sleep(0.5)
+    time.sleep(5.0)
+    assert len(taken_by_other) == 1
+    # The refused message's token was taken by "another message" (which runs it): this
+    # message must not run too.
+    assert len(started) == 1, started
+    assert len(duplicates) == 1 and not resent
+
+
 def test_a_body_that_starts_late_after_its_take_is_charged_from_its_start(
     app: Celery, locks: redis.Redis, worker: Any
 ) -> None:
