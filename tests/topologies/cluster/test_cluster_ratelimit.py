@@ -13,6 +13,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from celery_redislock import RedisRateLimiter
+from celery_redislock.core.parking import RateCapacity
 from celery_redislock.testing_cluster import LocalCluster
 
 
@@ -32,6 +33,13 @@ def test_rate_limiter_on_a_cluster(
     limiter.reset()
     limiter.clear_override()
     assert limiter.acquire(blocking=False)
+    # A parked run whose body started late moves its take's charge (ratelimit_late.lua,
+    # #25): the take's done key shares the limiter's hash tag. No take noted here, so
+    # the run is charged once more.
+    capacity = RateCapacity(rc, name, rate=["3/s", "5/10s"])
+    used = limiter.info().active[0].used
+    assert capacity.charge_late("entry", "owner") is False
+    assert limiter.info().active[0].used == used + 1
     scripts = {entry.name for entry in resources.files("celery_redislock.core.lua").iterdir()}
     assert ran >= {script for script in scripts if script.startswith("ratelimit_")}
 
