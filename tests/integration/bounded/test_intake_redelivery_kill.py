@@ -18,6 +18,7 @@ from kombu import Connection
 
 from celery_redislock.celery.bounded.parking import parking_for
 from celery_redislock.core.keys import DEFAULT_PREFIX
+from celery_redislock.core.parking import ParkingSemaphore
 
 from ..helpers import wait_until
 from ..own_redis import own_redis_url  # noqa: F401 (the fixture redis_url)
@@ -59,9 +60,19 @@ def call(n):
 
 @pytest.mark.parametrize("handed_over", [False, True], ids=["parked", "handed-over"])
 def test_a_message_redelivered_after_its_main_died_past_the_intake_park_runs_once(
-    tmp_path: Path, redis_url: str, locks: redis.Redis, handed_over: bool
+    tmp_path: Path,
+    redis_url: str,
+    locks: redis.Redis,
+    handed_over: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     module = AppModule(tmp_path, redis_url, BODY)
+    # Loading the module here patches ParkingSemaphore.park in the test's own process
+    # too; undone when the test ends. Left in place, every later intake park of the
+    # xdist worker called the patch, whose client is on this module's own redis-server
+    # -- stopped by then: ConnectionError, no run parked at intake (test_parking,
+    # test_counts failed after this module on one worker).
+    monkeypatch.setattr(ParkingSemaphore, "park", ParkingSemaphore.park)
     tasks = module.load()
     broker = redis.Redis.from_url(db_url(redis_url, BROKER_DB))
     sem = parking_for(tasks.app, "kill", 1, 2.0, DEFAULT_PREFIX)
