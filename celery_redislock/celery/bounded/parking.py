@@ -27,10 +27,10 @@ May import the core and the shared glue (client, config, execution, signals).
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ATTEMPT",
     "Kept",
+    "claimed_publisher",
     "PARK_HEADER",
     "RESERVED",
     "SEMAPHORE",
@@ -119,29 +120,56 @@ _Made = TypeVar("_Made")
 
 
 class Kept(Generic[_Made]):
-    """The :data:`_KEPT` most recently used objects made of the app's settings (a
+    """Per app, the :data:`_KEPT` most recently used objects made of its settings (a
     parking semaphore, a rate queue), each kept under everything it is made of: the
-    app and client themselves (held anyway by what is kept, so never confused with a
-    later object at the same address) and every setting read into it. A setting left
-    out of the key is a change made at run time that never reaches the object."""
+    client itself (held anyway by what is kept, so never confused with a later one at
+    the same address) and every setting read into it. A setting left out of the key
+    is a change made at run time that never reaches the object.
+
+    The app is held weakly, and what is kept must not hold it (see
+    :func:`claimed_publisher`): an app dropped takes its objects and its client along.
+    Held strongly, a closed app's client outlived it -- and with it its metrics
+    recorder, retrying forever events for a Redis that was gone, which every later
+    ``flush()`` then waited for in vain."""
 
     def __init__(self) -> None:
-        self._kept: OrderedDict[tuple[Hashable, ...], _Made] = OrderedDict()
+        self._kept: weakref.WeakKeyDictionary[Celery, OrderedDict[tuple[Hashable, ...], _Made]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._guard = threading.Lock()
 
-    def get(self, key: tuple[Hashable, ...], make: Callable[[], _Made]) -> _Made:
-        """The object kept under ``key``, else ``make()``'s, kept from now on."""
+    def get(self, app: Celery, key: tuple[Hashable, ...], make: Callable[[], _Made]) -> _Made:
+        """The object kept for ``app`` under ``key``, else ``make()``'s, kept from now on."""
         with self._guard:
-            made = self._kept.get(key)
-            if made is not None:
-                self._kept.move_to_end(key)
+            kept = self._kept.get(app)
+            made = None if kept is None else kept.get(key)
+            if kept is not None and made is not None:
+                kept.move_to_end(key)
                 return made
         made = make()  # outside the guard: two threads may make one each, one is kept
         with self._guard:
-            self._kept[key] = made
-            while len(self._kept) > _KEPT:
-                self._kept.popitem(last=False)
+            kept = self._kept.setdefault(app, OrderedDict())
+            kept[key] = made
+            while len(kept) > _KEPT:
+                kept.popitem(last=False)
         return made
+
+
+def claimed_publisher(app: Celery) -> Callable[[ParkingQueue, list[Parked]], None]:
+    """``on_claimed`` of a queue of ``app``'s: :func:`publish_claimed` through it,
+    holding it weakly (see :class:`Kept`). Once the app is gone -- nothing of it runs
+    any more -- what is claimed goes back to its place for a sweeper to publish."""
+    ref = weakref.ref(app)
+
+    def publish(queue: ParkingQueue, claimed: list[Parked]) -> None:
+        live = ref()
+        if live is not None:
+            publish_claimed(live, queue, claimed)
+            return
+        for entry in claimed:
+            queue.give_back(entry.id)
+
+    return publish
 
 
 _semaphores: Final[Kept[ParkingSemaphore]] = Kept()
@@ -199,8 +227,9 @@ def parking_for(
     client = get_redis(app)
     acks = replica_options(app) if acks is None else acks
     keep, grace, memory = park_keep(app), restart_grace(app), taken_memory(app)
-    made_of = (app, client, prefix, pool, limit, ttl, standby, keep, grace, memory, *acks.items())
+    made_of = (client, prefix, pool, limit, ttl, standby, keep, grace, memory, *acks.items())
     return _semaphores.get(
+        app,
         made_of,
         lambda: ParkingSemaphore(
             client,
@@ -209,7 +238,7 @@ def parking_for(
             ttl=ttl,
             prefix=prefix,
             keep=keep,
-            on_claimed=functools.partial(publish_claimed, app),
+            on_claimed=claimed_publisher(app),
             standby=standby,
             restart_grace=grace,
             taken_memory=memory,

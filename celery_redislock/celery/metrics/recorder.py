@@ -34,6 +34,9 @@ import weakref
 from collections import Counter
 from typing import Final
 
+from redis.client import Pipeline
+from redis.cluster import ClusterPipeline
+
 from ...core.scripts import RedisClient
 from .schema import HOLD, WAIT, bucket_of, counter_key
 
@@ -147,15 +150,24 @@ class Recorder:
                 elif self._spacing:  # let the next events gather (a flush cuts it short)
                     self._wake.wait_for(lambda: self._flushing > 0, timeout=self._spacing)
 
-    def _send(self, batch: Counter[_Field]) -> bool:
+    def _pipeline(self, batch: Counter[_Field]) -> Pipeline | ClusterPipeline | None:
+        # The client only in this frame: a failed send's error, logged, keeps the
+        # frames of its traceback (a log handler that keeps records), and the client
+        # is held weakly so that it can go with its app.
         client = self._client()
-        if client is None:  # its app and client are gone: nobody reads these counts
-            self._say_dropped(batch)
-            return True
+        if client is None:
+            return None
+        pipe = client.pipeline(transaction=False)
+        for (key, field), amount in batch.items():
+            pipe.hincrby(key, field, amount)
+        return pipe
+
+    def _send(self, batch: Counter[_Field]) -> bool:
         try:
-            pipe = client.pipeline(transaction=False)
-            for (key, field), amount in batch.items():
-                pipe.hincrby(key, field, amount)
+            pipe = self._pipeline(batch)
+            if pipe is None:  # its app and client are gone: nobody reads these counts
+                self._say_dropped(batch)
+                return True
             pipe.execute()
         except Exception as exc:  # never let counting disturb a task; retried
             if not self._failing:

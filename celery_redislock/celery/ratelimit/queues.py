@@ -13,7 +13,6 @@ May import the core, the shared glue and the bounded feature's parking.
 
 from __future__ import annotations
 
-import functools
 from typing import Final
 
 from celery import Celery
@@ -22,7 +21,7 @@ from ...core.parking import ParkingQueue, RateCapacity
 from ...core.ratelimit import RedisRateLimiter
 from ...errors import ConfigurationError
 from ..bounded.journal import ParkSpec
-from ..bounded.parking import Kept, publish_claimed, register_kind
+from ..bounded.parking import Kept, claimed_publisher, register_kind
 from ..bounded.settings import park_keep, taken_memory
 from ..client import get_redis
 from ..config import settings_for
@@ -59,14 +58,15 @@ def rate_queue(app: Celery, pool: str, rates: tuple[str, ...]) -> ParkingQueue:
     settings = settings_for(app)
     client = get_redis(app)
     keep, memory = park_keep(app), taken_memory(app)
-    made_of = (app, client, settings.prefix, pool, rates, settings.lock_ttl, keep, memory)
+    made_of = (client, settings.prefix, pool, rates, settings.lock_ttl, keep, memory)
     return _queues.get(
+        app,
         made_of,
         lambda: ParkingQueue(
             RateCapacity(client, pool, rate=list(rates), prefix=settings.prefix, ahead=AHEAD),
             reserve_ttl=settings.lock_ttl,
             keep=keep,
-            on_claimed=functools.partial(publish_claimed, app),
+            on_claimed=claimed_publisher(app),
             taken_memory=memory,
         ),
     )
