@@ -14,7 +14,7 @@ import redis
 from celery import Celery
 
 from celery_redislock import RateLimited, RedisLockTask, RedisRateLimiter, rate_limited_task
-from celery_redislock.celery.ratelimit import queues
+from celery_redislock.celery.bounded import parking
 from celery_redislock.celery.signals import permit_rescheduled, rate_duplicate, rate_limited
 from celery_redislock.core.parking import ParkingQueue
 from celery_redislock.errors import ConfigurationError
@@ -548,13 +548,13 @@ def test_a_parked_run_whose_claim_is_published_twice_runs_once(
         runs.append(self.request.id)
         return n
 
-    published = queues.publish_claimed
+    published = parking.publish_claimed  # what each queue's on_claimed calls (87f8740)
 
     def twice(app_: Celery, queue: Any, claimed: Any) -> None:
         published(app_, queue, claimed)
         published(app_, queue, claimed)
 
-    monkeypatch.setattr(queues, "publish_claimed", twice)
+    monkeypatch.setattr(parking, "publish_claimed", twice)
     skipped = capture(rate_duplicate)
     worker(app, concurrency=2)
     results = [call.delay(n) for n in range(8)]  # 4 admitted, 4 parked and pumped
