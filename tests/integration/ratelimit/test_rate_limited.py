@@ -162,6 +162,39 @@ def test_a_run_admitted_by_the_rate_but_refused_a_permit_is_not_lost(
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))  # one at once
 
 
+def _one_at_once_two_per_2s(
+    app: Celery, locks: redis.Redis, prefix: str, n: int, hold: float, **options: Any
+) -> tuple[Any, list[tuple[int, float]], list[tuple[float, float, int]], RedisRateLimiter]:
+    """The combined case of the tests below (#25): a task of at most 1 at once (pool
+    ``one<n>``) and 2 per 2 s (limiter ``api<n>``, spent already), under a prefix of
+    its own (no earlier test's pump publishes its runs). Its body records
+    ``(argument, start)`` as it starts and ``(start, end, retries)`` once it held
+    ``hold`` s. Returns the task, those two lists and the limiter."""
+    app.conf.redislock_prefix = prefix
+    started: list[tuple[int, float]] = []
+    spans: list[tuple[float, float, int]] = []
+
+    @rate_limited_task(
+        app=app,
+        global_rate_limit="2/2s",
+        global_rate_key=f"api{n}",
+        concurrency_limit=1,
+        concurrency_key=f"one{n}",
+        bind=True,
+        **options,
+    )
+    def call(self: Any, k: int) -> int:
+        start = time.time()
+        started.append((k, start))
+        time.sleep(hold)
+        spans.append((start, time.time(), self.request.retries))
+        return k
+
+    limiter = RedisRateLimiter(locks, f"api{n}", rate="2/2s", prefix=prefix)
+    assert limiter.acquire(blocking=False) and limiter.acquire(blocking=False)  # spent
+    return call, started, spans, limiter
+
+
 def test_a_run_the_rate_admitted_waits_for_its_permit_without_a_charge(
     app: Celery, locks: redis.Redis, worker: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -170,26 +203,7 @@ def test_a_run_the_rate_admitted_waits_for_its_permit_without_a_charge(
     refunded, so only a run that really started counts (before, the waiting one kept
     its charge: the limiter's other callers were held back by an admission nobody
     used). A run refused a permit parks at intake, no pool process (#25)."""
-    app.conf.redislock_prefix = "combined"  # no earlier test's pump publishes these
-    started: list[float] = []
-    spans: list[tuple[float, float, int]] = []
-
-    @rate_limited_task(
-        app=app,
-        global_rate_limit="2/2s",
-        global_rate_key="api2",
-        concurrency_limit=1,
-        concurrency_key="one",
-        bind=True,
-    )
-    def call(self: Any, n: int) -> int:
-        started.append(time.time())
-        time.sleep(1.0)
-        spans.append((started[-1], time.time(), self.request.retries))
-        return n
-
-    limiter = RedisRateLimiter(locks, "api2", rate="2/2s", prefix="combined")
-    assert limiter.acquire(blocking=False) and limiter.acquire(blocking=False)  # spent
+    call, started, spans, limiter = _one_at_once_two_per_2s(app, locks, "combined", 2, 1.0)
     caplog.set_level(logging.DEBUG, logger="celery_redislock.celery.bounded.parking")
     worker(app, concurrency=4)
     results = [call.delay(n) for n in range(2)]  # parked for the rate, claimed together
@@ -217,29 +231,10 @@ def test_a_run_the_rate_admitted_rescheduled_for_its_permit_gives_its_admission_
     with a countdown instead of parked, and gives its admission back the same way (its
     claim dropped, its charge refunded), so only a run that really started counts.
     Before, the re-sent copy kept its rate token and its claim stayed charged (#25)."""
-    app.conf.redislock_prefix = "resent"  # no earlier test's pump publishes these
     limited = capture(rate_limited)
-    started: list[float] = []
-    spans: list[tuple[float, float, int]] = []
-
-    @rate_limited_task(
-        app=app,
-        global_rate_limit="2/2s",
-        global_rate_key="api3",
-        concurrency_limit=1,
-        concurrency_key="one3",
-        concurrency_park=False,
-        concurrency_countdown=0.2,
-        bind=True,
+    call, started, spans, limiter = _one_at_once_two_per_2s(
+        app, locks, "resent", 3, 1.0, concurrency_park=False, concurrency_countdown=0.2
     )
-    def call(self: Any, n: int) -> int:
-        started.append(time.time())
-        time.sleep(1.0)
-        spans.append((started[-1], time.time(), self.request.retries))
-        return n
-
-    limiter = RedisRateLimiter(locks, "api3", rate="2/2s", prefix="resent")
-    assert limiter.acquire(blocking=False) and limiter.acquire(blocking=False)  # spent
     worker(app, concurrency=4)
     results = []
     for n in range(2):  # one after the other: each parks for the rate, none re-sent
@@ -274,7 +269,6 @@ def test_a_run_that_left_the_rate_queue_before_an_outage_is_admitted_afresh(
     permit is free. Its rate token was consumed by the drop, so it is admitted afresh,
     not skipped as a second message of its own parked run (before: it was, and the run
     was lost)."""
-    app.conf.redislock_prefix = "resent-outage"  # no earlier test's pump publishes these
     dropped: list[str] = []
     drop = ParkingQueue.drop
 
@@ -288,25 +282,11 @@ def test_a_run_that_left_the_rate_queue_before_an_outage_is_admitted_afresh(
     monkeypatch.setattr(ParkingQueue, "drop", drop_then_lose_the_reply)
     duplicates = capture(rate_duplicate)
     resent = capture(permit_rescheduled)
-    started: list[tuple[int, float]] = []
-
-    @rate_limited_task(
-        app=app,
-        global_rate_limit="2/2s",
-        global_rate_key="api4",
-        concurrency_limit=1,
-        concurrency_key="one4",
-        concurrency_park=False,
-        concurrency_countdown=5.0,  # a copy re-sent would come back after the test's wait
-        bind=True,
+    # Held 0.15 s: over before the other run's first try again (0.25 s); a copy re-sent
+    # (countdown 5 s) would come back after the test's wait.
+    call, started, _, _ = _one_at_once_two_per_2s(
+        app, locks, "resent-outage", 4, 0.15, concurrency_park=False, concurrency_countdown=5.0
     )
-    def call(self: Any, n: int) -> int:
-        started.append((n, time.time()))
-        time.sleep(0.15)  # over before the other run's first try again (0.25 s)
-        return n
-
-    limiter = RedisRateLimiter(locks, "api4", rate="2/2s", prefix="resent-outage")
-    assert limiter.acquire(blocking=False) and limiter.acquire(blocking=False)  # spent
     worker(app, concurrency=4)
     results = []
     for n in range(2):  # one after the other: each parks for the rate, none re-sent
@@ -334,7 +314,6 @@ def test_a_run_whose_leave_never_reached_redis_runs_once(
     admission -- else the claim lapses (after ``redislock_lock_ttl``), is published
     again and the task runs a second time (79fcd2a admitted every run that had tried to
     leave afresh: 3 starts of 2 runs)."""
-    app.conf.redislock_prefix = "resent-unsent"
     app.conf.redislock_lock_ttl = 1.0  # a claim left behind lapses within the test
     failed: list[str] = []
     drop = ParkingQueue.drop
@@ -347,25 +326,9 @@ def test_a_run_whose_leave_never_reached_redis_runs_once(
 
     monkeypatch.setattr(ParkingQueue, "drop", drop_never_sent)
     duplicates = capture(rate_duplicate)
-    started: list[tuple[int, float]] = []
-
-    @rate_limited_task(
-        app=app,
-        global_rate_limit="2/2s",
-        global_rate_key="api5",
-        concurrency_limit=1,
-        concurrency_key="one5",
-        concurrency_park=False,
-        concurrency_countdown=5.0,
-        bind=True,
+    call, started, _, _ = _one_at_once_two_per_2s(
+        app, locks, "resent-unsent", 5, 0.15, concurrency_park=False, concurrency_countdown=5.0
     )
-    def call(self: Any, n: int) -> int:
-        started.append((n, time.time()))
-        time.sleep(0.15)
-        return n
-
-    limiter = RedisRateLimiter(locks, "api5", rate="2/2s", prefix="resent-unsent")
-    assert limiter.acquire(blocking=False) and limiter.acquire(blocking=False)  # spent
     worker(app, concurrency=4)
     results = []
     for n in range(2):
@@ -392,8 +355,6 @@ def test_a_second_message_refused_a_permit_is_not_re_sent_to_run_again(
     skipped as a duplicate. Before, the drop's False was ignored: the copy was re-sent
     without the rate header, admitted afresh, and the task ran twice. The other
     message's take is simulated right before the drop."""
-    prefix = f"consumed-{park}"
-    app.conf.redislock_prefix = prefix
     taken_by_other: list[str] = []
     drop = ParkingQueue.drop
 
@@ -407,25 +368,9 @@ def test_a_second_message_refused_a_permit_is_not_re_sent_to_run_again(
     monkeypatch.setattr(ParkingQueue, "drop", taken_first)
     duplicates = capture(rate_duplicate)
     resent = capture(permit_rescheduled)
-    started: list[tuple[int, float]] = []
-
-    @rate_limited_task(
-        app=app,
-        global_rate_limit="2/2s",
-        global_rate_key="api6",
-        concurrency_limit=1,
-        concurrency_key="one6",
-        concurrency_park=park,
-        concurrency_countdown=0.3,
-        bind=True,
+    call, started, _, _ = _one_at_once_two_per_2s(
+        app, locks, f"consumed-{park}", 6, 0.15, concurrency_park=park, concurrency_countdown=0.3
     )
-    def call(self: Any, n: int) -> int:
-        started.append((n, time.time()))
-        time.sleep(0.15)
-        return n
-
-    limiter = RedisRateLimiter(locks, "api6", rate="2/2s", prefix=prefix)
-    assert limiter.acquire(blocking=False) and limiter.acquire(blocking=False)  # spent
     worker(app, concurrency=4)
     for n in range(2):
         call.delay(n)
