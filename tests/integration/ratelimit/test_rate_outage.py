@@ -47,14 +47,21 @@ def _runs(records: Path) -> list[tuple[float, str, int]]:
     return sorted((float(start), task_id, int(retries)) for start, task_id, retries in rows)
 
 
+def _module(tmp_path: Path, redis_url: str, records: Path, lock_url: str) -> AppModule:
+    """The worker module of these tests: the task of BODY writing to ``records``, its
+    lock Redis at ``lock_url`` (a server of the test's own, which it stops)."""
+    module = AppModule(tmp_path, redis_url, BODY.format(records=str(records)), conf=CONF)
+    source = module.path.read_text().replace(db_url(redis_url, LOCKS_DB), lock_url)
+    module.path.write_text(source)
+    return module
+
+
 def test_the_lock_redis_stopped_mid_backlog_delays_runs_and_loses_none(
     tmp_path: Path, redis_url: str
 ) -> None:
     records = tmp_path / "runs.txt"
     with RedisServer() as lock_server:
-        module = AppModule(tmp_path, redis_url, BODY.format(records=str(records)), conf=CONF)
-        source = module.path.read_text().replace(db_url(redis_url, LOCKS_DB), lock_server.url)
-        module.path.write_text(source)
+        module = _module(tmp_path, redis_url, records, lock_server.url)
         workers = [WorkerProcess(module, concurrency=2, name=n) for n in ("a", "b")]
         with side_by_side(*workers):
             tasks = module.load()
@@ -97,9 +104,7 @@ def test_a_limiter_whose_state_was_lost_lets_no_fresh_burst_through(
     that come back (from the journal, or sent after) never exceed the rate."""
     records = tmp_path / "runs.txt"
     with RedisServer() as lock_server:
-        module = AppModule(tmp_path, redis_url, BODY.format(records=str(records)), conf=CONF)
-        source = module.path.read_text().replace(db_url(redis_url, LOCKS_DB), lock_server.url)
-        module.path.write_text(source)
+        module = _module(tmp_path, redis_url, records, lock_server.url)
         workers = [WorkerProcess(module, concurrency=2, name=n) for n in ("a", "b")]
         with side_by_side(*workers):
             tasks = module.load()
