@@ -31,9 +31,9 @@ also_wrong = bounded_task(concurrency_limit=2, singleton_mode="until_dun")  # li
 """
 
 
-def test_mypy_catches_bad_option_strings_and_typed_delay(tmp_path: Path) -> None:
-    source = tmp_path / "typed_snippet.py"
-    source.write_text(SNIPPET)
+def _mypy(path: Path, tmp_path: Path) -> tuple[str, str]:
+    """``mypy --strict`` of ``path`` under the project's configuration, from scratch
+    (a cache of the test's own): its report and its errors."""
     out, err, _ = api.run(
         [
             "--strict",
@@ -42,9 +42,16 @@ def test_mypy_catches_bad_option_strings_and_typed_delay(tmp_path: Path) -> None
             str(tmp_path / "c"),
             "--config-file",
             str(ROOT / "pyproject.toml"),
-            str(source),
+            str(path),
         ]
     )
+    return out, err
+
+
+def test_mypy_catches_bad_option_strings_and_typed_delay(tmp_path: Path) -> None:
+    source = tmp_path / "typed_snippet.py"
+    source.write_text(SNIPPET)
+    out, err = _mypy(source, tmp_path)
     lines = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
     assert lines == {12, 13, 16, 18, 19}, out + err
 
@@ -55,17 +62,7 @@ def test_the_typed_example_of_the_docs_fails_as_it_says(tmp_path: Path) -> None:
     example = ROOT / "docs" / "examples" / "typed_delay.py"
     lines = example.read_text().splitlines()
     said = next(i for i, line in enumerate(lines, 1) if line.startswith("# mypy reports: "))
-    out, err, _ = api.run(
-        [
-            "--strict",
-            "--no-incremental",
-            "--cache-dir",
-            str(tmp_path / "c"),
-            "--config-file",
-            str(ROOT / "pyproject.toml"),
-            str(example),
-        ]
-    )
+    out, err = _mypy(example, tmp_path)
     errors = [line for line in out.splitlines() if ": error:" in line]
     assert len(errors) == 1, out + err
     quoted = lines[said - 1].removeprefix("# mypy reports: ")
@@ -92,17 +89,7 @@ def test_rate_limited_task_is_typed_as_the_other_decorators(tmp_path: Path) -> N
     its arguments."""
     source = tmp_path / "rate_snippet.py"
     source.write_text(RATE_SNIPPET)
-    out, err, _ = api.run(
-        [
-            "--strict",
-            "--no-incremental",
-            "--cache-dir",
-            str(tmp_path / "c"),
-            "--config-file",
-            str(ROOT / "pyproject.toml"),
-            str(source),
-        ]
-    )
+    out, err = _mypy(source, tmp_path)
     lines = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
     assert lines == {11}, out + err
 
@@ -130,16 +117,6 @@ def test_singleton_key_and_holder_take_the_tasks_arguments(tmp_path: Path) -> No
     parameters, as ``.delay()`` is."""
     source = tmp_path / "lookup_snippet.py"
     source.write_text(LOOKUP_SNIPPET)
-    out, err, _ = api.run(
-        [
-            "--strict",
-            "--no-incremental",
-            "--cache-dir",
-            str(tmp_path / "c"),
-            "--config-file",
-            str(ROOT / "pyproject.toml"),
-            str(source),
-        ]
-    )
+    out, err = _mypy(source, tmp_path)
     lines = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
     assert lines == {14, 15}, out + err
